@@ -1,0 +1,25 @@
+"""The ClientApp: Flower handlers that dispatch to the methods' client-side work."""
+
+from __future__ import annotations
+
+from flwr.app import Context, Message
+from flwr.clientapp import ClientApp
+
+from fedforget.strategies import client_work
+
+app = ClientApp()
+
+
+@app.query()
+def query(msg: Message, context: Context) -> Message:
+    return client_work.describe(msg, context)
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    return client_work.train_adapter(msg, context)
+
+
+@app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    return client_work.evaluate_adapter(msg, context)

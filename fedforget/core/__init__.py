@@ -1,0 +1,1 @@
+"""Pure bookkeeping: no torch, no flwr. Everything here is tested in milliseconds."""

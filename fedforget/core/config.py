@@ -1,0 +1,129 @@
+"""The run configuration: one typed, validated view of Flower's ``run_config`` (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+TASKS = ("digits-mlp", "fmnist-cnn", "fmnist-effnet", "rt-minilm", "hf")
+METHODS = ("fedavg",)
+PARTITIONERS = ("iid", "dirichlet")
+OPTIMIZERS = ("sgd", "adam")
+
+
+class ConfigError(ValueError):
+    """A run-config value a user must fix; the message says which key and what is allowed."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Every key of ``[tool.flwr.app.config]``; the pyproject holds the defaults users see."""
+
+    method: str = "fedavg"
+    task: str = "fmnist-cnn"
+    store: str = "runs/latest"
+    seed: int = 1
+    num_rounds: int = 5
+    local_epochs: int = 1
+    batch_size: int = 32
+    lr: float = 0.01
+    optimizer: str = "adam"
+    lora_r: int = 4
+    lora_alpha: int = 8
+    partitioner: str = "dirichlet"
+    dirichlet_alpha: float = 0.5
+    slices_per_client: int = 2
+    fraction_train: float = 1.0
+    train_size: int = 0
+    test_size: int = 0
+    round_timeout: float = 900.0
+    hf_dataset: str = ""
+    hf_model: str = ""
+    hf_input_column: str = ""
+    hf_label_column: str = "label"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Flower-style keys (``num-rounds``), as stored in the manifest."""
+        return {k.replace("_", "-"): v for k, v in asdict(self).items()}
+
+
+_CHOICES = {
+    "method": METHODS,
+    "task": TASKS,
+    "partitioner": PARTITIONERS,
+    "optimizer": OPTIMIZERS,
+}
+_MIN = {
+    "seed": 0,
+    "num_rounds": 1,
+    "local_epochs": 1,
+    "batch_size": 1,
+    "lora_r": 1,
+    "lora_alpha": 1,
+    "slices_per_client": 1,
+    "train_size": 0,
+    "test_size": 0,
+}
+_POSITIVE = ("lr", "dirichlet_alpha", "round_timeout")
+
+
+def _coerce(name: str, kind: type, value: object) -> object:
+    key = name.replace("_", "-")
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+    elif kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif kind is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif kind is str:
+        if isinstance(value, str):
+            return value
+    raise ConfigError(f"run-config {key!r} must be {kind.__name__}, got {value!r}")
+
+
+def parse_run_config(raw: Mapping[str, object]) -> RunConfig:
+    """Validate Flower's run config; unknown keys and bad values raise :class:`ConfigError`."""
+    by_key = {f.name.replace("_", "-"): f for f in fields(RunConfig)}
+    unknown = sorted(set(raw) - set(by_key))
+    if unknown:
+        raise ConfigError(f"unknown run-config key(s): {', '.join(unknown)}; known: {', '.join(sorted(by_key))}")
+    values: dict[str, object] = {}
+    for key, value in raw.items():
+        f = by_key[key]
+        kind = {"int": int, "float": float, "str": str, "bool": bool}[str(f.type)]
+        values[f.name] = _coerce(f.name, kind, value)
+    cfg = RunConfig(**values)
+    for name, allowed in _CHOICES.items():
+        if getattr(cfg, name) not in allowed:
+            raise ConfigError(
+                f"run-config {name!r}={getattr(cfg, name)!r} is not one of: {', '.join(allowed)}"
+            )
+    for name, low in _MIN.items():
+        if getattr(cfg, name) < low:
+            raise ConfigError(f"run-config {name.replace('_', '-')!r} must be >= {low}, got {getattr(cfg, name)}")
+    for name in _POSITIVE:
+        if not getattr(cfg, name) > 0:
+            raise ConfigError(f"run-config {name.replace('_', '-')!r} must be > 0, got {getattr(cfg, name)}")
+    if not 0.0 < cfg.fraction_train <= 1.0:
+        raise ConfigError(f"run-config 'fraction-train' must be in (0, 1], got {cfg.fraction_train}")
+    if not cfg.store.strip():
+        raise ConfigError("run-config 'store' must be a directory path, got an empty string")
+    if cfg.task == "hf" and not (cfg.hf_dataset and cfg.hf_model):
+        raise ConfigError("task='hf' needs run-config 'hf-dataset' and 'hf-model' (a dataset path/name and a model name)")
+    return cfg
+
+
+def sample_clients(partitions: list[int], fraction: float, seed: int) -> list[int]:
+    """The partitions that train this round: ``ceil(fraction·n)`` of them, drawn with ``seed``."""
+    import math
+    import random
+
+    ordered = sorted(partitions)
+    k = max(1, math.ceil(fraction * len(ordered)))
+    if k >= len(ordered):
+        return ordered
+    return sorted(random.Random(seed).sample(ordered, k))

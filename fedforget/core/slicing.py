@@ -1,0 +1,66 @@
+"""Partitions → slices → data units, each sample with a stable global id."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import random
+
+
+@dataclass(frozen=True, order=True)
+class UnitId:
+    """A client's slice: the smallest piece of data a method trains on as a whole."""
+
+    partition: int
+    slice: int
+
+    def __str__(self) -> str:
+        return f"{self.partition}:{self.slice}"
+
+    @classmethod
+    def parse(cls, text: str) -> UnitId:
+        """Parse ``"3:1"``; raise ValueError with the expected form otherwise."""
+        try:
+            p, s = text.split(":")
+            return cls(int(p), int(s))
+        except ValueError:
+            raise ValueError(f"not a slice id: {text!r} (expected PARTITION:SLICE, e.g. 3:1)") from None
+
+
+def split_into_slices(sample_ids: Sequence[int], num_slices: int, seed: int) -> list[list[int]]:
+    """Shuffle a partition's ids with ``seed`` and cut them into ``num_slices`` near-equal slices.
+
+    Slice sizes differ by at most one; each slice is returned sorted so its content does not depend
+    on the shuffle order inside it. A partition smaller than ``num_slices`` leaves empty slices.
+    """
+    if num_slices < 1:
+        raise ValueError(f"slices-per-client must be >= 1, got {num_slices}")
+    ids = sorted(int(i) for i in sample_ids)
+    if len(set(ids)) != len(ids):
+        raise ValueError("sample ids within a partition must be unique")
+    random.Random(seed).shuffle(ids)
+    base, extra = divmod(len(ids), num_slices)
+    slices, start = [], 0
+    for s in range(num_slices):
+        size = base + (1 if s < extra else 0)
+        slices.append(sorted(ids[start : start + size]))
+        start += size
+    return slices
+
+
+def sample_to_unit(slices_by_partition: dict[int, list[list[int]]]) -> dict[int, UnitId]:
+    """The inverse map sample id → unit; raises if a sample sits in two units."""
+    out: dict[int, UnitId] = {}
+    for partition, slices in slices_by_partition.items():
+        for s, ids in enumerate(slices):
+            for sid in ids:
+                if sid in out:
+                    raise ValueError(f"sample {sid} is in both {out[sid]} and {partition}:{s}")
+                out[sid] = UnitId(partition, s)
+    return out
+
+
+def iid_shares(sample_ids: Sequence[int], num_shares: int, seed: int) -> list[list[int]]:
+    """Shuffle ids with ``seed`` and deal them into ``num_shares`` near-equal sorted shares."""
+    return split_into_slices(sample_ids, num_shares, seed)

@@ -1,0 +1,5 @@
+"""The experiment directory: artifacts, manifest, inventory, metrics (DESIGN §6)."""
+
+from fedforget.store.store import Store, StoreError
+
+__all__ = ["Store", "StoreError"]

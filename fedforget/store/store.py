@@ -1,0 +1,159 @@
+"""One directory per experiment; the only place runs and the coordinator share state."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from safetensors.numpy import load as st_load
+from safetensors.numpy import save as st_save
+
+from fedforget.core.inventory import Inventory
+from fedforget.store.atomic import append_line, atomic_write_bytes, atomic_write_json
+
+MANIFEST = "manifest.json"
+INVENTORY = "inventory.json"
+METRICS = "metrics.jsonl"
+ARTIFACTS = "artifacts"
+CLIENTS = "clients"
+FORMAT_VERSION = 1
+
+
+class StoreError(Exception):
+    """The path is not a store, or a file in it is missing or corrupt; the message says which."""
+
+
+def resolve_store_path(path: str | os.PathLike[str]) -> Path:
+    """Relative store paths are relative to ``FEDFORGET_HOME`` (set by the venv), else to the cwd.
+
+    The ServerApp runs in a process Flower starts elsewhere, so a bare relative path would land in
+    Flower's working directory instead of the user's project.
+    """
+    p = Path(os.path.expanduser(str(path)))
+    if p.is_absolute():
+        return p
+    base = os.environ.get("FEDFORGET_HOME") or os.getcwd()
+    return Path(base) / p
+
+
+class Store:
+    """A handle on an existing store directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    # -- life cycle ---------------------------------------------------------------------------
+    @classmethod
+    def create(cls, path: str | os.PathLike[str], manifest: dict[str, Any]) -> Store:
+        """Start a fresh experiment at ``path``: a new manifest, empty inventory and metrics.
+
+        Content-addressed artifacts of an earlier run at the same path are kept (and reused when
+        identical); nothing else of it survives.
+        """
+        root = resolve_store_path(path)
+        if root.exists() and not root.is_dir():
+            raise StoreError(f"{root} exists and is not a directory; pass another --store / store= path")
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for sub in (ARTIFACTS, CLIENTS):
+            (root / sub).mkdir(exist_ok=True, mode=0o700)
+        os.chmod(root, 0o700)
+        store = cls(root)
+        atomic_write_json(root / MANIFEST, {"format-version": FORMAT_VERSION, **manifest})
+        store.write_inventory(Inventory())
+        atomic_write_bytes(root / METRICS, b"")
+        return store
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> Store:
+        """Open an existing store, or raise :class:`StoreError` saying what is wrong."""
+        root = resolve_store_path(path)
+        if not root.is_dir():
+            raise StoreError(f"{root} is not a store (no such directory); pass the store= path of a run")
+        if not (root / MANIFEST).is_file():
+            raise StoreError(f"{root} is not a store (no {MANIFEST}); pass the store= path of a run")
+        store = cls(root)
+        store.manifest()  # parse now so a corrupt manifest is reported here
+        return store
+
+    # -- manifest, inventory, metrics ---------------------------------------------------------
+    def _read_json(self, name: str) -> Any:
+        path = self.root / name
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise StoreError(f"{path} is missing; the store is incomplete") from None
+        except json.JSONDecodeError as exc:
+            raise StoreError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+    def manifest(self) -> dict[str, Any]:
+        data = self._read_json(MANIFEST)
+        if not isinstance(data, dict) or data.get("format-version") != FORMAT_VERSION:
+            raise StoreError(f"{self.root / MANIFEST} is not a fedforget manifest (format-version {FORMAT_VERSION})")
+        return data
+
+    def update_manifest(self, **fields: Any) -> None:
+        data = self.manifest()
+        data.update(fields)
+        atomic_write_json(self.root / MANIFEST, data)
+
+    def inventory(self) -> Inventory:
+        try:
+            return Inventory.from_json(self._read_json(INVENTORY))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreError(f"{self.root / INVENTORY} is malformed: {exc}") from None
+
+    def write_inventory(self, inventory: Inventory) -> None:
+        atomic_write_json(self.root / INVENTORY, inventory.to_json())
+
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        append_line(self.root / METRICS, json.dumps(record, sort_keys=True))
+
+    def metrics(self) -> list[dict[str, Any]]:
+        path = self.root / METRICS
+        if not path.exists():
+            return []
+        rows = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue  # a line cut by a crash is skipped, not fatal
+        return rows
+
+    # -- artifacts ----------------------------------------------------------------------------
+    def artifact_path(self, sha256: str) -> Path:
+        return self.root / ARTIFACTS / f"{sha256}.safetensors"
+
+    def put_arrays(self, arrays: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> str:
+        """Save arrays as safetensors named by the sha256 of the file's bytes; return that hash."""
+        data = st_save({k: np.ascontiguousarray(v) for k, v in arrays.items()}, metadata=metadata)
+        digest = hashlib.sha256(data).hexdigest()
+        path = self.artifact_path(digest)
+        if not path.exists():
+            atomic_write_bytes(path, data)
+        return digest
+
+    def get_arrays(self, sha256: str) -> dict[str, np.ndarray]:
+        """Load an artifact, refusing one whose bytes no longer match its name."""
+        path = self.artifact_path(sha256)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise StoreError(f"artifact {sha256} is missing from {path.parent}") from None
+        if hashlib.sha256(data).hexdigest() != sha256:
+            raise StoreError(f"artifact {sha256} is corrupt (its bytes no longer match its sha256)")
+        return st_load(data)
+
+    def verify_artifact(self, sha256: str) -> bool:
+        path = self.artifact_path(sha256)
+        return path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == sha256
+
+    def client_dir(self, partition: int) -> Path:
+        path = self.root / CLIENTS / str(partition)
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return path

@@ -1,0 +1,1 @@
+"""Tasks: offline data sets, partitions and slices, frozen backbones with peft LoRA modules."""

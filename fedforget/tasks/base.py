@@ -1,0 +1,79 @@
+"""What every task provides: examples with stable ids, a frozen backbone, LoRA targets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from fedforget.core.config import RunConfig
+
+
+@dataclass
+class Examples:
+    """Input tensors, int64 labels, and each row's stable global sample id.
+
+    A sample's id is its index in the task's full original split, so it stays the same whatever
+    subset a run uses (``train-size``), and forget requests can name it.
+    """
+
+    inputs: tuple[torch.Tensor, ...]
+    labels: torch.Tensor
+    ids: torch.Tensor
+
+    def __post_init__(self) -> None:
+        n = len(self.labels)
+        if any(len(t) != n for t in self.inputs) or len(self.ids) != n:
+            raise ValueError("every input tensor and the ids need one row per label")
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def subset(self, index: Sequence[int] | torch.Tensor) -> Examples:
+        idx = torch.as_tensor(index, dtype=torch.long)
+        return Examples(tuple(t[idx] for t in self.inputs), self.labels[idx], self.ids[idx])
+
+    def by_ids(self, sample_ids: Sequence[int]) -> Examples:
+        """The rows with these global ids, in the order given; unknown ids raise KeyError."""
+        row_of = {int(g): r for r, g in enumerate(self.ids.tolist())}
+        try:
+            return self.subset([row_of[int(g)] for g in sample_ids])
+        except KeyError as exc:
+            raise KeyError(f"sample id {exc.args[0]} is not in this split") from None
+
+
+@dataclass
+class TaskData:
+    """The whole train pool (partitioned across clients) and the held-out test split."""
+
+    train: Examples
+    test: Examples
+    num_classes: int
+
+
+@dataclass
+class Backbone:
+    """A frozen feature extractor: ``module(*inputs) -> (batch, feature_dim)`` features."""
+
+    module: nn.Module
+    feature_dim: int
+    lora_targets: list[str] | str
+    #: sha256 of the pretrained weights (or of the recipe for a seeded init), recorded in the manifest.
+    weights_sha256: str = ""
+    source: str = ""
+    #: True for backbones fedforget pretrains itself: each store keeps a copy of their weights.
+    project_trained: bool = False
+
+
+@dataclass
+class TaskSpec:
+    """How to load one task; ``load_data`` and ``load_backbone`` must be deterministic."""
+
+    name: str
+    load_data: Callable[[RunConfig], TaskData]
+    load_backbone: Callable[[RunConfig, int], Backbone]
+    default_train_size: int = 0
+    default_test_size: int = 0
+    notes: dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,40 @@
+"""``digits-mlp`` and ``fmnist-cnn``: small vision tasks on backbones we pretrain on MNIST."""
+
+from __future__ import annotations
+
+from fedforget.core.config import RunConfig
+from fedforget.tasks.base import Backbone, TaskData, TaskSpec
+from fedforget.tasks.pretrained import load_pretrained
+from fedforget.tasks.vision_data import digits_arrays, fashion_mnist_arrays, make_examples, take_subset
+
+
+def _digits_data(cfg: RunConfig) -> TaskData:
+    xtr, ytr, xte, yte = digits_arrays()
+    return TaskData(
+        train=make_examples(xtr, ytr, take_subset(len(ytr), cfg.train_size, "digits-train")),
+        test=make_examples(xte, yte, take_subset(len(yte), cfg.test_size, "digits-test")),
+        num_classes=10,
+    )
+
+
+def _digits_backbone(cfg: RunConfig, seed: int) -> Backbone:
+    module, sha = load_pretrained("digits-mlp")
+    return Backbone(module, module.feature_dim, ["fc1", "fc2"], sha, "MLP pretrained on MNIST (8x8) by fedforget", True)
+
+
+def _fmnist_data(cfg: RunConfig) -> TaskData:
+    xtr, ytr, xte, yte = fashion_mnist_arrays()
+    return TaskData(
+        train=make_examples(xtr, ytr, take_subset(len(ytr), cfg.train_size or 12000, "fmnist-train")),
+        test=make_examples(xte, yte, take_subset(len(yte), cfg.test_size or 2000, "fmnist-test")),
+        num_classes=10,
+    )
+
+
+def _fmnist_cnn_backbone(cfg: RunConfig, seed: int) -> Backbone:
+    module, sha = load_pretrained("fmnist-cnn")
+    return Backbone(module, module.feature_dim, ["conv1", "conv2", "fc1"], sha, "CNN pretrained on MNIST by fedforget", True)
+
+
+DIGITS_MLP = TaskSpec("digits-mlp", _digits_data, _digits_backbone)
+FMNIST_CNN = TaskSpec("fmnist-cnn", _fmnist_data, _fmnist_cnn_backbone)

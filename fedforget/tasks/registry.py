@@ -1,0 +1,47 @@
+"""Task name → how to load it; the one place that knows every task."""
+
+from __future__ import annotations
+
+from fedforget.core.config import RunConfig
+from fedforget.tasks.base import TaskData, TaskSpec
+from fedforget.tasks.builtin_vision import DIGITS_MLP, FMNIST_CNN
+from fedforget.tasks.partitioning import PartitionPlan, plan_partitions
+
+TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in (DIGITS_MLP, FMNIST_CNN)}
+
+
+def get_task(name: str) -> TaskSpec:
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise ValueError(f"unknown task {name!r}; known: {', '.join(sorted(TASKS))}") from None
+
+
+def _data_key(cfg: RunConfig) -> tuple[object, ...]:
+    return (cfg.task, cfg.train_size, cfg.test_size, cfg.hf_dataset, cfg.hf_model, cfg.hf_input_column,
+            cfg.hf_label_column)
+
+
+_DATA: dict[tuple[object, ...], TaskData] = {}
+_PLANS: dict[tuple[object, ...], PartitionPlan] = {}
+
+
+def load_task_data(cfg: RunConfig) -> TaskData:
+    """The task's train pool and test split (cached per process; loading is deterministic)."""
+    key = _data_key(cfg)
+    if key not in _DATA:
+        _DATA.clear()  # one task per process at a time; keeps memory flat in long-lived Ray actors
+        _DATA[key] = get_task(cfg.task).load_data(cfg)
+    return _DATA[key]
+
+
+def partition_plan(cfg: RunConfig, num_partitions: int) -> PartitionPlan:
+    """Which global ids each partition and slice holds; the same on the server and every client."""
+    key = (*_data_key(cfg), num_partitions, cfg.partitioner, cfg.dirichlet_alpha, cfg.slices_per_client, cfg.seed)
+    if key not in _PLANS:
+        train = load_task_data(cfg).train
+        _PLANS[key] = plan_partitions(
+            train.labels.numpy(), train.ids.numpy(), num_partitions, cfg.partitioner, cfg.dirichlet_alpha,
+            cfg.slices_per_client, cfg.seed,
+        )
+    return _PLANS[key]

