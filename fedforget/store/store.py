@@ -21,6 +21,7 @@ METRICS = "metrics.jsonl"
 ARTIFACTS = "artifacts"
 CLIENTS = "clients"
 FORMAT_VERSION = 1
+METADATA_KEY = "fedforget"
 
 
 class StoreError(Exception):
@@ -130,8 +131,13 @@ class Store:
         return self.root / ARTIFACTS / f"{sha256}.safetensors"
 
     def put_arrays(self, arrays: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> str:
-        """Save arrays as safetensors named by the sha256 of the file's bytes; return that hash."""
-        data = st_save({k: np.ascontiguousarray(v) for k, v in arrays.items()}, metadata=metadata)
+        """Save arrays as safetensors named by the sha256 of the file's bytes; return that hash.
+
+        The metadata go in as one JSON string: safetensors writes a metadata map in hash-map
+        order, which differs between processes and would make equal artifacts hash differently.
+        """
+        header = {METADATA_KEY: json.dumps(metadata or {}, sort_keys=True)}
+        data = st_save({k: np.ascontiguousarray(v) for k, v in arrays.items()}, metadata=header)
         digest = hashlib.sha256(data).hexdigest()
         path = self.artifact_path(digest)
         if not path.exists():

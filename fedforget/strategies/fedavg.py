@@ -10,6 +10,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
+from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 from flwr.supercore import log
 
 from fedforget.core.config import RunConfig, sample_clients
@@ -23,6 +24,13 @@ from fedforget.training.supervised import evaluate
 ARTIFACT = "fedavg/global"
 
 
+def _mean_metrics(records: list[RecordDict], weighting_key: str) -> MetricRecord:
+    """Flower's weighted mean of client metrics, without the partition id (not a quantity)."""
+    merged = aggregate_metricrecords(records, weighting_key)
+    merged.pop(PARTITION_KEY, None)
+    return merged
+
+
 class PartitionFedAvg(FedAvg):
     """Flower's FedAvg with the choices exactness needs.
 
@@ -33,7 +41,8 @@ class PartitionFedAvg(FedAvg):
     def __init__(self, nodes: dict[int, int], train_partitions: list[int], fraction_train: float,
                  seed: int, artifact: str) -> None:
         super().__init__(fraction_train=fraction_train, fraction_evaluate=1.0, min_train_nodes=1,
-                         min_evaluate_nodes=1, min_available_nodes=len(nodes))
+                         min_evaluate_nodes=1, min_available_nodes=len(nodes),
+                         train_metrics_aggr_fn=_mean_metrics, evaluate_metrics_aggr_fn=_mean_metrics)
         self.nodes = nodes
         self.train_partitions = sorted(train_partitions)
         self.seed = seed
