@@ -1,0 +1,41 @@
+# fedforget: `make demo` and `make test` set everything up themselves (idempotent).
+SHELL := /bin/bash
+ROOT := $(shell pwd)
+VENV := $(ROOT)/.venv
+ACTIVATE := source $(VENV)/bin/activate
+DEMO_STORE ?= runs/demo
+DEMO_CONFIG ?= method='fedavg' task='fmnist-cnn' num-rounds=5 seed=1
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test test-fast lint deploy-up deploy-down deploy-status bench clean-runs
+
+setup:
+	@bash tools/setup.sh
+
+demo: setup
+	@$(ACTIVATE) && fedforget run --federation local-simulation --store $(DEMO_STORE) --run-config "$(DEMO_CONFIG)"
+	@$(ACTIVATE) && fedforget status --store $(DEMO_STORE)
+
+test: setup
+	@$(ACTIVATE) && ruff check fedforget tests benchmarks tools && python -m pytest -q $(PYTEST_ARGS)
+
+test-fast: setup
+	@$(ACTIVATE) && python -m pytest -q -m "not e2e" $(PYTEST_ARGS)
+
+lint: setup
+	@$(ACTIVATE) && ruff check fedforget tests benchmarks tools
+
+deploy-up: setup
+	@$(ACTIVATE) && deploy/loopback.sh up
+
+deploy-down:
+	@bash deploy/loopback.sh down
+
+deploy-status:
+	@bash deploy/loopback.sh status
+
+bench: setup
+	@$(ACTIVATE) && python benchmarks/runtime_overhead.py
+
+clean-runs:
+	rm -rf runs

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# A real Flower deployment on 127.0.0.1: one flower-superlink and N flower-supernode processes,
+# each SuperNode with its own partition (--node-config) and state dir. Logs, pids and state live in
+# $FEDFORGET_DEPLOY_DIR (default .deploy/, git-ignored).
+#   deploy/loopback.sh up | down | status
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DIR=${FEDFORGET_DEPLOY_DIR:-$ROOT/.deploy}
+PORT=${FEDFORGET_DEPLOY_PORT:-39200}
+NODES=${FEDFORGET_DEPLOY_NODES:-3}
+NODE_PORT_BASE=${FEDFORGET_DEPLOY_NODE_PORT_BASE:-$((PORT + 10))}
+export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1
+
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+up() {
+  mkdir -p "$DIR"
+  if alive "$DIR/superlink.pid"; then echo "deploy: already up (pid $(cat "$DIR/superlink.pid")); run 'make deploy-down' first" >&2; exit 2; fi
+  rm -rf "$DIR"/state.db "$DIR"/node* "$DIR"/home-*
+  FLWR_HOME="$DIR/home-superlink" setsid flower-superlink --insecure --host 127.0.0.1 --port "$PORT" \
+    --database "$DIR/state.db" --disable-runtime-dependency-installation \
+    >"$DIR/superlink.log" 2>&1 < /dev/null &
+  echo $! > "$DIR/superlink.pid"
+  for _ in $(seq 1 300); do
+    curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
+    alive "$DIR/superlink.pid" || { echo "deploy: superlink exited; see $DIR/superlink.log" >&2; exit 1; }
+    sleep 0.2
+  done
+  for i in $(seq 0 $((NODES - 1))); do
+    mkdir -p "$DIR/node$i"
+    FLWR_HOME="$DIR/home-node$i" setsid flower-supernode --insecure --superlink "127.0.0.1:$PORT" \
+      --host 127.0.0.1 --port $((NODE_PORT_BASE + i)) \
+      --node-config "partition-id=$i num-partitions=$NODES state-dir=\"$DIR/node$i\"" \
+      >"$DIR/supernode$i.log" 2>&1 < /dev/null &
+    echo $! > "$DIR/supernode$i.pid"
+  done
+  echo "deploy: superlink on 127.0.0.1:$PORT, $NODES supernodes (logs in $DIR)"
+}
+
+down() {
+  for f in "$DIR"/supernode*.pid "$DIR"/superlink.pid; do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f")
+    # each process leads its own session (setsid): stop it with its SuperExec and app children
+    kill -TERM -- "-$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -KILL -- "-$pid" 2>/dev/null || true
+    rm -f "$f"
+  done
+  echo "deploy: stopped"
+}
+
+status() {
+  for f in "$DIR"/superlink.pid "$DIR"/supernode*.pid; do
+    [ -f "$f" ] || continue
+    if alive "$f"; then echo "$(basename "$f" .pid): running (pid $(cat "$f"))"; else echo "$(basename "$f" .pid): dead"; fi
+  done
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  *) echo "usage: deploy/loopback.sh up|down|status" >&2; exit 2 ;;
+esac

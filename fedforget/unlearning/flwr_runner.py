@@ -1,0 +1,61 @@
+"""Submit a ``flwr run`` and follow it: a rich progress bar fed by the ServerApp's round lines."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+import fedforget
+from fedforget.store.store import resolve_store_path
+
+ROUND_LINE = re.compile(r"round (\d+)/(\d+): test accuracy ([0-9.]+)")
+
+
+def app_dir() -> Path:
+    """The Flower app to submit: this checkout (where pyproject.toml declares the app)."""
+    home = os.environ.get("FEDFORGET_HOME")
+    candidates = [Path(home)] if home else []
+    candidates.append(Path(fedforget.__file__).resolve().parent.parent)
+    for path in candidates:
+        if (path / "pyproject.toml").is_file():
+            return path
+    raise FileNotFoundError("cannot find the fedforget app (pyproject.toml); set FEDFORGET_HOME to the checkout")
+
+
+def flwr_run(federation: str, run_config: str, store: str, console: Console) -> tuple[int, Path]:
+    """Run the app on ``federation`` with ``run_config`` + ``store``; return (exit code, log path)."""
+    store_path = resolve_store_path(store)
+    store_path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    log_path = store_path / "flwr-run.log"
+    config = f"{run_config} store={shlex.quote(str(store_path))}".strip()
+    cmd = ["flwr", "run", str(app_dir()), federation, "--stream", "--run-config", config]
+    env = {**os.environ, "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+    console.print(f"[dim]$ {' '.join(shlex.quote(c) for c in cmd)}[/]")
+    with open(log_path, "w", encoding="utf-8") as log, Progress(
+        TextColumn("[bold blue]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        TextColumn("{task.fields[acc]}"), TimeElapsedColumn(), console=console,
+    ) as progress:
+        bar = progress.add_task(f"{federation}: starting Flower", total=None, acc="")
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                cwd=app_dir())
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            log.flush()
+            match = ROUND_LINE.search(line)
+            if match:
+                rnd, total, acc = int(match[1]), int(match[2]), float(match[3])
+                progress.update(bar, description=f"{federation}: round", completed=rnd, total=total,
+                                acc=f"test accuracy {acc:.4f}")
+                if rnd > 0:
+                    progress.console.print(f"round {rnd}/{total}: test accuracy {acc:.4f}")
+            elif "ERROR" in line or "Traceback" in line:
+                progress.console.print(line.rstrip(), style="red", markup=False, highlight=False)
+        code = proc.wait()
+    return code, log_path
