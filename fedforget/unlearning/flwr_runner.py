@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -33,7 +34,7 @@ def flwr_run(federation: str, run_config: str, store: str, console: Console) -> 
     store_path = resolve_store_path(store)
     store_path.mkdir(parents=True, exist_ok=True, mode=0o700)
     log_path = store_path / "flwr-run.log"
-    config = f"{run_config} store={shlex.quote(str(store_path))}".strip()
+    config = f"{run_config} store={json.dumps(str(store_path))}".strip()  # a TOML basic string
     cmd = ["flwr", "run", str(app_dir()), federation, "--stream", "--run-config", config]
     env = {**os.environ, "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
     console.print(f"[dim]$ {' '.join(shlex.quote(c) for c in cmd)}[/]")
