@@ -25,6 +25,8 @@ DEFAULT_ADAPTER = "default"
 class ModelBundle:
     model: TaskModel
     backbone: Backbone
+    #: The seeded initial LoRA + head of the default adapter; what a fresh run starts from.
+    initial_state: dict[str, torch.Tensor]
 
 
 _MODELS: dict[tuple[object, ...], ModelBundle] = {}
@@ -33,16 +35,22 @@ _MODELS: dict[tuple[object, ...], ModelBundle] = {}
 def build_model(cfg: RunConfig, num_classes: int) -> ModelBundle:
     """The task's frozen backbone with a seeded LoRA adapter and head (cached per process).
 
-    Callers always load the state they need into the adapter and head, so a cached model carries
-    nothing over between calls that would change a result.
+    A cached model is handed out reset to its seeded initial state, with only the default adapter
+    active, so nothing from an earlier call in the same process can change a result.
     """
     key = (cfg.task, cfg.hf_model, cfg.lora_r, cfg.lora_alpha, cfg.seed, num_classes)
     if key not in _MODELS:
         _MODELS.clear()
         backbone = get_task(cfg.task).load_backbone(cfg, cfg.seed)
         model = build_task_model(backbone, num_classes, cfg.lora_r, cfg.lora_alpha, cfg.seed, DEFAULT_ADAPTER)
-        _MODELS[key] = ModelBundle(model, backbone)
-    return _MODELS[key]
+        _MODELS[key] = ModelBundle(model, backbone, model.trainable_state(DEFAULT_ADAPTER))
+    bundle = _MODELS[key]
+    for name in bundle.model.adapter_names:
+        if name != DEFAULT_ADAPTER:
+            bundle.model.body.delete_adapter(name)
+    bundle.model.activate([DEFAULT_ADAPTER], trainable=[DEFAULT_ADAPTER])
+    bundle.model.load_trainable_state(DEFAULT_ADAPTER, bundle.initial_state)
+    return bundle
 
 
 def local_test_share(data: TaskData, partition: int, num_partitions: int, seed: int) -> Examples:

