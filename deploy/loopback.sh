@@ -34,7 +34,14 @@ up() {
       >"$DIR/supernode$i.log" 2>&1 < /dev/null &
     echo $! > "$DIR/supernode$i.pid"
   done
-  echo "deploy: superlink on 127.0.0.1:$PORT, $NODES supernodes (logs in $DIR)"
+  # ready when the SuperLink has activated every SuperNode
+  for _ in $(seq 1 600); do
+    n=$(grep -c "Fleet.ActivateNode\] Activated" "$DIR/superlink.log" 2>/dev/null || true)
+    [ "${n:-0}" -ge "$NODES" ] && break
+    sleep 0.2
+  done
+  [ "${n:-0}" -ge "$NODES" ] || { echo "deploy: only ${n:-0} of $NODES supernodes registered; see $DIR/*.log" >&2; exit 1; }
+  echo "deploy: superlink on 127.0.0.1:$PORT, $NODES supernodes online (logs and state in $DIR)"
 }
 
 down() {

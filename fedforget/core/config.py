@@ -113,7 +113,9 @@ def parse_run_config(raw: Mapping[str, object]) -> RunConfig:
     if not cfg.store.strip():
         raise ConfigError("run-config 'store' must be a directory path, got an empty string")
     if cfg.task == "hf" and not (cfg.hf_dataset and cfg.hf_model):
-        raise ConfigError("task='hf' needs run-config 'hf-dataset' and 'hf-model' (a dataset path/name and a model name)")
+        raise ConfigError(
+            "task='hf' needs run-config 'hf-dataset' and 'hf-model' (a dataset path/name and a model name)"
+        )
     return cfg
 
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import random
 
 
 @dataclass(frozen=True, order=True)

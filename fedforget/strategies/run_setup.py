@@ -10,8 +10,8 @@ import torch
 
 from fedforget import __version__
 from fedforget.core.config import RunConfig
-from fedforget.core.slicing import iid_shares
 from fedforget.core.seeds import derive_seed
+from fedforget.core.slicing import iid_shares
 from fedforget.store import Store
 from fedforget.tasks.base import Backbone, Examples, TaskData
 from fedforget.tasks.partitioning import PartitionPlan

@@ -19,7 +19,8 @@ def _digits_data(cfg: RunConfig) -> TaskData:
 
 def _digits_backbone(cfg: RunConfig, seed: int) -> Backbone:
     module, sha = load_pretrained("digits-mlp")
-    return Backbone(module, module.feature_dim, ["fc1", "fc2"], sha, "MLP pretrained on MNIST (8x8) by fedforget", True)
+    return Backbone(module, module.feature_dim, ["fc1", "fc2"], sha, "MLP pretrained on MNIST (8x8) by fedforget",
+                    project_trained=True)
 
 
 def _fmnist_data(cfg: RunConfig) -> TaskData:
@@ -33,7 +34,8 @@ def _fmnist_data(cfg: RunConfig) -> TaskData:
 
 def _fmnist_cnn_backbone(cfg: RunConfig, seed: int) -> Backbone:
     module, sha = load_pretrained("fmnist-cnn")
-    return Backbone(module, module.feature_dim, ["conv1", "conv2", "fc1"], sha, "CNN pretrained on MNIST by fedforget", True)
+    return Backbone(module, module.feature_dim, ["conv1", "conv2", "fc1"], sha, "CNN pretrained on MNIST by fedforget",
+                    project_trained=True)
 
 
 DIGITS_MLP = TaskSpec("digits-mlp", _digits_data, _digits_backbone)

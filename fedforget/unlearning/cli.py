@@ -17,6 +17,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Federated fine-tuning that can forget: run, inspect and (soon) unlearn.")
 console = Console()
 
+FederationOpt = Annotated[str, typer.Option(help="SuperLink connection in $FLWR_HOME/config.toml.")]
+RunConfigOpt = Annotated[str, typer.Option("--run-config", help="Flower run config, e.g. \"task='digits-mlp'\".")]
 StoreOpt = Annotated[str, typer.Option("--store", help="Store directory of a run (store= in the run config).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
@@ -45,8 +47,8 @@ def status(store: StoreOpt, as_json: JsonOpt = False) -> None:
 @app.command()
 def run(
     store: StoreOpt = "runs/latest",
-    federation: Annotated[str, typer.Option(help="SuperLink connection in $FLWR_HOME/config.toml.")] = "local-simulation",
-    run_config: Annotated[str, typer.Option("--run-config", help="Flower run config, e.g. \"task='digits-mlp'\".")] = "",
+    federation: FederationOpt = "local-simulation",
+    run_config: RunConfigOpt = "",
 ) -> None:
     """Train through `flwr run` with a progress bar, then print where the store is."""
     if "store=" in run_config.replace(" ", ""):

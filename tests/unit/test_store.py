@@ -8,7 +8,7 @@ from fedforget.store import Store, StoreError
 
 
 def test_created_store_opens_and_is_owner_only(tmp_path):
-    store = Store.create(tmp_path / "s", {"task": "t"})
+    Store.create(tmp_path / "s", {"task": "t"})
     assert Store.open(tmp_path / "s").manifest()["task"] == "t"
     assert stat.S_IMODE((tmp_path / "s").stat().st_mode) == 0o700
 

@@ -1,0 +1,158 @@
+"""Start and stop real Flower runtimes on this machine: a managed simulation SuperLink and a
+loopback deployment, each with its own ``FLWR_HOME`` and ports, for tests and benchmarks.
+
+Both are context managers that stop every process they started (SuperLink, SuperNodes, their
+SuperExec and app children, Ray) when the block ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from fedforget.unlearning.flwr_runner import app_dir
+
+LOOPBACK_SCRIPT = "deploy/loopback.sh"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def free_port_block(size: int) -> int:
+    """A base port whose next ``size`` ports are all free on 127.0.0.1."""
+    for _ in range(200):
+        base = free_port()
+        if base + size >= 65535:
+            continue
+        try:
+            for port in range(base, base + size):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no block of free ports on 127.0.0.1")
+
+
+def kill_tree(pid: int, timeout: float = 10.0) -> None:
+    """SIGTERM a process and its descendants, then SIGKILL what is left."""
+    try:
+        root = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    procs = [root, *root.children(recursive=True)]
+    for proc in procs:
+        try:
+            proc.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def _processes_with(*needles: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(proc.info.get("cmdline") or [])
+        if all(n in cmd for n in needles):
+            found.append(proc)
+    return found
+
+
+@dataclass
+class FlowerHome:
+    """A private ``FLWR_HOME`` with one SuperLink connection, and the environment to use it."""
+
+    home: Path
+    connection: str
+    env: dict[str, str]
+
+    def flwr_run(self, run_config: str, timeout: float, extra: list[str] | None = None) -> subprocess.CompletedProcess:
+        cmd = ["flwr", "run", str(app_dir()), self.connection, "--stream", "--run-config", run_config, *(extra or [])]
+        return subprocess.run(cmd, env=self.env, cwd=app_dir(), capture_output=True, text=True, timeout=timeout,
+                              check=False)
+
+
+def _base_env(home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"FLWR_HOME": str(home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+                "FLWR_DISABLE_UPDATE_CHECK": "1", "HF_HUB_OFFLINE": "1"})
+    return env
+
+
+@contextmanager
+def simulation_federation(home: Path, num_nodes: int) -> Iterator[FlowerHome]:
+    """Flower's managed local SuperLink (Ray simulation engine) on private ports."""
+    home.mkdir(parents=True, exist_ok=True)
+    http_port, control_port = free_port(), free_port()
+    (home / "config.toml").write_text(
+        '[superlink]\ndefault = "sim"\n\n[superlink.sim]\naddress = ":local:"\n'
+        f"options.num-supernodes = {num_nodes}\noptions.backend.client-resources.num-cpus = 1\n",
+        encoding="utf-8",
+    )
+    env = _base_env(home)
+    env.update({"FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(http_port), "FLWR_LOCAL_CONTROL_API_PORT": str(control_port)})
+    try:
+        yield FlowerHome(home, "sim", env)
+    finally:
+        for proc in _processes_with("flower-superlink", f"--port {http_port}"):
+            kill_tree(proc.pid)
+
+
+@contextmanager
+def loopback_deployment(folder: Path, num_nodes: int, ready_timeout: float = 120.0) -> Iterator[FlowerHome]:
+    """One SuperLink and ``num_nodes`` SuperNodes as processes on 127.0.0.1 (deploy/loopback.sh)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    port = free_port_block(num_nodes + 11)
+    home = folder / "cli-home"
+    home.mkdir(exist_ok=True)
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "deploy"\n\n[superlink.deploy]\naddress = "127.0.0.1:{port}"\ninsecure = true\n',
+        encoding="utf-8",
+    )
+    env = _base_env(home)
+    env.update({"FEDFORGET_DEPLOY_DIR": str(folder / "deploy"), "FEDFORGET_DEPLOY_PORT": str(port),
+                "FEDFORGET_DEPLOY_NODES": str(num_nodes)})
+    script = str(app_dir() / LOOPBACK_SCRIPT)
+    fed = FlowerHome(home, "deploy", env)
+    try:
+        subprocess.run(["bash", script, "up"], env=env, check=True, capture_output=True, text=True, timeout=120)
+        wait_for_nodes(fed, num_nodes, ready_timeout)
+        yield fed
+    finally:
+        subprocess.run(["bash", script, "down"], env=env, check=False, capture_output=True, timeout=120)
+
+
+def wait_for_nodes(fed: FlowerHome, num_nodes: int, timeout: float) -> None:
+    """Poll ``flwr supernode list`` until ``num_nodes`` SuperNodes are online."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = subprocess.run(["flwr", "supernode", "list", fed.connection, "--format", "json"], env=fed.env,
+                             capture_output=True, text=True, check=False, timeout=60)
+        online = 0
+        try:
+            nodes = json.loads(out.stdout).get("nodes", [])
+            online = sum(1 for n in nodes if str(n.get("status", "")).lower() == "online")
+        except (json.JSONDecodeError, AttributeError):
+            pass
+        if online >= num_nodes:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {online} of {num_nodes} SuperNodes came online; see the deploy logs")
+        time.sleep(1.0)

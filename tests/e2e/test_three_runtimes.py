@@ -1,0 +1,53 @@
+"""The same config and seed give a bit-identical artifact in process, on Ray and on a real deployment."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedforget.launch import loopback_deployment, simulation_federation
+from fedforget.store import Store
+
+from ..integration.helpers import served_sha, train_in_process
+
+pytestmark = pytest.mark.e2e
+
+NODES = 3
+CONFIG = {"task": "digits-mlp", "num-rounds": 2, "lr": 0.02, "local-epochs": 2, "seed": 11}
+
+
+def _run_config(store) -> str:
+    parts = [f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in CONFIG.items()]
+    return " ".join(parts) + f' store="{store}"'
+
+
+def _check(proc, store) -> Store:
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "store written to" in proc.stdout, proc.stdout[-3000:]
+    return Store.open(store)
+
+
+@pytest.fixture(scope="module")
+def in_process_sha(tmp_path_factory) -> str:
+    return served_sha(train_in_process(tmp_path_factory.mktemp("inproc") / "s", num_nodes=NODES, **CONFIG))
+
+
+def test_ray_simulation_matches_the_in_process_run(tmp_path, in_process_sha):
+    store = tmp_path / "s"
+    with simulation_federation(tmp_path / "flwr-home", NODES) as fed:
+        proc = fed.flwr_run(_run_config(store), timeout=600)
+    assert served_sha(_check(proc, store)) == in_process_sha
+
+
+def test_loopback_deployment_matches_the_in_process_run(tmp_path, in_process_sha):
+    store = tmp_path / "s"
+    with loopback_deployment(tmp_path / "deploy", NODES) as fed:
+        proc = fed.flwr_run(_run_config(store), timeout=900)
+    result = _check(proc, store)
+    assert served_sha(result) == in_process_sha
+    assert result.manifest()["num-partitions"] == NODES
+
+
+def test_a_different_seed_does_not_match(tmp_path, in_process_sha):
+    """Negative control: the comparison above can fail."""
+    other = train_in_process(tmp_path / "s", num_nodes=NODES, **{**CONFIG, "seed": 12})
+    assert served_sha(other) != in_process_sha
