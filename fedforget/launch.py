@@ -92,7 +92,7 @@ class FlowerHome:
 def _base_env(home: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.update({"FLWR_HOME": str(home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-                "FLWR_DISABLE_UPDATE_CHECK": "1", "HF_HUB_OFFLINE": "1"})
+                "FLWR_DISABLE_UPDATE_CHECK": "1", "HF_HUB_OFFLINE": "1", "FLWR_TELEMETRY_ENABLED": "0"})
     return env
 
 

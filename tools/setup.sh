@@ -55,8 +55,8 @@ fi
 
 # 4. The environment Flower needs here, set by `source .venv/bin/activate`.
 marker="# >>> fedforget environment >>>"
-if ! grep -qF "$marker" "$VENV/bin/activate"; then
-  cat >> "$VENV/bin/activate" <<ACT
+sed -i "/^$marker\$/,/^# <<< fedforget environment <<<\$/d" "$VENV/bin/activate"
+cat >> "$VENV/bin/activate" <<ACT
 $marker
 export FEDFORGET_HOME="$ROOT"
 export FEDFORGET_CACHE="$ROOT/.cache"
@@ -64,10 +64,10 @@ export FEDFORGET_FMNIST_DIR="$FMNIST_DIR"
 export FLWR_HOME="$ROOT/.flwr"
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1
 export HF_HUB_OFFLINE=1
+export FLWR_TELEMETRY_ENABLED=0
 export RAY_DEDUP_LOGS=0
 # <<< fedforget environment <<<
 ACT
-fi
 
 # 5. Flower's SuperLink connections: the Ray simulation (10 nodes) and the loopback deployment.
 mkdir -p "$ROOT/.flwr"
