@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from logging import ERROR
+
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
+from flwr.supercore import log
 
-from fedforget.core.config import parse_run_config
+from fedforget.core.config import ConfigError, parse_run_config
 from fedforget.strategies.registry import get_method
 
 app = ServerApp()
@@ -13,5 +16,9 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    cfg = parse_run_config(dict(context.run_config))
+    try:
+        cfg = parse_run_config(dict(context.run_config))
+    except ConfigError as exc:
+        log(ERROR, "fedforget: bad run config: %s", exc)  # the one line a user needs, before Flower's traceback
+        raise
     get_method(cfg.method)(grid, cfg)

@@ -27,7 +27,7 @@ class RunConfig:
     num_rounds: int = 5
     local_epochs: int = 1
     batch_size: int = 32
-    lr: float = 0.01
+    lr: float = 0.005
     optimizer: str = "adam"
     lora_r: int = 4
     lora_alpha: int = 8

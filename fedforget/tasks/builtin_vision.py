@@ -5,7 +5,7 @@ from __future__ import annotations
 from fedforget.core.config import RunConfig
 from fedforget.tasks.base import Backbone, TaskData, TaskSpec
 from fedforget.tasks.pretrained import load_pretrained
-from fedforget.tasks.vision_data import digits_arrays, fashion_mnist_arrays, make_examples, take_subset
+from fedforget.tasks.vision_data import digits_arrays, fashion_mnist_data, make_examples, take_subset
 
 
 def _digits_data(cfg: RunConfig) -> TaskData:
@@ -24,12 +24,7 @@ def _digits_backbone(cfg: RunConfig, seed: int) -> Backbone:
 
 
 def _fmnist_data(cfg: RunConfig) -> TaskData:
-    xtr, ytr, xte, yte = fashion_mnist_arrays()
-    return TaskData(
-        train=make_examples(xtr, ytr, take_subset(len(ytr), cfg.train_size or 12000, "fmnist-train")),
-        test=make_examples(xte, yte, take_subset(len(yte), cfg.test_size or 2000, "fmnist-test")),
-        num_classes=10,
-    )
+    return fashion_mnist_data(cfg, default_train=12000, default_test=2000)
 
 
 def _fmnist_cnn_backbone(cfg: RunConfig, seed: int) -> Backbone:

@@ -19,7 +19,7 @@ from torch.nn import functional as F
 from fedforget.core.config import RunConfig
 from fedforget.tasks.assets import AssetMissing, package_dir
 from fedforget.tasks.base import Backbone, TaskData, TaskSpec
-from fedforget.tasks.vision_data import FMNIST_MEAN, FMNIST_STD, fashion_mnist_arrays, make_examples, take_subset
+from fedforget.tasks.vision_data import FMNIST_MEAN, FMNIST_STD, fashion_mnist_data
 
 #: Side length the 28x28 images are resized to inside the backbone. 64 keeps CPU cost low while giving the
 #: network (overall stride 32) a 2x2 final feature map; the stored data stay 28x28.
@@ -86,12 +86,7 @@ class FmnistLite0(nn.Module):
 
 
 def _data(cfg: RunConfig) -> TaskData:
-    xtr, ytr, xte, yte = fashion_mnist_arrays()
-    return TaskData(
-        train=make_examples(xtr, ytr, take_subset(len(ytr), cfg.train_size or 3000, "fmnist-train")),
-        test=make_examples(xte, yte, take_subset(len(yte), cfg.test_size or 1000, "fmnist-test")),
-        num_classes=10,
-    )
+    return fashion_mnist_data(cfg, default_train=3000, default_test=1000)
 
 
 def _backbone(cfg: RunConfig, seed: int) -> Backbone:

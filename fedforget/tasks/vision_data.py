@@ -9,9 +9,10 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from fedforget.core.config import RunConfig
 from fedforget.core.seeds import derive_seed
 from fedforget.tasks.assets import fashion_mnist_dir, mnist_pickle
-from fedforget.tasks.base import Examples
+from fedforget.tasks.base import Examples, TaskData
 
 FMNIST_MEAN, FMNIST_STD = 0.2860, 0.3530
 
@@ -41,6 +42,16 @@ def make_examples(images: np.ndarray, labels: np.ndarray, rows: np.ndarray) -> E
         inputs=(torch.from_numpy(np.ascontiguousarray(images[rows])),),
         labels=torch.from_numpy(labels[rows].astype(np.int64)),
         ids=torch.from_numpy(rows.astype(np.int64)),
+    )
+
+
+def fashion_mnist_data(cfg: RunConfig, default_train: int, default_test: int) -> TaskData:
+    """Fashion-MNIST subsets for a task; equal sizes give equal samples whatever the task."""
+    xtr, ytr, xte, yte = fashion_mnist_arrays()
+    return TaskData(
+        train=make_examples(xtr, ytr, take_subset(len(ytr), cfg.train_size or default_train, "fmnist-train")),
+        test=make_examples(xte, yte, take_subset(len(yte), cfg.test_size or default_test, "fmnist-test")),
+        num_classes=10,
     )
 
 
