@@ -22,7 +22,8 @@ up() {
     >"$DIR/superlink.log" 2>&1 < /dev/null &
   echo $! > "$DIR/superlink.pid"
   for _ in $(seq 1 300); do
-    curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
+    python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/health', timeout=1)" \
+      >/dev/null 2>&1 && break
     alive "$DIR/superlink.pid" || { echo "deploy: superlink exited; see $DIR/superlink.log" >&2; exit 1; }
     sleep 0.2
   done

@@ -48,7 +48,8 @@ class PartitionFedAvg(FedAvg):
         self.seed = seed
         self.artifact = artifact
         self.participants: set[int] = set()
-        self.last_client_eval: dict[str, float] = {}
+        #: What the clients reported in the last round, for metrics.jsonl.
+        self.round_report: dict[str, object] = {}
         self._expected = 0
 
     def _messages(self, partitions: list[int], arrays: ArrayRecord, config: ConfigRecord,
@@ -79,11 +80,22 @@ class PartitionFedAvg(FedAvg):
         return sorted(replies, key=lambda r: int(r.content["metrics"][PARTITION_KEY]))
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):  # noqa: ANN201
-        return super().aggregate_train(server_round, self._sorted_complete(replies))
+        ordered = self._sorted_complete(replies)
+        arrays, metrics = super().aggregate_train(server_round, ordered)
+        self.round_report = {
+            "train-loss": float((metrics or {}).get("train-loss", 0.0)),
+            "trained": [int(r.content["metrics"][PARTITION_KEY]) for r in ordered],
+            "train-examples": sum(int(r.content["metrics"]["num-examples"]) for r in ordered),
+        }
+        return arrays, metrics
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        metrics = super().aggregate_evaluate(server_round, self._sorted_complete(replies))
-        self.last_client_eval = dict(metrics or {})
+        ordered = self._sorted_complete(replies)
+        metrics = super().aggregate_evaluate(server_round, ordered)
+        self.round_report["client-accuracy"] = float((metrics or {}).get("accuracy", 0.0))
+        self.round_report["client-accuracies"] = {
+            str(r.content["metrics"][PARTITION_KEY]): float(r.content["metrics"]["accuracy"]) for r in ordered
+        }
         return metrics
 
 
@@ -103,8 +115,8 @@ def run_fedavg(grid: Grid, cfg: RunConfig) -> None:
         result = evaluate(model, run.data.test.inputs, run.data.test.labels)
         row = {"round": server_round, "num-rounds": cfg.num_rounds, "accuracy": result["accuracy"],
                "loss": result["loss"], "artifact": ARTIFACT}
-        if server_round > 0 and strategy.last_client_eval:
-            row["client-accuracy"] = float(strategy.last_client_eval.get("accuracy", 0.0))
+        if server_round > 0:
+            row.update(strategy.round_report)
         run.store.append_metrics(row)
         log(INFO, "round %d/%d: test accuracy %.4f, loss %.4f", server_round, cfg.num_rounds,
             result["accuracy"], result["loss"])

@@ -31,11 +31,23 @@ def in_process_sha(tmp_path_factory) -> str:
     return served_sha(train_in_process(tmp_path_factory.mktemp("inproc") / "s", num_nodes=NODES, **CONFIG))
 
 
-def test_ray_simulation_matches_the_in_process_run(tmp_path, in_process_sha):
+@pytest.fixture(scope="module")
+def simulation(tmp_path_factory):
+    with simulation_federation(tmp_path_factory.mktemp("flwr-home"), NODES) as fed:
+        yield fed
+
+
+def test_ray_simulation_matches_the_in_process_run(tmp_path, in_process_sha, simulation):
     store = tmp_path / "s"
-    with simulation_federation(tmp_path / "flwr-home", NODES) as fed:
-        proc = fed.flwr_run(_run_config(store), timeout=600)
+    proc = simulation.flwr_run(_run_config(store), timeout=600)
     assert served_sha(_check(proc, store)) == in_process_sha
+
+
+def test_flwr_run_with_a_bad_value_names_the_key_and_writes_no_store(tmp_path, simulation):
+    store = tmp_path / "s"
+    proc = simulation.flwr_run(f"method='nope' store=\"{store}\"", timeout=300)
+    assert "fedforget: bad run config: run-config 'method'='nope' is not one of" in proc.stdout + proc.stderr
+    assert not store.exists()
 
 
 def test_loopback_deployment_matches_the_in_process_run(tmp_path, in_process_sha):

@@ -37,7 +37,11 @@ def test_store_records_plan_lineage_and_metrics(tmp_path):
     assert record.lineage == sorted(f"{p}:{s}" for p in range(4) for s in range(3))
     assert store.verify_artifact(record.sha256)
     assert store.verify_artifact(manifest["backbone"]["artifact"])
-    assert [m["round"] for m in store.metrics()] == [0, 1]
+    rows = store.metrics()
+    assert [m["round"] for m in rows] == [0, 1]
+    assert rows[1]["trained"] == [0, 1, 2, 3] and rows[1]["train-examples"] == 1437
+    assert set(rows[1]["client-accuracies"]) == {"0", "1", "2", "3"}
+    assert rows[1]["train-loss"] > 0
 
 
 def test_lineage_holds_only_the_partitions_that_trained(tmp_path):
