@@ -9,6 +9,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
 from fedforget.core.config import ConfigError, parse_run_config
+from fedforget.strategies.messaging import ReliableGrid
 from fedforget.strategies.registry import get_method
 
 app = ServerApp()
@@ -21,4 +22,4 @@ def main(grid: Grid, context: Context) -> None:
     except ConfigError as exc:
         log(ERROR, "fedforget: bad run config: %s", exc)  # the one line a user needs, before Flower's traceback
         raise
-    get_method(cfg.method)(grid, cfg)
+    get_method(cfg.method)(ReliableGrid(grid), cfg)

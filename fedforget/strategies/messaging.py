@@ -1,41 +1,88 @@
-"""Talking to nodes: partition discovery, exchanges with a short poll and a deadline, reply checks."""
+"""Talking to nodes: partition discovery, exchanges with a short poll, a deadline and safe retries.
+
+Every client reply is a pure function of the message and the node's partition (seeds come from the
+message, DESIGN §4), so re-sending a message that was lost in transport cannot change a result:
+that is what makes retrying compatible with exactness. A ClientApp that raised is not retried (it
+would raise again); the run stops with its reason instead.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from logging import WARNING
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
+from flwr.supercore import log
 
 POLL_SECONDS = 0.05
 PARTITION_KEY = "partition-id"
+MAX_ATTEMPTS = 3
+#: Transport-level failures worth another attempt: the message or reply objects went missing, or the
+#: ClientApp process crashed (e.g. killed for memory) before it could answer.
+RETRYABLE = frozenset({ErrorCode.MESSAGE_UNAVAILABLE, ErrorCode.REPLY_MESSAGE_UNAVAILABLE,
+                       ErrorCode.CLIENT_APP_CRASHED})
 
 
 class NodeFailure(RuntimeError):
     """A node replied with an error or did not reply in time; exactness forbids going on silently."""
 
 
-def exchange(grid: Grid, messages: Sequence[Message], timeout: float) -> list[Message]:
-    """Push ``messages`` and pull every reply, polling every 50 ms (``send_and_receive`` sleeps 3 s
-    per pull in deployment). Raises :class:`NodeFailure` on a missing or error reply."""
+def _resend_copy(msg: Message) -> Message:
+    meta = msg.metadata
+    return Message(msg.content, dst_node_id=meta.dst_node_id, message_type=meta.message_type,
+                   group_id=meta.group_id or None)
+
+
+def send_with_retries(grid: Grid, messages: Sequence[Message], timeout: float,
+                      attempts: int = MAX_ATTEMPTS) -> list[Message]:
+    """Push ``messages`` and pull their replies, polling every 50 ms (``HttpGrid.send_and_receive``
+    sleeps 3 s per pull); a reply with a :data:`RETRYABLE` error is re-sent, up to ``attempts``.
+
+    Returns one reply per message that answered before ``timeout`` (error replies included).
+    """
+    pending: dict[str, tuple[Message, int]] = {}
+
+    def push(batch: list[tuple[Message, int]]) -> None:
+        ids = list(grid.push_messages([m for m, _ in batch]))
+        if len(ids) != len(batch) or not all(ids):
+            raise NodeFailure(f"only {len([i for i in ids if i])} of {len(batch)} messages could be pushed")
+        pending.update({mid: item for mid, item in zip(ids, batch, strict=True)})
+
     if not messages:
         return []
-    ids = [mid for mid in grid.push_messages(list(messages)) if mid]
-    if len(ids) != len(messages):
-        raise NodeFailure(f"only {len(ids)} of {len(messages)} messages could be pushed")
-    pending, replies = set(ids), []
+    push([(m, 1) for m in messages])
+    replies: list[Message] = []
     deadline = time.monotonic() + timeout
     while pending:
+        retry: list[tuple[Message, int]] = []
         for reply in grid.pull_messages(list(pending)):
-            pending.discard(reply.metadata.reply_to_message_id)
-            replies.append(reply)
+            original, attempt = pending.pop(reply.metadata.reply_to_message_id)
+            if reply.has_error() and reply.error.code in RETRYABLE and attempt < attempts:
+                log(WARNING, "fedforget: re-sending a %s message to node %s after [%s] %s (attempt %d of %d)",
+                    original.metadata.message_type, original.metadata.dst_node_id, reply.error.code,
+                    reply.error.reason, attempt + 1, attempts)
+                retry.append((_resend_copy(original), attempt + 1))
+            else:
+                replies.append(reply)
+        if retry:
+            push(retry)
         if pending:
             if time.monotonic() > deadline:
-                raise NodeFailure(f"{len(pending)} node(s) did not reply within {timeout:.0f} s")
+                break
             time.sleep(POLL_SECONDS)
+    return replies
+
+
+def exchange(grid: Grid, messages: Sequence[Message], timeout: float) -> list[Message]:
+    """:func:`send_with_retries`, then raise :class:`NodeFailure` unless every node answered cleanly."""
+    replies = send_with_retries(grid, messages, timeout)
     check_replies(replies)
+    if len(replies) != len(messages):
+        raise NodeFailure(f"{len(messages) - len(replies)} node(s) did not reply within {timeout:.0f} s")
     return replies
 
 
@@ -44,6 +91,39 @@ def check_replies(replies: Sequence[Message]) -> None:
     if errors:
         first = errors[0].error
         raise NodeFailure(f"{len(errors)} node(s) replied with an error; first: [{first.code}] {first.reason}")
+
+
+class ReliableGrid(Grid):
+    """The runtime's Grid, with :func:`send_with_retries` as its ``send_and_receive``.
+
+    Flower's strategies call ``send_and_receive``; wrapping the Grid gives them the short poll and the
+    safe retries without re-implementing their round loop.
+    """
+
+    def __init__(self, inner: Grid) -> None:
+        self.inner = inner
+
+    def set_run(self, run) -> None:  # noqa: ANN001
+        self.inner.set_run(run)
+
+    @property
+    def run(self):  # noqa: ANN201
+        return self.inner.run
+
+    def create_message(self, *args, **kwargs) -> Message:  # noqa: ANN002, ANN003
+        return self.inner.create_message(*args, **kwargs)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return self.inner.get_node_ids()
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        return self.inner.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return self.inner.pull_messages(message_ids)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        return send_with_retries(self.inner, list(messages), timeout if timeout is not None else float("inf"))
 
 
 def discover_partitions(grid: Grid, timeout: float) -> dict[int, int]:

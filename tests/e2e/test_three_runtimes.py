@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from fedforget.launch import loopback_deployment, simulation_federation
@@ -63,3 +65,17 @@ def test_a_different_seed_does_not_match(tmp_path, in_process_sha):
     """Negative control: the comparison above can fail."""
     other = train_in_process(tmp_path / "s", num_nodes=NODES, **{**CONFIG, "seed": 12})
     assert served_sha(other) != in_process_sha
+
+
+def test_fedforget_run_shows_each_round_and_the_store(tmp_path, simulation):
+    """The demo's path: `fedforget run` submits `flwr run`, follows the rounds, names the store."""
+    store = tmp_path / "s"
+    proc = subprocess.run(
+        ["fedforget", "run", "--federation", simulation.connection, "--store", str(store),
+         "--run-config", "task='digits-mlp' num-rounds=2"],
+        env={**simulation.env, "COLUMNS": "200"}, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "round 1/2: test accuracy" in proc.stdout and "round 2/2: test accuracy" in proc.stdout
+    assert f"store written to {store}" in proc.stdout
+    assert (store / "flwr-run.log").is_file() and Store.open(store).inventory().serving

@@ -1,0 +1,68 @@
+"""Lost messages are re-sent (safe: replies are pure functions of message and partition); a
+ClientApp that raises is not, and neither are endless failures."""
+
+from __future__ import annotations
+
+import pytest
+from flwr.app import Context, Error, Message, RecordDict
+from flwr.common.constant import ErrorCode
+from flwr.supercore.task_identity import TaskIdentity
+
+from fedforget.client_app import app as client_app
+from fedforget.inprocess import InProcessGrid, default_run_config
+from fedforget.server_app import app as server_app
+from fedforget.store import Store
+from fedforget.strategies.messaging import NodeFailure
+
+from .helpers import DIGITS, served_sha, train_in_process
+
+
+class LossyGrid(InProcessGrid):
+    """Loses the replies of the first ``losses`` train messages it carries."""
+
+    def __init__(self, *args, losses: int, code: int = ErrorCode.REPLY_MESSAGE_UNAVAILABLE, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.losses = losses
+        self.code = code
+        self.lost = 0
+
+    def push_messages(self, messages):
+        ids = list(super().push_messages(messages))
+        for mid in ids:
+            reply = self._replies[mid]
+            if reply.metadata.message_type == "train" and self.lost < self.losses:
+                self.lost += 1
+                self._replies[mid] = Message(Error(code=self.code, reason="object-push session expired"),
+                                             reply_to=_as_instruction(reply, mid))
+        return ids
+
+
+def _as_instruction(reply: Message, message_id: str) -> Message:
+    """The instruction ``reply`` answers, rebuilt so an error reply can point at it."""
+    msg = Message(RecordDict(), dst_node_id=reply.metadata.src_node_id, message_type=reply.metadata.message_type)
+    msg.metadata.__dict__["_message_id"] = message_id
+    return msg
+
+
+def _run(store, num_nodes: int, grid_kwargs: dict) -> Store:
+    config = {**default_run_config(), **DIGITS, "store": str(store), "num-rounds": 2}
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, InProcessGrid.SERVER_NODE_ID, 1
+    grid = LossyGrid(client_app, num_nodes, config, **grid_kwargs)
+    server_app(grid, Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config=config))
+    return Store.open(store)
+
+
+def test_lost_replies_are_resent_and_the_result_is_unchanged(tmp_path):
+    clean = served_sha(train_in_process(tmp_path / "clean", num_nodes=3, **{"num-rounds": 2}))
+    lossy = _run(tmp_path / "lossy", 3, {"losses": 2})
+    assert served_sha(lossy) == clean
+
+
+def test_a_transport_failure_that_persists_stops_the_run(tmp_path):
+    with pytest.raises(NodeFailure, match="object-push session expired"):
+        _run(tmp_path / "s", 1, {"losses": 100})
+
+
+def test_a_client_exception_is_not_retried(tmp_path):
+    with pytest.raises(NodeFailure, match="replied with an error"):
+        _run(tmp_path / "s", 2, {"losses": 1, "code": ErrorCode.CLIENT_APP_RAISED_EXCEPTION})
