@@ -16,6 +16,20 @@ from fedforget.tasks.registry import load_task_data, partition_plan
 from fedforget.training.supervised import TrainSettings, evaluate, train_supervised
 
 
+def node_partition(context: Context) -> tuple[int, int]:
+    """This node's ``(partition-id, num-partitions)``, from the simulation engine or ``--node-config``."""
+    try:
+        partition = int(context.node_config["partition-id"])
+        num_partitions = int(context.node_config["num-partitions"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(
+            "this SuperNode has no partition: start it with --node-config 'partition-id=I num-partitions=N'"
+        ) from None
+    if not 0 <= partition < num_partitions:
+        raise ValueError(f"partition-id {partition} is outside 0..{num_partitions - 1}")
+    return partition, num_partitions
+
+
 @dataclass
 class ClientSite:
     """One node's view: its partition, the run config and its data."""
@@ -27,15 +41,7 @@ class ClientSite:
 
     @classmethod
     def from_context(cls, context: Context) -> ClientSite:
-        try:
-            partition = int(context.node_config["partition-id"])
-            num_partitions = int(context.node_config["num-partitions"])
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(
-                "this SuperNode has no partition: start it with --node-config 'partition-id=I num-partitions=N'"
-            ) from None
-        if not 0 <= partition < num_partitions:
-            raise ValueError(f"partition-id {partition} is outside 0..{num_partitions - 1}")
+        partition, num_partitions = node_partition(context)
         cfg = parse_run_config(dict(context.run_config))
         return cls(cfg, partition, num_partitions, load_task_data(cfg))
 
@@ -53,8 +59,7 @@ def _tensors(record: ArrayRecord) -> dict[str, torch.Tensor]:
 
 def describe(msg: Message, context: Context) -> Message:
     """Answer the server's discovery query with this node's partition."""
-    pid = int(context.node_config.get("partition-id", -1))
-    num = int(context.node_config.get("num-partitions", 0))
+    pid, num = node_partition(context)
     return Message(RecordDict({"info": ConfigRecord({PARTITION_KEY: pid, "num-partitions": num})}), reply_to=msg)
 
 

@@ -74,3 +74,17 @@ def test_a_client_that_raises_stops_the_run_with_its_reason(tmp_path):
     with pytest.raises(NodeFailure, match="disk full on the client"):
         run_in_process({"task": "digits-mlp", "store": str(tmp_path / "s"), "num-rounds": 1}, 2,
                        server_app=server_app, client_app=broken)
+
+
+def test_a_node_without_a_partition_is_named_in_the_error(tmp_path):
+    from flwr.app import RecordDict
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from fedforget.inprocess import InProcessGrid, default_run_config
+
+    config = {**default_run_config(), "task": "digits-mlp", "store": str(tmp_path / "s")}
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
+    grid = InProcessGrid(client_app, 2, config)
+    next(iter(grid.contexts.values())).node_config = {}
+    with pytest.raises(NodeFailure, match="start it with --node-config 'partition-id=I num-partitions=N'"):
+        server_app(grid, Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config=config))
