@@ -17,13 +17,13 @@ demo: setup
 	@$(ACTIVATE) && fedforget status --store $(DEMO_STORE)
 
 test: setup
-	@$(ACTIVATE) && ruff check fedforget tests benchmarks tools && python -m pytest -q $(PYTEST_ARGS)
+	@$(ACTIVATE) && ruff check . && python -m pytest -q $(PYTEST_ARGS)
 
 test-fast: setup
 	@$(ACTIVATE) && python -m pytest -q -m "not e2e" $(PYTEST_ARGS)
 
 lint: setup
-	@$(ACTIVATE) && ruff check fedforget tests benchmarks tools
+	@$(ACTIVATE) && ruff check .
 
 deploy-up: setup
 	@$(ACTIVATE) && deploy/loopback.sh up
