@@ -122,7 +122,7 @@ def run_fedavg(grid: Grid, cfg: RunConfig) -> None:
             result["accuracy"], result["loss"])
         return MetricRecord({"accuracy": result["accuracy"], "loss": result["loss"]})
 
-    initial = ArrayRecord(model.trainable_state(DEFAULT_ADAPTER))
+    initial = ArrayRecord(run.bundle.initial_state)
     result = strategy.start(grid, initial, num_rounds=cfg.num_rounds, timeout=cfg.round_timeout,
                             train_config=ConfigRecord({"adapter": DEFAULT_ADAPTER}), evaluate_fn=evaluate_fn)
     final = {k: np.ascontiguousarray(v) for k, v in to_numpy(result.arrays).items()}
