@@ -17,8 +17,10 @@ up() {
   mkdir -p "$DIR"
   if alive "$DIR/superlink.pid"; then echo "deploy: already up (pid $(cat "$DIR/superlink.pid")); run 'make deploy-down' first" >&2; exit 2; fi
   rm -rf "$DIR"/state.db "$DIR"/node* "$DIR"/home-*
+  # in-memory link state (no --database): under load the SQLite state answers "database is locked"
+  # to a SuperNode's reply upload, and that SuperNode then drops the reply
   FLWR_HOME="$DIR/home-superlink" setsid flower-superlink --insecure --host 127.0.0.1 --port "$PORT" \
-    --database "$DIR/state.db" --disable-runtime-dependency-installation \
+    --disable-runtime-dependency-installation \
     >"$DIR/superlink.log" 2>&1 < /dev/null &
   echo $! > "$DIR/superlink.pid"
   for _ in $(seq 1 300); do

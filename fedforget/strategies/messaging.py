@@ -40,41 +40,74 @@ def _resend_copy(msg: Message) -> Message:
 def send_with_retries(grid: Grid, messages: Sequence[Message], timeout: float,
                       attempts: int = MAX_ATTEMPTS) -> list[Message]:
     """Push ``messages`` and pull their replies, polling every 50 ms (``HttpGrid.send_and_receive``
-    sleeps 3 s per pull); a reply with a :data:`RETRYABLE` error is re-sent, up to ``attempts``.
+    sleeps 3 s per pull). A message is sent again, up to ``attempts`` times in all, when its reply
+    carries a :data:`RETRYABLE` error, or when it has waited much longer than its peers (a SuperNode
+    whose reply upload failed never answers: seen with SQLite "database is locked" on a loaded
+    SuperLink). The first reply to any copy counts; later ones are ignored.
 
     Returns one reply per message that answered before ``timeout`` (error replies included).
     """
-    pending: dict[str, tuple[Message, int]] = {}
-
-    def push(batch: list[tuple[Message, int]]) -> None:
-        ids = list(grid.push_messages([m for m, _ in batch]))
-        if len(ids) != len(batch) or not all(ids):
-            raise NodeFailure(f"only {len([i for i in ids if i])} of {len(batch)} messages could be pushed")
-        pending.update({mid: item for mid, item in zip(ids, batch, strict=True)})
-
     if not messages:
         return []
-    push([(m, 1) for m in messages])
-    replies: list[Message] = []
-    deadline = time.monotonic() + timeout
-    while pending:
-        retry: list[tuple[Message, int]] = []
-        for reply in grid.pull_messages(list(pending)):
-            original, attempt = pending.pop(reply.metadata.reply_to_message_id)
-            if reply.has_error() and reply.error.code in RETRYABLE and attempt < attempts:
-                log(WARNING, "fedforget: re-sending a %s message to node %s after [%s] %s (attempt %d of %d)",
-                    original.metadata.message_type, original.metadata.dst_node_id, reply.error.code,
-                    reply.error.reason, attempt + 1, attempts)
-                retry.append((_resend_copy(original), attempt + 1))
-            else:
-                replies.append(reply)
-        if retry:
-            push(retry)
-        if pending:
-            if time.monotonic() > deadline:
-                break
-            time.sleep(POLL_SECONDS)
-    return replies
+    start = time.monotonic()
+    deadline = start + timeout
+    copies: dict[str, int] = {}  # pushed message id -> slot
+    tries = [0] * len(messages)
+    sent_at = [0.0] * len(messages)
+    answer: list[Message | None] = [None] * len(messages)
+    latencies: list[float] = []
+
+    def push(slots: list[int], fresh: bool) -> None:
+        batch = [messages[i] if not fresh else _resend_copy(messages[i]) for i in slots]
+        ids = list(grid.push_messages(batch))
+        if len(ids) != len(batch) or not all(ids):
+            raise NodeFailure(f"only {len([i for i in ids if i])} of {len(batch)} messages could be pushed")
+        now = time.monotonic()
+        for slot, mid in zip(slots, ids, strict=True):
+            copies[mid] = slot
+            tries[slot] += 1
+            sent_at[slot] = now
+
+    def resend(slot: int, why: str) -> None:
+        meta = messages[slot].metadata
+        log(WARNING, "fedforget: re-sending a %s message to node %s after %s (attempt %d of %d)",
+            meta.message_type, meta.dst_node_id, why, tries[slot] + 1, attempts)
+        push([slot], fresh=True)
+
+    push(list(range(len(messages))), fresh=False)
+    while any(a is None for a in answer):
+        live = [mid for mid, slot in copies.items() if answer[slot] is None]
+        for reply in grid.pull_messages(live):
+            slot = copies.get(reply.metadata.reply_to_message_id)
+            if slot is None or answer[slot] is not None:
+                continue  # a late reply to a copy that was already answered
+            if reply.has_error() and reply.error.code in RETRYABLE and tries[slot] < attempts:
+                resend(slot, f"[{reply.error.code}] {reply.error.reason}")
+                continue
+            answer[slot] = reply
+            latencies.append(time.monotonic() - sent_at[slot])
+        now = time.monotonic()
+        if now > deadline:
+            break
+        patience = _patience(latencies, timeout, attempts)
+        for slot, a in enumerate(answer):
+            if a is None and tries[slot] < attempts and now - sent_at[slot] > patience:
+                resend(slot, f"no reply for {now - sent_at[slot]:.0f} s")
+        time.sleep(POLL_SECONDS)
+    return [a for a in answer if a is not None]
+
+
+#: Never re-send a silent message sooner than this, however fast its peers answered.
+MIN_PATIENCE_S = 120.0
+
+
+def _patience(latencies: list[float], timeout: float, attempts: int) -> float:
+    """How long a message may stay silent before it is sent again: 4x the slowest reply so far
+    (at least :data:`MIN_PATIENCE_S`), or an equal share of the timeout while nothing has answered."""
+    share = timeout / attempts
+    if not latencies:
+        return max(MIN_PATIENCE_S, share)
+    return max(MIN_PATIENCE_S, 4 * max(latencies))
 
 
 def exchange(grid: Grid, messages: Sequence[Message], timeout: float) -> list[Message]:

@@ -12,18 +12,22 @@ from fedforget.client_app import app as client_app
 from fedforget.inprocess import InProcessGrid, default_run_config
 from fedforget.server_app import app as server_app
 from fedforget.store import Store
+from fedforget.strategies import messaging
 from fedforget.strategies.messaging import NodeFailure
 
 from .helpers import DIGITS, served_sha, train_in_process
 
 
 class LossyGrid(InProcessGrid):
-    """Loses the replies of the first ``losses`` train messages it carries."""
+    """Loses the replies of the first ``losses`` train messages it carries: they come back as
+    ``code`` errors, or (``silent``) never come back at all."""
 
-    def __init__(self, *args, losses: int, code: int = ErrorCode.REPLY_MESSAGE_UNAVAILABLE, **kwargs) -> None:
+    def __init__(self, *args, losses: int, code: int = ErrorCode.REPLY_MESSAGE_UNAVAILABLE, silent: bool = False,
+                 **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.losses = losses
         self.code = code
+        self.silent = silent
         self.lost = 0
 
     def push_messages(self, messages):
@@ -32,8 +36,11 @@ class LossyGrid(InProcessGrid):
             reply = self._replies[mid]
             if reply.metadata.message_type == "train" and self.lost < self.losses:
                 self.lost += 1
-                self._replies[mid] = Message(Error(code=self.code, reason="object-push session expired"),
-                                             reply_to=_as_instruction(reply, mid))
+                if self.silent:
+                    del self._replies[mid]
+                else:
+                    self._replies[mid] = Message(Error(code=self.code, reason="object-push session expired"),
+                                                 reply_to=_as_instruction(reply, mid))
         return ids
 
 
@@ -56,6 +63,13 @@ def test_lost_replies_are_resent_and_the_result_is_unchanged(tmp_path):
     clean = served_sha(train_in_process(tmp_path / "clean", num_nodes=3, **{"num-rounds": 2}))
     lossy = _run(tmp_path / "lossy", 3, {"losses": 2})
     assert served_sha(lossy) == clean
+
+
+def test_a_reply_that_never_comes_is_asked_for_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(messaging, "MIN_PATIENCE_S", 0.2)
+    clean = served_sha(train_in_process(tmp_path / "clean", num_nodes=3, **{"num-rounds": 2}))
+    silent = _run(tmp_path / "silent", 3, {"losses": 1, "silent": True})
+    assert served_sha(silent) == clean
 
 
 def test_a_transport_failure_that_persists_stops_the_run(tmp_path):
