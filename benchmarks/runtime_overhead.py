@@ -21,20 +21,14 @@ served the same artifact (sha256 of the safetensors bytes) and writes
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import importlib.metadata
 import json
-import logging
 import os
-import platform
 import shutil
 import sys
 import tempfile
-import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +39,7 @@ os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
 import numpy as np
 import psutil
 import torch
+from bench_common import RoundWatcher, machine_info, quiet_flower
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -54,13 +49,11 @@ from fedforget.core.seeds import derive_seed
 from fedforget.inprocess import default_run_config, run_in_process
 from fedforget.launch import loopback_deployment, simulation_federation
 from fedforget.store import Store
-from fedforget.store.store import METRICS
 from fedforget.strategies import run_setup
 from fedforget.strategies.fedavg import ARTIFACT
 from fedforget.strategies.run_setup import DEFAULT_ADAPTER, build_model, local_test_share
 from fedforget.tasks import registry
 from fedforget.tasks.registry import load_task_data, partition_plan
-from fedforget.training.determinism import TRAIN_THREADS
 from fedforget.training.supervised import TrainSettings, evaluate, train_supervised
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,42 +71,6 @@ if not console.is_terminal:  # a log file: wide enough for the summary table
 
 
 # -- helpers ----------------------------------------------------------------------------------------
-def version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return ""
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
-def machine_info() -> dict[str, Any]:
-    return {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "cores-usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "memory-gib": round(psutil.virtual_memory().total / 2**30, 1),
-        "torch-threads-default": torch.get_num_threads(),
-        "torch-threads-training": TRAIN_THREADS,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "flwr": version("flwr"),
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "ray": version("ray"),
-        "peft": version("peft"),
-    }
-
-
 def cold_caches() -> None:
     """Forget every per-process cache (data, partition plans, models, file readers), so each
     in-process measurement pays for loading its data and backbone, as a fresh Flower process does."""
@@ -128,67 +85,9 @@ def cold_caches() -> None:
                     clear()
 
 
-@contextmanager
-def quiet_flower() -> Iterator[None]:
-    """Flower's INFO lines (several per round) would drown the progress bars of in-process runs."""
-    logger = logging.getLogger("flwr")
-    level = logger.level
-    logger.setLevel(logging.WARNING)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
 def served(store: Store) -> tuple[str, dict[str, Any]]:
     inventory = store.inventory()
     return inventory.artifacts[inventory.serving[0]].sha256, store.manifest()
-
-
-class RoundWatcher:
-    """Polls a store's ``metrics.jsonl`` in a thread and notes when each round's row appears.
-
-    A row is written right after the central evaluation of a round (round 0 = before training), so
-    the first row marks the end of start-up (package, launch, data and model load, node discovery,
-    initial evaluation) and the rows after it time the rounds themselves.
-    """
-
-    def __init__(self, store: Path, t0: float, on_round: Callable[[int, float], None], poll: float = 0.05) -> None:
-        self.path = store / METRICS
-        self.t0 = t0
-        self.on_round = on_round
-        self.poll = poll
-        self.rows: list[tuple[int, float, float]] = []  # (round, seconds since t0, accuracy)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def __enter__(self) -> RoundWatcher:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._read()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.poll):
-            self._read()
-
-    def _read(self) -> None:
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except OSError:
-            return
-        lines = [line for line in text.split("\n")[:-1] if line.strip()]  # complete lines only
-        now = time.monotonic() - self.t0
-        for line in lines[len(self.rows):]:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                return
-            self.rows.append((int(row["round"]), now, float(row["accuracy"])))
-            self.on_round(int(row["round"]), float(row["accuracy"]))
 
 
 def phases(wall: float, rows: list[tuple[int, float, float]]) -> dict[str, float | None]:
