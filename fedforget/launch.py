@@ -22,6 +22,7 @@ import psutil
 from fedforget.unlearning.flwr_runner import app_dir
 
 LOOPBACK_SCRIPT = "deploy/loopback.sh"
+LOCAL_SUPERLINK_GRACE_S = 20.0
 
 
 def free_port() -> int:
@@ -84,9 +85,19 @@ class FlowerHome:
     env: dict[str, str]
 
     def flwr_run(self, run_config: str, timeout: float, extra: list[str] | None = None) -> subprocess.CompletedProcess:
+        """``flwr run --stream``; tried once more if Flower gave up on starting its local SuperLink.
+
+        flwr waits a hard-coded 15 s for the managed SuperLink, which a loaded 2-core machine can
+        exceed; the SuperLink usually comes up moments later, and the second try finds it.
+        """
         cmd = ["flwr", "run", str(app_dir()), self.connection, "--stream", "--run-config", run_config, *(extra or [])]
-        return subprocess.run(cmd, env=self.env, cwd=app_dir(), capture_output=True, text=True, timeout=timeout,
-                              check=False)
+        for attempt in (1, 2):
+            proc = subprocess.run(cmd, env=self.env, cwd=app_dir(), capture_output=True, text=True,
+                                  timeout=timeout, check=False)
+            if attempt == 2 or "Failed to start local SuperLink" not in proc.stdout + proc.stderr:
+                return proc
+            time.sleep(LOCAL_SUPERLINK_GRACE_S)
+        return proc
 
 
 def _base_env(home: Path) -> dict[str, str]:
