@@ -86,8 +86,12 @@ def cold_caches() -> None:
 
 
 def served(store: Store) -> tuple[str, dict[str, Any]]:
-    inventory = store.inventory()
-    return inventory.artifacts[inventory.serving[0]].sha256, store.manifest()
+    ledger = store.ledger()
+    try:
+        shas = {a["artifact"]: a["sha256"] for a in ledger.artifacts()}
+        return shas[ledger.serving()["artifacts"][0]], store.manifest()
+    finally:
+        ledger.close()
 
 
 def phases(wall: float, rows: list[tuple[int, float, float]]) -> dict[str, float | None]:
@@ -490,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         "every 50 ms.",
         "floor wall_s excludes the client-side evaluation the ServerApp runs every round (each partition's share of "
         "the test split, i.e. one more pass over the test split per round); wall_with_client_eval_s includes it.",
-        "The floor does not do fedforget's store bookkeeping of a run (manifest, backbone copy, inventory).",
+        "The floor does not do fedforget's store bookkeeping of a run (manifest, backbone copy, ledger).",
         "loopback-deployment: the SuperNodes and their ClientApp processes run at nice supernode_nice so that the "
         "SuperLink is not starved (its SQLite state fails with 'database is locked' when it is, a reply is lost "
         "and the ServerApp waits out the round timeout); failed_attempts lists any try that failed anyway.",

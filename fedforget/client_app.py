@@ -5,7 +5,7 @@ from __future__ import annotations
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from fedforget.strategies import client_work
+from fedforget.strategies import chain_client, client_work
 
 app = ClientApp()
 
@@ -23,3 +23,13 @@ def train(msg: Message, context: Context) -> Message:
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
     return client_work.evaluate_adapter(msg, context)
+
+
+@app.train("chain")
+def train_chain(msg: Message, context: Context) -> Message:
+    return chain_client.train_chain_position(msg, context)
+
+
+@app.query("forget")
+def forget(msg: Message, context: Context) -> Message:
+    return chain_client.forget_samples(msg, context)

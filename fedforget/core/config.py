@@ -7,7 +7,10 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 TASKS = ("digits-mlp", "fmnist-cnn", "fmnist-effnet", "rt-minilm", "hf")
-METHODS = ("fedavg",)
+METHODS = ("fedavg", "fedsgt", "s3t", "sisa", "fedcio")
+SERVING = ("allseq", "minseq", "longseq")
+PLACEMENTS = ("auto", "additive", "layer")
+ACTIONS = ("train", "retrain")
 PARTITIONERS = ("iid", "dirichlet")
 OPTIMIZERS = ("sgd", "adam")
 
@@ -42,6 +45,16 @@ class RunConfig:
     hf_model: str = ""
     hf_input_column: str = ""
     hf_label_column: str = "label"
+    # -- sequence-sharded methods (fedsgt, s3t, sisa, fedcio) and the coordinator ----------------
+    groups: int = 10
+    budget: int = 10
+    rounds_per_phase: int = 1
+    serving: str = "allseq"
+    shards: int = 1
+    clusters: int = 5
+    placement: str = "auto"
+    prior: str = ""
+    action: str = "train"
 
     def to_dict(self) -> dict[str, Any]:
         """Flower-style keys (``num-rounds``), as stored in the manifest."""
@@ -53,6 +66,9 @@ _CHOICES = {
     "task": TASKS,
     "partitioner": PARTITIONERS,
     "optimizer": OPTIMIZERS,
+    "serving": SERVING,
+    "placement": PLACEMENTS,
+    "action": ACTIONS,
 }
 _MIN = {
     "seed": 0,
@@ -64,6 +80,11 @@ _MIN = {
     "slices_per_client": 1,
     "train_size": 0,
     "test_size": 0,
+    "groups": 1,
+    "budget": 1,
+    "rounds_per_phase": 1,
+    "shards": 1,
+    "clusters": 1,
 }
 _POSITIVE = ("lr", "dirichlet_alpha", "round_timeout")
 
@@ -116,7 +137,21 @@ def parse_run_config(raw: Mapping[str, object]) -> RunConfig:
         raise ConfigError(
             "task='hf' needs run-config 'hf-dataset' and 'hf-model' (a dataset path/name and a model name)"
         )
+    if cfg.prior:
+        parse_prior(cfg.prior, cfg.groups)
     return cfg
+
+
+def parse_prior(text: str, groups: int) -> list[float]:
+    """``prior='0.4,0.3,...'``: one deletion probability per group, summing to 1 (drives BMS)."""
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"run-config 'prior' must be comma-separated numbers, got {text!r}") from None
+    if len(values) != groups or any(v < 0 for v in values) or abs(sum(values) - 1.0) > 1e-6:
+        raise ConfigError(f"run-config 'prior' needs {groups} non-negative numbers (one per group) summing to 1, "
+                          f"got {text!r}")
+    return values
 
 
 def sample_clients(partitions: list[int], fraction: float, seed: int) -> list[int]:

@@ -12,11 +12,10 @@ import numpy as np
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
-from fedforget.core.inventory import Inventory
 from fedforget.store.atomic import append_line, atomic_write_bytes, atomic_write_json
+from fedforget.store.ledger import LEDGER, Ledger
 
 MANIFEST = "manifest.json"
-INVENTORY = "inventory.json"
 METRICS = "metrics.jsonl"
 ARTIFACTS = "artifacts"
 CLIENTS = "clients"
@@ -50,7 +49,7 @@ class Store:
     # -- life cycle ---------------------------------------------------------------------------
     @classmethod
     def create(cls, path: str | os.PathLike[str], manifest: dict[str, Any]) -> Store:
-        """Start a fresh experiment at ``path``: a new manifest, empty inventory and metrics.
+        """Start a fresh experiment at ``path``: a new manifest, ledger and metrics.
 
         Content-addressed artifacts of an earlier run at the same path are kept (and reused when
         identical); nothing else of it survives.
@@ -58,13 +57,22 @@ class Store:
         root = resolve_store_path(path)
         if root.exists() and not root.is_dir():
             raise StoreError(f"{root} exists and is not a directory; pass another --store / store= path")
+        ledger_path = root / LEDGER
+        if ledger_path.exists():
+            old = Ledger(ledger_path)
+            try:
+                if old.has_requests():
+                    raise StoreError(f"{root} holds forget requests; a new run there would erase their record. "
+                                     "Pick a new store= path (or `fedforget retrain` this one)")
+            finally:
+                old.close()
+            ledger_path.unlink()
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
         for sub in (ARTIFACTS, CLIENTS):
             (root / sub).mkdir(exist_ok=True, mode=0o700)
         os.chmod(root, 0o700)
         store = cls(root)
         atomic_write_json(root / MANIFEST, {"format-version": FORMAT_VERSION, **manifest})
-        store.write_inventory(Inventory())
         atomic_write_bytes(root / METRICS, b"")
         return store
 
@@ -80,7 +88,11 @@ class Store:
         store.manifest()  # parse now so a corrupt manifest is reported here
         return store
 
-    # -- manifest, inventory, metrics ---------------------------------------------------------
+    def ledger(self) -> Ledger:
+        """The store's ledger (created on first use); close it when done."""
+        return Ledger(self.root / LEDGER)
+
+    # -- manifest, metrics ---------------------------------------------------------
     def _read_json(self, name: str) -> Any:
         path = self.root / name
         try:
@@ -100,15 +112,6 @@ class Store:
         data = self.manifest()
         data.update(fields)
         atomic_write_json(self.root / MANIFEST, data)
-
-    def inventory(self) -> Inventory:
-        try:
-            return Inventory.from_json(self._read_json(INVENTORY))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StoreError(f"{self.root / INVENTORY} is malformed: {exc}") from None
-
-    def write_inventory(self, inventory: Inventory) -> None:
-        atomic_write_json(self.root / INVENTORY, inventory.to_json())
 
     def append_metrics(self, record: dict[str, Any]) -> None:
         append_line(self.root / METRICS, json.dumps(record, sort_keys=True))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -10,6 +11,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from fedforget.core.config import RunConfig, parse_run_config
 from fedforget.core.seeds import derive_seed
 from fedforget.strategies.messaging import PARTITION_KEY, to_numpy
+from fedforget.store.store import resolve_store_path
+from fedforget.store.tombstones import load_tombstones
 from fedforget.strategies.run_setup import build_model, local_test_share
 from fedforget.tasks.base import Examples, TaskData
 from fedforget.tasks.registry import load_task_data, partition_plan
@@ -38,19 +41,43 @@ class ClientSite:
     partition: int
     num_partitions: int
     data: TaskData
+    state_dir: Path
 
     @classmethod
     def from_context(cls, context: Context) -> ClientSite:
         partition, num_partitions = node_partition(context)
         cfg = parse_run_config(dict(context.run_config))
-        return cls(cfg, partition, num_partitions, load_task_data(cfg))
+        return cls(cfg, partition, num_partitions, load_task_data(cfg), client_state_dir(context, cfg, partition))
+
+    @property
+    def dataset_key(self) -> str:
+        """Which data set this node's sample ids index (tombstones are kept per data set)."""
+        return dataset_key(self.cfg)
 
     def slice_examples(self, slices: list[int] | None = None) -> Examples:
-        """This partition's training examples, all slices or only the ones named."""
+        """This partition's training examples, all slices or only the ones named, minus deleted ones.
+
+        Slices come from the fixed plan first and deleted samples leave them afterwards, so a
+        deletion never moves another sample into a different slice.
+        """
         plan = partition_plan(self.cfg, self.num_partitions).slices[self.partition]
         chosen = range(len(plan)) if slices is None else slices
-        ids = sorted(i for s in chosen for i in plan[s])
+        gone = load_tombstones(self.state_dir, self.dataset_key)
+        ids = sorted(i for s in chosen for i in plan[s] if i not in gone)
         return self.data.train.by_ids(ids)
+
+
+def dataset_key(cfg: RunConfig) -> str:
+    return f"{cfg.task}:{cfg.hf_dataset}" if cfg.task == "hf" else cfg.task
+
+
+def client_state_dir(context: Context, cfg: RunConfig, partition: int) -> Path:
+    """Where a node keeps what outlives a run: ``--node-config state-dir=…`` on a SuperNode, else
+    (simulation) ``<store>/clients/<partition>`` (DESIGN §6)."""
+    configured = context.node_config.get("state-dir")
+    if configured:
+        return Path(str(configured))
+    return resolve_store_path(cfg.store) / "clients" / str(partition)
 
 
 def _tensors(record: ArrayRecord) -> dict[str, torch.Tensor]:

@@ -14,11 +14,10 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 from flwr.supercore import log
 
 from fedforget.core.config import RunConfig, sample_clients
-from fedforget.core.inventory import ArtifactRecord, Inventory
 from fedforget.core.seeds import derive_seed
 from fedforget.core.slicing import UnitId
 from fedforget.strategies.messaging import PARTITION_KEY, NodeFailure, check_replies, discover_partitions, to_numpy
-from fedforget.strategies.run_setup import DEFAULT_ADAPTER, ServerRun, prepare_server_run
+from fedforget.strategies.run_setup import DEFAULT_ADAPTER, ServerRun, open_server_run, prepare_server_run
 from fedforget.training.supervised import evaluate
 
 ARTIFACT = "fedavg/global"
@@ -104,17 +103,49 @@ def all_units(run: ServerRun, partitions: Iterable[int]) -> list[str]:
 
 
 def run_fedavg(grid: Grid, cfg: RunConfig) -> None:
-    """Train one global LoRA adapter + head with FedAvg, evaluate every round, store the result."""
+    """Train one global LoRA adapter + head with FedAvg, evaluate every round, store the result.
+
+    ``action='retrain'`` is the retrain-from-scratch baseline: clients first delete the forgotten
+    samples for good, then the whole training runs again on what remains.
+    """
+    from fedforget.strategies.chains import send_forget
+
     nodes = discover_partitions(grid, cfg.round_timeout)
-    run = prepare_server_run(cfg, nodes)
+    if cfg.action == "retrain":
+        run = open_server_run(cfg, nodes)
+        ledger = run.store.ledger()
+        watermark = ledger.last_request()
+        send_forget(grid, run, ledger.forgotten_by_partition(watermark))
+    else:
+        run = prepare_server_run(cfg, nodes)
+        ledger = run.store.ledger()
+        watermark = 0
+        ledger.load_samples(run.plan.slices)
+        ledger.set_plan({"kind": "single", "artifact": ARTIFACT})
+    try:
+        sha, participants = _train(grid, run)
+        ledger.record_artifact(ARTIFACT, sha, "lora+head", all_units(run, participants), watermark,
+                               {"adapter": DEFAULT_ADAPTER, "rounds": cfg.num_rounds, "slot": DEFAULT_ADAPTER})
+        if cfg.action == "retrain":
+            ledger.finish_retrain(watermark, [ARTIFACT])
+        else:
+            ledger.refresh_serving()
+    finally:
+        ledger.close()
+    run.store.update_manifest(**{"rounds-done": cfg.num_rounds})
+    log(INFO, "fedforget: store written to %s (artifact %s sha256 %s)", run.store.root, ARTIFACT, sha)
+
+
+def _train(grid: Grid, run: ServerRun) -> tuple[str, set[int]]:
+    cfg = run.cfg
     model = run.bundle.model
-    strategy = PartitionFedAvg(nodes, sorted(nodes), cfg.fraction_train, cfg.seed, ARTIFACT)
+    strategy = PartitionFedAvg(run.nodes, sorted(run.nodes), cfg.fraction_train, cfg.seed, ARTIFACT)
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         model.load_trainable_state(DEFAULT_ADAPTER, {k: torch.from_numpy(v) for k, v in to_numpy(arrays).items()})
         result = evaluate(model, run.data.test.inputs, run.data.test.labels)
         row = {"round": server_round, "num-rounds": cfg.num_rounds, "accuracy": result["accuracy"],
-               "loss": result["loss"], "artifact": ARTIFACT}
+               "loss": result["loss"], "artifact": ARTIFACT, "action": cfg.action}
         if server_round > 0:
             row.update(strategy.round_report)
         run.store.append_metrics(row)
@@ -127,10 +158,4 @@ def run_fedavg(grid: Grid, cfg: RunConfig) -> None:
                             train_config=ConfigRecord({"adapter": DEFAULT_ADAPTER}), evaluate_fn=evaluate_fn)
     final = {k: np.ascontiguousarray(v) for k, v in to_numpy(result.arrays).items()}
     sha = run.store.put_arrays(final, {"artifact": ARTIFACT, "method": cfg.method, "task": cfg.task})
-    inventory = Inventory()
-    inventory.add(ArtifactRecord(ARTIFACT, sha, "lora+head", all_units(run, strategy.participants),
-                                 meta={"adapter": DEFAULT_ADAPTER, "rounds": cfg.num_rounds}))
-    inventory.set_serving([ARTIFACT])
-    run.store.write_inventory(inventory)
-    run.store.update_manifest(**{"rounds-done": cfg.num_rounds})
-    log(INFO, "fedforget: store written to %s (artifact %s sha256 %s)", run.store.root, ARTIFACT, sha)
+    return sha, strategy.participants

@@ -7,9 +7,16 @@ from collections.abc import Callable
 from flwr.serverapp import Grid
 
 from fedforget.core.config import RunConfig
+from fedforget.strategies.chains import run_chains
 from fedforget.strategies.fedavg import run_fedavg
 
-METHODS: dict[str, Callable[[Grid, RunConfig], None]] = {"fedavg": run_fedavg}
+METHODS: dict[str, Callable[[Grid, RunConfig], None]] = {
+    "fedavg": run_fedavg,
+    "fedsgt": run_chains,
+    "s3t": run_chains,
+    "sisa": run_chains,
+    "fedcio": run_chains,
+}
 
 
 def get_method(name: str) -> Callable[[Grid, RunConfig], None]:

@@ -45,6 +45,7 @@ def build_model(cfg: RunConfig, num_classes: int) -> ModelBundle:
         model = build_task_model(backbone, num_classes, cfg.lora_r, cfg.lora_alpha, cfg.seed, DEFAULT_ADAPTER)
         _MODELS[key] = ModelBundle(model, backbone, model.trainable_state(DEFAULT_ADAPTER))
     bundle = _MODELS[key]
+    bundle.model.activate([DEFAULT_ADAPTER], trainable=[DEFAULT_ADAPTER])
     for name in bundle.model.adapter_names:
         if name != DEFAULT_ADAPTER:
             bundle.model.body.delete_adapter(name)
@@ -105,4 +106,27 @@ def prepare_server_run(cfg: RunConfig, nodes: dict[int, int]) -> ServerRun:
         state = {k: v.detach().numpy() for k, v in fresh.state_dict().items()}
         backbone_artifact = store.put_arrays(state, {"kind": "backbone", "task": cfg.task})
     store.update_manifest(**build_manifest(cfg, plan, bundle.backbone, len(nodes), backbone_artifact))
+    return ServerRun(cfg, nodes, data, plan, bundle, store)
+
+
+def open_server_run(cfg: RunConfig, nodes: dict[int, int]) -> ServerRun:
+    """Re-open the store of an earlier run (``action='retrain'``), refusing a different config.
+
+    Retraining must rebuild with exactly the config that trained the store, else "the same plan"
+    would silently mean something else.
+    """
+    store = Store.open(cfg.store)
+    manifest = store.manifest()
+    stored = dict(manifest["config"])
+    asked = cfg.to_dict()
+    differ = sorted(k for k in stored if k not in ("action", "store") and stored[k] != asked.get(k))
+    if differ:
+        raise ValueError(f"retrain run config differs from the store's in {', '.join(differ)}; "
+                         "use `fedforget retrain`, which passes the stored config")
+    if int(manifest["num-partitions"]) != len(nodes):
+        raise ValueError(f"the store was trained with {manifest['num-partitions']} partitions but "
+                         f"{len(nodes)} nodes are connected")
+    data = load_task_data(cfg)
+    plan = partition_plan(cfg, len(nodes))
+    bundle = build_model(cfg, data.num_classes)
     return ServerRun(cfg, nodes, data, plan, bundle, store)

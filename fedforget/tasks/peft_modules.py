@@ -8,6 +8,7 @@ lives outside peft, so a method can keep one head per adapter and swap it in.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
@@ -41,9 +42,12 @@ class TaskModel(nn.Module):
     def adapter_names(self) -> list[str]:
         return sorted(self.body.peft_config)
 
-    def add_adapter(self, name: str, seed: int) -> None:
-        """Add a new LoRA adapter with a seeded init (same seed → same bits)."""
+    def add_adapter(self, name: str, seed: int, target_modules: Sequence[str] | None = None) -> None:
+        """Add a new LoRA adapter with a seeded init (same seed → same bits), on every LoRA target or
+        only on ``target_modules`` (S3T places each phase's module on its own block of layers)."""
         config = self.body.peft_config[self.adapter_names[0]]
+        if target_modules is not None:
+            config = replace(config, target_modules=list(target_modules))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(seed, "lora-init", name))
             self.body.add_adapter(name, config)

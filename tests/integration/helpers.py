@@ -16,5 +16,18 @@ def train_in_process(store: Path, num_nodes: int = 3, **overrides: object) -> St
 
 
 def served_sha(store: Store) -> str:
-    inventory = store.inventory()
-    return inventory.artifacts[inventory.serving[0]].sha256
+    """The sha256 of the first served artifact (fedavg serves exactly one)."""
+    ledger = store.ledger()
+    try:
+        shas = {a["artifact"]: a["sha256"] for a in ledger.artifacts()}
+        return shas[ledger.serving()["artifacts"][0]]
+    finally:
+        ledger.close()
+
+
+def lineage(store: Store, artifact: str) -> list[str]:
+    ledger = store.ledger()
+    try:
+        return ledger.lineage(artifact)
+    finally:
+        ledger.close()

@@ -8,7 +8,7 @@ from fedforget.inprocess import run_in_process
 from fedforget.server_app import app as server_app
 from fedforget.strategies.messaging import NodeFailure
 
-from .helpers import served_sha, train_in_process
+from .helpers import lineage, served_sha, train_in_process
 
 
 def test_fedavg_on_digits_reaches_85_percent_in_8_rounds(tmp_path):
@@ -32,10 +32,8 @@ def test_store_records_plan_lineage_and_metrics(tmp_path):
     assert manifest["num-partitions"] == 4
     ids = [i for slices in manifest["partitions"].values() for s in slices for i in s]
     assert len(ids) == len(set(ids)) == 1437
-    inventory = store.inventory()
-    record = inventory.artifacts[inventory.serving[0]]
-    assert record.lineage == sorted(f"{p}:{s}" for p in range(4) for s in range(3))
-    assert store.verify_artifact(record.sha256)
+    assert lineage(store, "fedavg/global") == sorted(f"{p}:{s}" for p in range(4) for s in range(3))
+    assert store.verify_artifact(served_sha(store))
     assert store.verify_artifact(manifest["backbone"]["artifact"])
     rows = store.metrics()
     assert [m["round"] for m in rows] == [0, 1]
@@ -46,8 +44,7 @@ def test_store_records_plan_lineage_and_metrics(tmp_path):
 
 def test_lineage_holds_only_the_partitions_that_trained(tmp_path):
     store = train_in_process(tmp_path / "s", num_nodes=10, **{"num-rounds": 1, "fraction-train": 0.3})
-    record = store.inventory().artifacts["fedavg/global"]
-    assert len({u.split(":")[0] for u in record.lineage}) == 3
+    assert len({u.split(":")[0] for u in lineage(store, "fedavg/global")}) == 3
 
 
 @pytest.mark.parametrize(

@@ -59,4 +59,4 @@ def test_relative_store_paths_resolve_against_fedforget_home(tmp_path, monkeypat
     monkeypatch.setenv("FEDFORGET_HOME", str(tmp_path))
     store = Store.create("runs/x", {})
     assert store.root == tmp_path / "runs" / "x"
-    assert json.loads((tmp_path / "runs" / "x" / "inventory.json").read_text())["serving"] == []
+    assert (tmp_path / "runs" / "x" / "manifest.json").is_file()

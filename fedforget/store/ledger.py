@@ -1,0 +1,359 @@
+"""``ledger.sqlite``: forget requests, the sample index, lineage, validity and the serving plan.
+
+Everything a forget request reads or changes lives in one SQLite database so that a request is one
+transaction: either every artifact it touches is invalid and the new serving plan is written, or
+nothing happened (DESIGN §6 "applied or pending, never half"). Look-ups go through indexes
+(sample → unit → artifacts), so a request costs the same whether the store covers 10³ or 10⁷
+samples. ``BEGIN IMMEDIATE`` serialises concurrent coordinators.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedforget.core.chains import compute_serving
+
+LEDGER = "ledger.sqlite"
+CHUNK = 500  # SQLite host parameters per statement stay well under its limit
+CRASH_ENV = "FEDFORGET_CRASH_POINT"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS units(unit TEXT PRIMARY KEY, partition INTEGER NOT NULL, size INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS units_by_partition ON units(partition);
+CREATE TABLE IF NOT EXISTS samples(sample INTEGER PRIMARY KEY, unit TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS samples_by_unit ON samples(unit);
+CREATE TABLE IF NOT EXISTS artifacts(artifact TEXT PRIMARY KEY, sha256 TEXT NOT NULL, kind TEXT NOT NULL,
+    watermark INTEGER NOT NULL, valid INTEGER NOT NULL, meta TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS lineage(unit TEXT NOT NULL, artifact TEXT NOT NULL, PRIMARY KEY(unit, artifact))
+    WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS history(artifact TEXT NOT NULL, sha256 TEXT NOT NULL, watermark INTEGER NOT NULL,
+    at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS requests(id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, kind TEXT NOT NULL,
+    spec TEXT NOT NULL, samples INTEGER NOT NULL, units TEXT NOT NULL, invalidated TEXT NOT NULL,
+    latency_ms REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS forgotten(sample INTEGER PRIMARY KEY, unit TEXT NOT NULL, request INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS forgotten_by_unit ON forgotten(unit, request);
+CREATE TABLE IF NOT EXISTS retrains(id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL,
+    watermark INTEGER NOT NULL, rebuilt TEXT NOT NULL);
+"""
+
+
+class LedgerUsageError(ValueError):
+    """A request names something the store does not know; nothing was written."""
+
+
+def crash_point(name: str) -> None:
+    """Die here, like ``kill -9``, when the crash-injection variable names this point (tests only)."""
+    if os.environ.get(CRASH_ENV) == name:
+        os._exit(137)
+
+
+def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(items), CHUNK):
+        yield items[i : i + CHUNK]
+
+
+def _marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
+@dataclass
+class ForgetResult:
+    """What one ``forget`` did; ``request`` is None when everything named was already forgotten."""
+
+    request: int | None
+    new_samples: int
+    units: list[str]
+    invalidated: list[str]
+    serving: dict[str, Any]
+    latency_ms: float
+    already: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"request": self.request, "new-samples": self.new_samples, "already-forgotten": self.already,
+                "units": self.units, "invalidated": self.invalidated, "serving": self.serving,
+                "latency-ms": self.latency_ms, "no-op": self.request is None}
+
+
+class Ledger:
+    """A handle on ``ledger.sqlite``; every public method is one transaction."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        fresh = not self.path.exists()
+        self.db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("PRAGMA foreign_keys=ON")
+        if fresh:
+            os.chmod(self.path, 0o600)
+        self.db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    # -- meta ---------------------------------------------------------------------------------
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return json.loads(row[0]) if row else default
+
+    def _set_meta(self, db: sqlite3.Connection, key: str, value: Any) -> None:
+        db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", (key, json.dumps(value, sort_keys=True)))
+
+    def set_meta(self, key: str, value: Any) -> None:
+        with self.transaction() as db:
+            self._set_meta(db, key, value)
+
+    # -- set-up by a training run -------------------------------------------------------------
+    def load_samples(self, slices: dict[int, list[list[int]]]) -> None:
+        """The sample → unit index of a partition plan (``slices[partition][slice] -> ids``)."""
+        with self.transaction() as db:
+            for partition, parts in sorted(slices.items()):
+                for s, ids in enumerate(parts):
+                    unit = f"{partition}:{s}"
+                    db.execute("INSERT OR REPLACE INTO units VALUES(?, ?, ?)", (unit, int(partition), len(ids)))
+                    db.executemany("INSERT OR REPLACE INTO samples VALUES(?, ?)", ((int(i), unit) for i in ids))
+
+    def set_plan(self, plan: dict[str, Any]) -> None:
+        with self.transaction() as db:
+            self._set_meta(db, "plan", plan)
+
+    def plan(self) -> dict[str, Any] | None:
+        return self.get_meta("plan")
+
+    def record_artifact(self, artifact: str, sha256: str, kind: str, lineage: Iterable[str], watermark: int,
+                        meta: dict[str, Any] | None = None) -> bool:
+        """Store a (re)trained artifact; it is valid unless a request newer than ``watermark`` touched it."""
+        units = sorted(set(lineage))
+        with self.transaction() as db:
+            db.execute("DELETE FROM lineage WHERE artifact=?", (artifact,))
+            db.executemany("INSERT INTO lineage VALUES(?, ?)", ((u, artifact) for u in units))
+            stale = db.execute(
+                "SELECT 1 FROM lineage l JOIN forgotten f ON f.unit = l.unit "
+                "WHERE l.artifact=? AND f.request > ? LIMIT 1", (artifact, watermark)).fetchone()
+            db.execute("INSERT OR REPLACE INTO artifacts VALUES(?, ?, ?, ?, ?, ?)",
+                       (artifact, sha256, kind, watermark, 0 if stale else 1, json.dumps(meta or {}, sort_keys=True)))
+            db.execute("INSERT INTO history VALUES(?, ?, ?, ?)", (artifact, sha256, watermark, time.time()))
+            return stale is None
+
+    def refresh_serving(self) -> dict[str, Any]:
+        """Recompute the serving plan from the valid artifacts (after training or retraining)."""
+        with self.transaction() as db:
+            return self._refresh_serving(db)
+
+    def _refresh_serving(self, db: sqlite3.Connection) -> dict[str, Any]:
+        plan = self._plan(db)
+        valid = {r[0] for r in db.execute("SELECT artifact FROM artifacts WHERE valid=1")}
+        serving = compute_serving(plan, valid)
+        self._set_meta(db, "serving", serving)
+        return serving
+
+    def _plan(self, db: sqlite3.Connection) -> dict[str, Any]:
+        row = db.execute("SELECT value FROM meta WHERE key='plan'").fetchone()
+        if row is None:
+            raise LedgerUsageError("this store has no trained plan yet; run training first")
+        return json.loads(row[0])
+
+    # -- reads --------------------------------------------------------------------------------
+    def serving(self) -> dict[str, Any]:
+        return self.get_meta("serving", {"available": False, "artifacts": []})
+
+    def artifacts(self) -> list[dict[str, Any]]:
+        rows = self.db.execute("SELECT artifact, sha256, kind, watermark, valid, meta FROM artifacts ORDER BY artifact")
+        return [{"artifact": a, "sha256": s, "kind": k, "watermark": w, "valid": bool(v), "meta": json.loads(m)}
+                for a, s, k, w, v, m in rows]
+
+    def valid_artifacts(self) -> set[str]:
+        return {r[0] for r in self.db.execute("SELECT artifact FROM artifacts WHERE valid=1")}
+
+    def lineage(self, artifact: str) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT unit FROM lineage WHERE artifact=? ORDER BY unit", (artifact,))]
+
+    def first_sha(self, artifact: str) -> str | None:
+        """The sha256 of the artifact as first trained (before any forget), for before/after audits."""
+        row = self.db.execute("SELECT sha256 FROM history WHERE artifact=? ORDER BY rowid LIMIT 1",
+                              (artifact,)).fetchone()
+        return row[0] if row else None
+
+    def requests(self) -> list[dict[str, Any]]:
+        done = self.retrained_watermark()
+        rows = self.db.execute("SELECT id, at, kind, spec, samples, units, invalidated, latency_ms FROM requests "
+                               "ORDER BY id")
+        return [{"request": i, "at": at, "kind": k, "spec": json.loads(sp), "samples": n, "units": json.loads(u),
+                 "invalidated": json.loads(inv), "latency-ms": lat, "state": "retrained" if i <= done else "pending"}
+                for i, at, k, sp, n, u, inv, lat in rows]
+
+    def last_request(self) -> int:
+        row = self.db.execute("SELECT MAX(id) FROM requests").fetchone()
+        return int(row[0] or 0)
+
+    def retrained_watermark(self) -> int:
+        row = self.db.execute("SELECT MAX(watermark) FROM retrains").fetchone()
+        return int(row[0] or 0)
+
+    def forgotten_by_partition(self, up_to: int | None = None) -> dict[int, list[int]]:
+        """Every forgotten sample id (of requests ``<= up_to``), grouped by the partition holding it."""
+        limit = self.last_request() if up_to is None else up_to
+        out: dict[int, list[int]] = {}
+        rows = self.db.execute(
+            "SELECT f.sample, u.partition FROM forgotten f JOIN units u ON u.unit = f.unit WHERE f.request <= ? "
+            "ORDER BY f.sample", (limit,))
+        for sample, partition in rows:
+            out.setdefault(int(partition), []).append(int(sample))
+        return out
+
+    def forgotten_count(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM forgotten").fetchone()[0])
+
+    def has_requests(self) -> bool:
+        return self.last_request() > 0
+
+    def units_of_partition(self, partition: int) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT unit FROM units WHERE partition=? ORDER BY unit", (partition,))]
+
+    def num_samples(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM samples").fetchone()[0])
+
+    # -- the forget path ----------------------------------------------------------------------
+    def forget(self, samples: Sequence[int] = (), slices: Sequence[str] = (), clients: Sequence[int] = (),
+               clock: Callable[[], float] = time.perf_counter) -> ForgetResult:
+        """Apply one request: forget samples, whole slices or whole clients, in one transaction.
+
+        Unknown ids raise :class:`LedgerUsageError` before anything is written; a request naming only
+        what is already forgotten is a no-op (no request row, nothing invalidated).
+        """
+        start = clock()
+        samples = sorted({int(s) for s in samples})
+        slices = sorted(set(slices))
+        clients = sorted({int(c) for c in clients})
+        if not (samples or slices or clients):
+            raise LedgerUsageError("name something to forget: --sample ID, --slice P:S or --client P")
+        with self.transaction() as db:
+            plan = self._plan(db)
+            units_named = self._resolve_units(db, slices, clients)
+            found = self._resolve_samples(db, samples)
+            new_samples = [s for s in samples if s not in self._already(db, samples)]
+            unit_new = self._count_unforgotten(db, units_named)
+            if not new_samples and unit_new == 0:
+                serving = json.loads(db.execute("SELECT value FROM meta WHERE key='serving'").fetchone()[0])
+                return ForgetResult(None, 0, [], [], serving, (clock() - start) * 1000.0,
+                                    already=len(samples) + len(units_named))
+            spec = {"samples": samples, "slices": slices, "clients": clients}
+            kind = "client" if clients else "slice" if slices else "sample"
+            cur = db.execute("INSERT INTO requests(at, kind, spec, samples, units, invalidated, latency_ms) "
+                             "VALUES(?, ?, ?, 0, '[]', '[]', 0)", (time.time(), kind, json.dumps(spec)))
+            request = int(cur.lastrowid)
+            crash_point("forget:request-row")
+            db.executemany("INSERT INTO forgotten VALUES(?, ?, ?)", ((s, found[s], request) for s in new_samples))
+            before = db.total_changes
+            for chunk in _chunks(units_named):
+                db.execute(f"INSERT OR IGNORE INTO forgotten SELECT sample, unit, ? FROM samples "
+                           f"WHERE unit IN ({_marks(len(chunk))})", (request, *chunk))
+            count = len(new_samples) + db.total_changes - before
+            touched = sorted({found[s] for s in new_samples} | {
+                u for u in units_named if self._touched_by(db, u, request)})
+            crash_point("forget:forgotten-rows")
+            invalidated = self._invalidate(db, touched)
+            crash_point("forget:invalidated")
+            valid = {r[0] for r in db.execute("SELECT artifact FROM artifacts WHERE valid=1")}
+            serving = compute_serving(plan, valid)
+            self._set_meta(db, "serving", serving)
+            latency = (clock() - start) * 1000.0
+            db.execute("UPDATE requests SET samples=?, units=?, invalidated=?, latency_ms=? WHERE id=?",
+                       (count, json.dumps(touched), json.dumps(invalidated), latency, request))
+            crash_point("forget:before-commit")
+        return ForgetResult(request, count, touched, invalidated, serving, latency,
+                            already=len(samples) - len(new_samples))
+
+    def _resolve_samples(self, db: sqlite3.Connection, samples: list[int]) -> dict[int, str]:
+        found: dict[int, str] = {}
+        for chunk in _chunks(samples):
+            found.update(db.execute(f"SELECT sample, unit FROM samples WHERE sample IN ({_marks(len(chunk))})",
+                                    chunk).fetchall())
+        missing = [s for s in samples if s not in found]
+        if missing:
+            shown = ", ".join(map(str, missing[:5])) + (" …" if len(missing) > 5 else "")
+            raise LedgerUsageError(f"unknown sample id(s) {shown}: not in this store's training data "
+                                   "(sample ids are indices into the task's train split)")
+        return found
+
+    def _resolve_units(self, db: sqlite3.Connection, slices: list[str], clients: list[int]) -> list[str]:
+        units: set[str] = set()
+        for chunk in _chunks(slices):
+            units.update(r[0] for r in db.execute(f"SELECT unit FROM units WHERE unit IN ({_marks(len(chunk))})",
+                                                  chunk))
+        missing = [s for s in slices if s not in units]
+        if missing:
+            raise LedgerUsageError(f"unknown slice(s) {', '.join(missing[:5])}; `fedforget status` lists "
+                                   "partitions and slices (PARTITION:SLICE)")
+        for c in clients:
+            rows = [r[0] for r in db.execute("SELECT unit FROM units WHERE partition=?", (c,))]
+            if not rows:
+                raise LedgerUsageError(f"unknown client {c}: this store has partitions "
+                                       f"0..{self._max_partition(db)}")
+            units.update(rows)
+        return sorted(units)
+
+    @staticmethod
+    def _max_partition(db: sqlite3.Connection) -> int:
+        return int(db.execute("SELECT MAX(partition) FROM units").fetchone()[0] or 0)
+
+    @staticmethod
+    def _already(db: sqlite3.Connection, samples: list[int]) -> set[int]:
+        out: set[int] = set()
+        for chunk in _chunks(samples):
+            out.update(r[0] for r in db.execute(f"SELECT sample FROM forgotten WHERE sample IN ({_marks(len(chunk))})",
+                                                chunk))
+        return out
+
+    @staticmethod
+    def _count_unforgotten(db: sqlite3.Connection, units: list[str]) -> int:
+        total = 0
+        for u in units:
+            total += db.execute("SELECT COUNT(*) FROM samples s WHERE s.unit=? AND NOT EXISTS "
+                                "(SELECT 1 FROM forgotten f WHERE f.sample = s.sample)", (u,)).fetchone()[0]
+        return int(total)
+
+    @staticmethod
+    def _touched_by(db: sqlite3.Connection, unit: str, request: int) -> bool:
+        return db.execute("SELECT 1 FROM forgotten WHERE unit=? AND request=? LIMIT 1",
+                          (unit, request)).fetchone() is not None
+
+    @staticmethod
+    def _invalidate(db: sqlite3.Connection, units: list[str]) -> list[str]:
+        hit: set[str] = set()
+        for chunk in _chunks(units):
+            hit.update(r[0] for r in db.execute(
+                f"SELECT DISTINCT l.artifact FROM lineage l JOIN artifacts a ON a.artifact = l.artifact "
+                f"WHERE a.valid=1 AND l.unit IN ({_marks(len(chunk))})", chunk))
+        ids = sorted(hit)
+        for chunk in _chunks(ids):
+            db.execute(f"UPDATE artifacts SET valid=0 WHERE artifact IN ({_marks(len(chunk))})", chunk)
+        return ids
+
+    # -- retraining ---------------------------------------------------------------------------
+    def finish_retrain(self, watermark: int, rebuilt: list[str]) -> dict[str, Any]:
+        """Record that clients dropped every request up to ``watermark`` and invalid artifacts were rebuilt."""
+        with self.transaction() as db:
+            db.execute("INSERT INTO retrains(at, watermark, rebuilt) VALUES(?, ?, ?)",
+                       (time.time(), watermark, json.dumps(rebuilt)))
+            return self._refresh_serving(db)

@@ -1,0 +1,330 @@
+"""FedSGT, S3T, SISA and FedCIO: train every chain position through Flower, store each with its lineage.
+
+Each position of each chain is one artifact: a module trained (``rounds-per-phase`` FedAvg rounds)
+by the clients that hold slices of the chain's groups so far, on those slices only, with the
+earlier modules of the chain frozen and a head snapshot of its own. Positions of all chains that
+are due are sent together (they are independent), so a run needs ``L·rounds-per-phase`` exchanges,
+not ``B·L·…``. ``action='retrain'`` first makes the clients delete forgotten samples for good
+(``query.forget``), then rebuilds only the invalid positions, starting from each chain's valid prefix.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from logging import INFO
+
+import numpy as np
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
+from flwr.supercore import log
+
+from fedforget.core.chains import Chain, ChainPlan, layer_blocks, rebuild_from
+from fedforget.core.config import RunConfig, parse_prior
+from fedforget.core.grouping import group_units
+from fedforget.core.seeds import derive_seed, derive_seed32
+from fedforget.core.sequences import select_sequences
+from fedforget.core.slicing import UnitId
+from fedforget.store.ledger import Ledger
+from fedforget.strategies.chain_client import pack_prefix
+from fedforget.strategies.chain_model import default_module_init, fresh_module, initial_head, slot_name, split_state
+from fedforget.strategies.messaging import PARTITION_KEY, discover_partitions, exchange, to_numpy
+from fedforget.strategies.run_setup import ServerRun, open_server_run, prepare_server_run
+from fedforget.strategies.serve import load_tensors, serving_accuracy
+from fedforget.tasks.partitioning import PartitionPlan
+
+CHAIN_MESSAGE = f"{MessageType.TRAIN}.chain"
+FORGET_MESSAGE = f"{MessageType.QUERY}.forget"
+Arrays = dict[str, np.ndarray]
+
+
+# -- planning --------------------------------------------------------------------------------
+def data_units(plan: PartitionPlan) -> list[str]:
+    """Every non-empty client slice, as a unit id."""
+    return [str(UnitId(p, s)) for p, parts in sorted(plan.slices.items()) for s, ids in enumerate(parts) if ids]
+
+
+def cluster_partitions(labels_by_partition: dict[int, np.ndarray], num_classes: int, clusters: int,
+                       seed: int) -> list[list[int]]:
+    """FedCIO's clustering: seeded k-means on the clients' label histograms; clusters in partition order."""
+    from sklearn.cluster import KMeans
+
+    parts = sorted(labels_by_partition)
+    if clusters > len(parts):
+        raise ValueError(f"clusters={clusters} exceeds the {len(parts)} clients; lower clusters=")
+    hist = np.stack([np.bincount(labels_by_partition[p], minlength=num_classes) / max(1, len(labels_by_partition[p]))
+                     for p in parts])
+    assign = KMeans(n_clusters=clusters, n_init=10, random_state=derive_seed32(seed, "fedcio-kmeans")).fit_predict(hist)
+    groups = [[p for p, a in zip(parts, assign, strict=True) if a == c] for c in range(clusters)]
+    return sorted((g for g in groups if g), key=min)
+
+
+def build_chain_plan(cfg: RunConfig, run: ServerRun) -> ChainPlan:
+    """Groups, sequences, stacking and placement of ``cfg.method`` over this run's units."""
+    units = data_units(run.plan)
+    prior = parse_prior(cfg.prior, cfg.groups) if cfg.prior else None
+    seq_seed = derive_seed(cfg.seed, cfg.method, "sequences")
+    if cfg.method == "fedcio":
+        labels = {p: run.data.train.by_ids(run.plan.partition_ids(p)).labels.numpy() for p in run.plan.slices}
+        clusters = cluster_partitions(labels, run.data.num_classes, cfg.clusters, cfg.seed)
+        groups = [[[u for u in units if UnitId.parse(u).partition in members]] for members in clusters]
+        return ChainPlan("fedcio", groups, [[(0,)] for _ in groups], "continue", "additive", cfg.num_rounds,
+                         cfg.serving)
+    shards = 1 if cfg.method == "fedsgt" else cfg.shards
+    flat = group_units(units, shards * cfg.groups, derive_seed(cfg.seed, cfg.method, "grouping"))
+    groups = [flat[s * cfg.groups : (s + 1) * cfg.groups] for s in range(shards)]
+    if cfg.method == "sisa":
+        return ChainPlan("sisa", groups, [[tuple(range(cfg.groups))] for _ in groups], "continue", "additive",
+                         cfg.rounds_per_phase, cfg.serving)
+    orders = select_sequences(cfg.groups, cfg.budget, prior, seed=seq_seed)
+    default_placement = "layer" if cfg.method == "s3t" else "additive"
+    placement = default_placement if cfg.placement == "auto" else cfg.placement
+    return ChainPlan(cfg.method, groups, [list(orders) for _ in groups], "new", placement, cfg.rounds_per_phase,
+                     cfg.serving)
+
+
+def position_targets(plan: ChainPlan, run: ServerRun) -> list[list[str] | None]:
+    """The layers each position's module sits on (None = every LoRA target)."""
+    phases = max(len(o) for orders in plan.sequences for o in orders)
+    if plan.placement != "layer":
+        return [None] * phases
+    targets = run.bundle.backbone.lora_targets
+    if isinstance(targets, str):
+        raise ValueError("layer placement needs a list of LoRA target modules; use placement='additive'")
+    return layer_blocks(list(targets), phases)
+
+
+# -- training --------------------------------------------------------------------------------
+def _numpy(state: dict[str, torch.Tensor]) -> Arrays:
+    return {k: np.ascontiguousarray(v.detach().numpy()) for k, v in state.items()}
+
+
+def _record(arrays: Arrays) -> ArrayRecord:
+    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+
+
+def _nbytes(arrays: dict[str, np.ndarray]) -> int:
+    return int(sum(v.nbytes for v in arrays.values()))
+
+
+@dataclass
+class ChainState:
+    """Where one chain stands while positions are being (re)trained."""
+
+    chain: Chain
+    position: int  # the position being trained (1-based)
+    prefix: list[Arrays] = field(default_factory=list)  # frozen LoRA modules before it (new stacking)
+    start: Arrays = field(default_factory=dict)  # LoRA + head the position starts from
+
+
+class ChainTrainer:
+    """Trains positions of many chains in lock-step waves over the Grid."""
+
+    def __init__(self, grid: Grid, run: ServerRun, plan: ChainPlan, ledger: Ledger, watermark: int) -> None:
+        self.grid, self.run, self.plan, self.ledger, self.watermark = grid, run, plan, ledger, watermark
+        self.cfg = run.cfg
+        self.targets = position_targets(plan, run)
+        self.num_classes = run.data.num_classes
+        self.rebuilt: list[str] = []
+        self.wave = 0
+
+    def _artifact_state(self, artifact: str) -> Arrays:
+        sha = next(a["sha256"] for a in self.ledger.artifacts() if a["artifact"] == artifact)
+        return _numpy(load_tensors(self.run.store, sha))
+
+    def _begin(self, chain: Chain, position: int) -> ChainState:
+        """The starting point of ``position``: prefix modules and head from the stored valid prefix."""
+        state = ChainState(chain, position)
+        head = _numpy(initial_head(self.cfg, self.num_classes))
+        previous = None
+        for p in range(1, position):
+            previous = self._artifact_state(self.plan.artifact_id(chain, p))
+            lora, head = split_state(previous)
+            if self.plan.stacking == "new":
+                state.prefix.append(lora)
+        if self.plan.stacking == "continue":
+            lora = split_state(previous)[0] if previous else _numpy(default_module_init(self.cfg, self.num_classes))
+        else:
+            artifact = self.plan.artifact_id(chain, position)
+            lora = _numpy(fresh_module(self.cfg, self.num_classes, slot_name(position), self.targets[position - 1],
+                                       derive_seed(self.cfg.seed, self.cfg.method, artifact)))
+        state.start = {**lora, **head}
+        return state
+
+    def _slots(self, position: int) -> list[dict[str, object]]:
+        if self.plan.stacking == "continue":
+            return [{"slot": "default", "targets": None}]
+        return [{"slot": slot_name(p), "targets": self.targets[p - 1]} for p in range(1, position + 1)]
+
+    def _participants(self, chain: Chain, position: int) -> dict[int, list[int]]:
+        slices: dict[int, list[int]] = {}
+        for unit in self.plan.lineage(chain, position):
+            u = UnitId.parse(unit)
+            slices.setdefault(u.partition, []).append(u.slice)
+        return {p: sorted(s) for p, s in sorted(slices.items())}
+
+    def train(self, start: dict[str, int]) -> None:
+        """Train every chain from its start position to its end, all chains advancing together."""
+        states = [self._begin(c, start[c.key]) for c in self.plan.chains() if c.key in start]
+        total = sum(self.plan.phases(s.chain) - s.position + 1 for s in states)
+        done = 0
+        while states:
+            current = {id(s): s.start for s in states}
+            for server_round in range(1, self.plan.rounds_per_phase + 1):
+                current = self._round(states, current, server_round)
+            for s in states:
+                self._finish(s, current[id(s)])
+                done += 1
+            log(INFO, "fedforget: %d/%d chain positions trained", done, total)
+            states = [self._advance(s, current[id(s)]) for s in states
+                      if s.position < self.plan.phases(s.chain)]
+
+    def _round(self, states: list[ChainState], current: dict[int, Arrays], server_round: int) -> dict[int, Arrays]:
+        messages, owners = [], []
+        bytes_down = 0
+        for s in states:
+            artifact = self.plan.artifact_id(s.chain, s.position)
+            prefix = pack_prefix(s.prefix) if s.prefix else {}
+            for partition, slices in self._participants(s.chain, s.position).items():
+                content = RecordDict({
+                    "arrays": _record(current[id(s)]),
+                    "config": ConfigRecord({"artifact": artifact, "server-round": server_round,
+                                            "stacking": self.plan.stacking, "slices": slices,
+                                            "slots": json.dumps(self._slots(s.position))}),
+                })
+                if prefix:
+                    content["prefix"] = _record(prefix)
+                messages.append(Message(content, dst_node_id=self.run.nodes[partition], message_type=CHAIN_MESSAGE))
+                owners.append(id(s))
+                bytes_down += _nbytes(current[id(s)]) + _nbytes(prefix)
+        started = time.monotonic()
+        replies = exchange(self.grid, messages, self.cfg.round_timeout)
+        self.wave += 1
+        by_owner: dict[int, list[Message]] = {}
+        for owner, reply in zip(owners, replies, strict=True):  # exchange answers in message order
+            by_owner.setdefault(owner, []).append(reply)
+        out, bytes_up, examples, losses = {}, 0, 0, []
+        for s in states:
+            ordered = sorted(by_owner.get(id(s), []), key=lambda r: int(r.content["metrics"][PARTITION_KEY]))
+            bytes_up += sum(_nbytes(to_numpy(r.content["arrays"])) for r in ordered)
+            useful = [r.content for r in ordered if int(r.content["metrics"]["num-examples"]) > 0]
+            examples += sum(int(r["metrics"]["num-examples"]) for r in useful)
+            losses += [float(r["metrics"]["train-loss"]) for r in useful]
+            if useful:
+                out[id(s)] = {k: np.ascontiguousarray(v) for k, v in
+                              to_numpy(aggregate_arrayrecords(useful, "num-examples")).items()}
+            else:  # every holder of this prefix's data deleted it all: the position keeps its start
+                out[id(s)] = current[id(s)]
+        self.run.store.append_metrics({
+            "wave": self.wave, "round": server_round, "positions": sorted({s.position for s in states}),
+            "chains": len(states), "client-rounds": len(messages), "bytes-down": bytes_down, "bytes-up": bytes_up,
+            "train-examples": examples, "train-loss": float(np.mean(losses)) if losses else 0.0,
+            "seconds": time.monotonic() - started, "action": self.cfg.action,
+        })
+        return out
+
+    def _finish(self, s: ChainState, state: Arrays) -> None:
+        artifact = self.plan.artifact_id(s.chain, s.position)
+        sha = self.run.store.put_arrays(state, {"artifact": artifact, "method": self.cfg.method,
+                                                "task": self.cfg.task})
+        slot = self._slots(s.position)[-1]
+        self.ledger.record_artifact(
+            artifact, sha, "lora+head", self.plan.lineage(s.chain, s.position), self.watermark,
+            {"shard": s.chain.shard, "sequence": s.chain.index, "position": s.position, "slot": slot["slot"],
+             "targets": slot["targets"], "order": list(s.chain.order)})
+        self.rebuilt.append(artifact)
+
+    def _advance(self, s: ChainState, state: Arrays) -> ChainState:
+        lora, head = split_state(state)
+        nxt = ChainState(s.chain, s.position + 1, list(s.prefix))
+        if self.plan.stacking == "continue":
+            nxt.start = dict(state)
+        else:
+            nxt.prefix.append(lora)
+            artifact = self.plan.artifact_id(s.chain, nxt.position)
+            fresh = _numpy(fresh_module(self.cfg, self.num_classes, slot_name(nxt.position),
+                                        self.targets[nxt.position - 1],
+                                        derive_seed(self.cfg.seed, self.cfg.method, artifact)))
+            nxt.start = {**fresh, **head}
+        return nxt
+
+
+# -- the two actions -------------------------------------------------------------------------
+def evaluate_serving(run: ServerRun, ledger: Ledger) -> dict[str, float]:
+    serving = ledger.serving()
+    if not serving.get("available"):
+        return {"accuracy": float("nan"), "loss": float("nan"), "num-examples": 0}
+    result = serving_accuracy(run.cfg, run.data.num_classes, run.store, ledger.plan(), serving, ledger.artifacts(),
+                              run.data.test.inputs, run.data.test.labels)
+    ledger.set_meta("accuracy", {"serving": serving["artifacts"], **result})
+    return result
+
+
+def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> dict[int, int]:
+    """``query.forget`` to every client holding forgotten samples; they delete them for good."""
+    if not forgotten:
+        return {}
+    messages = [
+        Message(RecordDict({"arrays": _record({"samples": np.asarray(ids, dtype=np.int64)})}),
+                dst_node_id=run.nodes[p], message_type=FORGET_MESSAGE)
+        for p, ids in sorted(forgotten.items())
+    ]
+    deleted = {}
+    for reply in exchange(grid, messages, run.cfg.round_timeout):
+        info = reply.content["info"]
+        deleted[int(info[PARTITION_KEY])] = int(info["deleted"])
+    log(INFO, "fedforget: clients deleted %d sample(s) for good (%s)", sum(deleted.values()),
+        ", ".join(f"partition {p}: {n}" for p, n in sorted(deleted.items())))
+    return deleted
+
+
+def run_chains(grid: Grid, cfg: RunConfig) -> None:
+    """ServerApp entry for fedsgt / s3t / sisa / fedcio (``action`` = train or retrain)."""
+    nodes = discover_partitions(grid, cfg.round_timeout)
+    if cfg.action == "retrain":
+        retrain_chains(grid, cfg, nodes)
+        return
+    run = prepare_server_run(cfg, nodes)
+    plan = build_chain_plan(cfg, run)
+    position_targets(plan, run)  # reject an impossible placement before any training
+    ledger = run.store.ledger()
+    try:
+        ledger.load_samples(run.plan.slices)
+        ledger.set_plan(plan.to_json())
+        run.store.update_manifest(plan=plan.to_json())
+        trainer = ChainTrainer(grid, run, plan, ledger, watermark=0)
+        trainer.train({c.key: 1 for c in plan.chains()})
+        serving = ledger.refresh_serving()
+        result = evaluate_serving(run, ledger)
+        run.store.append_metrics({"final": True, "action": "train", "accuracy": result["accuracy"],
+                                  "loss": result["loss"], "waves": trainer.wave, "served": serving["artifacts"]})
+        run.store.update_manifest(**{"rounds-done": trainer.wave})
+        log(INFO, "fedforget: %s trained %d artifacts; serving accuracy %.4f", cfg.method, len(trainer.rebuilt),
+            result["accuracy"])
+        log(INFO, "fedforget: store written to %s", run.store.root)
+    finally:
+        ledger.close()
+
+
+def retrain_chains(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
+    run = open_server_run(cfg, nodes)
+    ledger = run.store.ledger()
+    try:
+        watermark = ledger.last_request()
+        send_forget(grid, run, ledger.forgotten_by_partition(watermark))
+        plan = ChainPlan.from_json(ledger.plan())
+        start = rebuild_from(plan, ledger.valid_artifacts())
+        trainer = ChainTrainer(grid, run, plan, ledger, watermark)
+        trainer.train(start)
+        serving = ledger.finish_retrain(watermark, trainer.rebuilt)
+        result = evaluate_serving(run, ledger)
+        run.store.append_metrics({"final": True, "action": "retrain", "accuracy": result["accuracy"],
+                                  "loss": result["loss"], "waves": trainer.wave, "rebuilt": trainer.rebuilt,
+                                  "watermark": watermark, "served": serving["artifacts"]})
+        log(INFO, "fedforget: retrain rebuilt %d artifact(s) up to request %d; serving accuracy %.4f",
+            len(trainer.rebuilt), watermark, result["accuracy"])
+    finally:
+        ledger.close()
