@@ -10,9 +10,9 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 
 from fedforget.core.config import RunConfig, parse_run_config
 from fedforget.core.seeds import derive_seed
-from fedforget.strategies.messaging import PARTITION_KEY, to_numpy
 from fedforget.store.store import resolve_store_path
 from fedforget.store.tombstones import load_tombstones
+from fedforget.strategies.messaging import PARTITION_KEY, to_numpy
 from fedforget.strategies.run_setup import build_model, local_test_share
 from fedforget.tasks.base import Examples, TaskData
 from fedforget.tasks.registry import load_task_data, partition_plan

@@ -1,7 +1,8 @@
-"""``fedforget status``: what a store holds, as a dict (for --json) and as a rich table."""
+"""``fedforget status``: what a store holds and serves, as a dict (for --json) and as rich text."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rich.console import Console
@@ -9,25 +10,40 @@ from rich.console import Console
 from fedforget.store import Store
 
 
-def store_status(store: Store) -> dict[str, Any]:
-    """Task, method, config, progress, last accuracy, artifacts with sha256 and integrity."""
+def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
+    """Task, method, config, the serving plan, requests, and every artifact with validity and integrity.
+
+    ``accuracy`` is the served model's test accuracy: cached by training, retrain and ``evaluate``
+    for the plan they saw, and computed here (torch) when the plan changed since.
+    """
     manifest = store.manifest()
-    inventory = store.inventory()
-    metrics = store.metrics()
-    evaluated = [m for m in metrics if "accuracy" in m]
-    artifacts = [
-        {
-            "artifact_id": rec.artifact_id,
-            "sha256": rec.sha256,
-            "kind": rec.kind,
-            "valid": rec.valid,
-            "intact": store.verify_artifact(rec.sha256),
-            "serving": rec.artifact_id in inventory.serving,
-            "lineage_units": len(rec.lineage),
-        }
-        for rec in inventory.artifacts.values()
-    ]
+    ledger = store.ledger()
+    try:
+        plan = ledger.plan()
+        serving = ledger.serving()
+        served = set(serving.get("artifacts", []))
+        lineage_sizes = dict(ledger.db.execute("SELECT artifact, COUNT(*) FROM lineage GROUP BY artifact"))
+        artifacts = [
+            {"artifact_id": a["artifact"], "sha256": a["sha256"], "kind": a["kind"], "valid": a["valid"],
+             "intact": store.verify_artifact(a["sha256"]), "serving": a["artifact"] in served,
+             "lineage_units": int(lineage_sizes.get(a["artifact"], 0)), "watermark": a["watermark"]}
+            for a in ledger.artifacts()
+        ]
+        requests = ledger.requests()
+        cached = ledger.get_meta("accuracy")
+        forgotten = ledger.forgotten_count()
+    finally:
+        ledger.close()
+    acc = None
+    if cached and cached.get("serving") == sorted(served) and served:
+        acc = cached["accuracy"]
+    elif accuracy and served and all(a["intact"] for a in artifacts if a["serving"]):
+        from fedforget.unlearning.evaluate import evaluate_store
+
+        acc = evaluate_store(store)["accuracy"]
+    corrupt = [a["artifact_id"] for a in artifacts if not a["intact"]]
     backbone = manifest.get("backbone") or {}
+    available = bool(serving.get("available")) and not any(a["serving"] for a in artifacts if not a["intact"])
     return {
         "store": str(store.root),
         "task": manifest.get("task"),
@@ -35,14 +51,35 @@ def store_status(store: Store) -> dict[str, Any]:
         "config": manifest.get("config", {}),
         "num_partitions": manifest.get("num-partitions"),
         "rounds_done": int(manifest.get("rounds-done", 0)),
-        "rounds_evaluated": max((int(m.get("round", 0)) for m in evaluated), default=0),
-        "accuracy": evaluated[-1]["accuracy"] if evaluated else None,
-        "serving": list(inventory.serving),
+        "accuracy": None if acc is None or (isinstance(acc, float) and math.isnan(acc)) else acc,
+        "serving": sorted(served),
+        "serving_plan": serving,
+        "available": available,
+        "retrain_required": bool(plan) and not serving.get("available"),
+        "deletions_left": serving.get("deletions-left"),
+        "sequences": _sequences(plan, serving),
+        "requests": {"total": len(requests), "pending": sum(r["state"] == "pending" for r in requests),
+                     "forgotten_samples": forgotten},
         "artifacts": artifacts,
+        "corrupt": corrupt,
         "backbone": {"source": backbone.get("source"), "weights_sha256": backbone.get("weights-sha256"),
                      "artifact": backbone.get("artifact")},
-        "complete": bool(inventory.serving) and all(a["intact"] for a in artifacts),
+        "complete": bool(served) and not corrupt,
     }
+
+
+def _sequences(plan: dict[str, Any] | None, serving: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per shard and sequence: the group order and the active prefix (chains methods only)."""
+    if not plan or plan.get("kind") != "chains":
+        return []
+    out = []
+    for shard in serving.get("shards", []):
+        orders = plan["sequences"][shard["shard"]]
+        weights = {m["sequence"]: m["weight"] for m in shard["members"]}
+        for q, order in enumerate(orders):
+            out.append({"shard": shard["shard"], "sequence": q, "order": order, "active_prefix": shard["prefixes"][q],
+                        "weight": weights.get(q, 0.0)})
+    return out
 
 
 def print_status(status: dict[str, Any], console: Console) -> None:
@@ -50,9 +87,22 @@ def print_status(status: dict[str, Any], console: Console) -> None:
     console.print(f"[bold]store[/] {status['store']}")
     console.print(f"task [cyan]{status['task']}[/] · method [cyan]{status['method']}[/] · "
                   f"{status['num_partitions']} partitions · rounds done {status['rounds_done']} · "
-                  f"accuracy {'—' if acc is None else f'{acc:.4f}'}")
+                  f"served accuracy {'—' if acc is None else f'{acc:.4f}'}")
     cfg = status["config"]
     console.print("config " + " ".join(f"{k}={v!r}" for k, v in sorted(cfg.items())), style="dim")
+    req = status["requests"]
+    left = status["deletions_left"]
+    console.print(f"requests {req['total']} ({req['pending']} pending a retrain) · forgotten samples "
+                  f"{req['forgotten_samples']} · expected deletions left (δ) "
+                  f"{'—' if left is None else f'{left:.2f}'}")
+    if status["sequences"]:
+        console.print("[bold]sequences[/] (group order; [green]active prefix[/], weight in the served ensemble)")
+        for s in status["sequences"]:
+            order, k = s["order"], s["active_prefix"]
+            shown = "[green]" + " ".join(map(str, order[:k])) + "[/]" + (" " if k else "") + \
+                "[dim]" + " ".join(map(str, order[k:])) + "[/]"
+            console.print(f"  shard {s['shard']} seq {s['sequence']:>2}: {shown}  prefix {k} · "
+                          f"weight {s['weight']:.3f}")
     console.print("[bold]artifacts[/] (● served)")
     for a in status["artifacts"]:
         flags = [
@@ -61,6 +111,10 @@ def print_status(status: dict[str, Any], console: Console) -> None:
             f"{a['lineage_units']} units",
         ]
         console.print(f" {'●' if a['serving'] else ' '} [cyan]{a['artifact_id']}[/] {a['kind']} · " + " · ".join(flags))
-        console.print(f"   sha256 {a['sha256']}", soft_wrap=True)
-    if not status["serving"]:
+        console.print(f"   sha256 {a['sha256']}", soft_wrap=True, style="dim")
+    if status["retrain_required"]:
+        console.print("[bold red]retrain required[/]: no valid model is left to serve; run `fedforget retrain`")
+    elif not status["serving"]:
         console.print("[yellow]nothing is served yet: the run did not finish[/]")
+    if status["corrupt"]:
+        console.print(f"[bold red]corrupt artifacts are never served[/]: {', '.join(status['corrupt'])}")

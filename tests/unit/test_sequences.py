@@ -72,7 +72,7 @@ def test_sequence_score_is_the_papers_formula_not_the_expected_prefix():
     p, order = (0.1, 0.2, 0.3, 0.4), (0, 1, 2, 3)
     assert [round(sequence_score(order, p, t), 4) for t in (1, 2, 5)] == [3.5, 2.27, 0.9573]
     assert [round(expected_prefix_score(order, p, t), 4) for t in (1, 2, 5)] == [2.0, 1.46, 0.7688]
-    assert sequence_score((3, 2, 1, 0), p) > sequence_score(order, p)  # rare deletions first score higher
+    assert sequence_score(order, p) > sequence_score((3, 2, 1, 0), p)  # rarely deleted groups first score higher
 
 
 def test_expected_prefix_score_matches_monte_carlo():

@@ -48,7 +48,7 @@ def test_s3t_workflow_example_three_shards():
         seqs = shards[shard]
         prefixes = [active_prefix(s, affected[shard]) for s in seqs]
         alive = [tuple(g + 1 for g in seqs[i][: prefixes[i]]) for i, _ in select_serving(seqs, prefixes, "allseq")]
-        (best, _), = select_serving(seqs, prefixes, "longseq")
+        ((best, _),) = select_serving(seqs, prefixes, "longseq")
         return alive, tuple(g + 1 for g in seqs[best][: prefixes[best]])
 
     assert surviving(2) == ([(4,), (3, 4), (2, 3, 4)], (2, 3, 4))

@@ -1,4 +1,3 @@
-import json
 import stat
 
 import numpy as np

@@ -1,0 +1,33 @@
+"""``fedforget forget``: resolve ids to units, record the request, invalidate, re-plan serving.
+
+No torch, no Flower: the whole request is one SQLite transaction in the ledger, so it takes
+milliseconds and a crash leaves it applied or absent, never half.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fedforget.core.slicing import UnitId
+from fedforget.store import Store
+from fedforget.store.ledger import ForgetResult, LedgerUsageError
+
+
+def parse_slices(texts: Sequence[str]) -> list[str]:
+    """``3:1`` → canonical unit ids; raises LedgerUsageError with the expected form otherwise."""
+    out = []
+    for text in texts:
+        try:
+            out.append(str(UnitId.parse(text.strip())))
+        except ValueError as exc:
+            raise LedgerUsageError(str(exc)) from None
+    return out
+
+
+def forget_request(store: Store, samples: Sequence[int] = (), slices: Sequence[str] = (),
+                   clients: Sequence[int] = ()) -> ForgetResult:
+    ledger = store.ledger()
+    try:
+        return ledger.forget(samples=samples, slices=parse_slices(slices), clients=clients)
+    finally:
+        ledger.close()

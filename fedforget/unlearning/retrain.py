@@ -1,0 +1,39 @@
+"""``fedforget retrain``: a Flower run that makes clients delete forgotten data and rebuilds what is invalid."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from fedforget.store import Store
+from fedforget.unlearning.flwr_runner import flwr_run
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(str(value))  # a TOML basic string
+
+
+def retrain_run_config(store: Store) -> str:
+    """The stored run config with ``action='retrain'`` (``store`` is added by :func:`flwr_run`)."""
+    config = dict(store.manifest()["config"])
+    config["action"] = "retrain"
+    config.pop("store", None)
+    return " ".join(f"{k}={toml_value(v)}" for k, v in sorted(config.items()))
+
+
+def retrain_store(store: Store, federation: str, console: Console) -> tuple[int, Path, int]:
+    """Submit the retrain run; return (flwr exit code, log path, watermark it had to reach)."""
+    ledger = store.ledger()
+    try:
+        target = ledger.last_request()
+    finally:
+        ledger.close()
+    code, log_path = flwr_run(federation, retrain_run_config(store), str(store.root), console)
+    return code, log_path, target
