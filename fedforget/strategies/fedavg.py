@@ -108,7 +108,7 @@ def run_fedavg(grid: Grid, cfg: RunConfig) -> None:
     ``action='retrain'`` is the retrain-from-scratch baseline: clients first delete the forgotten
     samples for good, then the whole training runs again on what remains.
     """
-    from fedforget.strategies.chains import send_forget
+    from fedforget.strategies.chains import evaluate_serving, send_forget
 
     nodes = discover_partitions(grid, cfg.round_timeout)
     if cfg.action == "retrain":
@@ -130,6 +130,7 @@ def run_fedavg(grid: Grid, cfg: RunConfig) -> None:
             ledger.finish_retrain(watermark, [ARTIFACT])
         else:
             ledger.refresh_serving()
+        evaluate_serving(run, ledger)
     finally:
         ledger.close()
     run.store.update_manifest(**{"rounds-done": cfg.num_rounds})

@@ -260,3 +260,7 @@ def run(
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()
