@@ -4,7 +4,7 @@ ROOT := $(shell pwd)
 VENV := $(ROOT)/.venv
 ACTIVATE := source $(VENV)/bin/activate
 DEMO_STORE ?= runs/demo
-DEMO_CONFIG ?= method='fedavg' task='fmnist-cnn' num-rounds=5 seed=1
+DEMO_CONFIG ?= method='fedsgt' task='fmnist-cnn' groups=5 budget=5 seed=1
 PYTEST_ARGS ?=
 
 .PHONY: setup demo test test-fast lint deploy-up deploy-down deploy-status bench clean-runs
@@ -12,9 +12,17 @@ PYTEST_ARGS ?=
 setup:
 	@bash tools/setup.sh
 
+# train FedSGT, forget one sample (instant, exact), see what is served, retrain through Flower, verify
 demo: setup
+	@rm -rf $(DEMO_STORE)
 	@$(ACTIVATE) && fedforget run --federation local-simulation --store $(DEMO_STORE) --run-config "$(DEMO_CONFIG)"
 	@$(ACTIVATE) && fedforget status --store $(DEMO_STORE)
+	@$(ACTIVATE) && fedforget forget --store $(DEMO_STORE) --sample $$(python -c "import json; \
+		print(json.load(open('$(DEMO_STORE)/manifest.json'))['partitions']['3'][1][0])")
+	@$(ACTIVATE) && fedforget status --store $(DEMO_STORE) && fedforget evaluate --store $(DEMO_STORE)
+	@$(ACTIVATE) && fedforget verify --store $(DEMO_STORE)
+	@$(ACTIVATE) && fedforget retrain --store $(DEMO_STORE) --federation local-simulation
+	@$(ACTIVATE) && fedforget verify --store $(DEMO_STORE)
 
 test: setup
 	@$(ACTIVATE) && ruff check . && python -m pytest -q $(PYTEST_ARGS)
@@ -35,7 +43,8 @@ deploy-status:
 	@bash deploy/loopback.sh status
 
 bench: setup
-	@$(ACTIVATE) && python benchmarks/runtime_overhead.py
+	@$(ACTIVATE) && python benchmarks/runtime_overhead.py && python benchmarks/unlearning_service.py \
+		&& python benchmarks/forget_scale.py
 
 clean-runs:
 	rm -rf runs

@@ -254,7 +254,8 @@ class Ledger:
             new_samples = [s for s in samples if s not in self._already(db, samples)]
             unit_new = self._count_unforgotten(db, units_named)
             if not new_samples and unit_new == 0:
-                serving = json.loads(db.execute("SELECT value FROM meta WHERE key='serving'").fetchone()[0])
+                row = db.execute("SELECT value FROM meta WHERE key='serving'").fetchone()
+                serving = json.loads(row[0]) if row else {"available": False, "artifacts": []}  # as serving()
                 return ForgetResult(None, 0, [], [], serving, (clock() - start) * 1000.0,
                                     already=len(samples) + len(units_named))
             spec = {"samples": samples, "slices": slices, "clients": clients}

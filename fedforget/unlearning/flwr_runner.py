@@ -16,6 +16,7 @@ import fedforget
 from fedforget.store.store import resolve_store_path
 
 ROUND_LINE = re.compile(r"round (\d+)/(\d+): test accuracy ([0-9.]+)")
+POSITION_LINE = re.compile(r"(\d+)/(\d+) chain positions trained")
 
 
 def app_dir() -> Path:
@@ -56,6 +57,9 @@ def flwr_run(federation: str, run_config: str, store: str, console: Console) -> 
                                 acc=f"test accuracy {acc:.4f}")
                 if rnd > 0:
                     progress.console.print(f"round {rnd}/{total}: test accuracy {acc:.4f}")
+            elif (match := POSITION_LINE.search(line)) is not None:
+                progress.update(bar, description=f"{federation}: chain positions", completed=int(match[1]),
+                                total=int(match[2]), acc="")
             elif "ERROR" in line or "Traceback" in line:
                 progress.console.print(line.rstrip(), style="red", markup=False, highlight=False)
         code = proc.wait()
