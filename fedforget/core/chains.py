@@ -88,6 +88,11 @@ class ChainPlan:
             "serving": self.serving,
         }
 
+    def serving_json(self) -> dict[str, Any]:
+        """The plan without its groups' unit lists: all that serving needs, so the forget path does
+        not parse a list that grows with the number of clients (the full plan is in the manifest)."""
+        return {**self.to_json(), "groups": [[[] for _ in shard] for shard in self.groups]}
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ChainPlan:
         return cls(
@@ -192,3 +197,21 @@ def compute_serving(plan_json: dict[str, Any], valid: Collection[str]) -> dict[s
     if kind == "single":
         return single_serving(str(plan_json["artifact"]), valid)
     raise ValueError(f"unknown plan kind {kind!r}")
+
+
+def describe_invalidation(plan_json: dict[str, Any] | None, invalidated: Collection[str]) -> dict[str, Any]:
+    """Which groups a request newly hit and which sequences it cut, read off the invalidated ids.
+
+    A chain's first invalidated position holds the group that was hit, so no unit → group map (which
+    grows with the number of clients) is needed on the forget path.
+    """
+    if not plan_json or plan_json.get("kind") != "chains":
+        return {"groups": [], "sequences": []}
+    first: dict[tuple[int, int], int] = {}
+    for artifact in invalidated:
+        _, shard, seq, pos = artifact.rsplit("/", 3)
+        key = (int(shard[1:]), int(seq[1:]))
+        first[key] = min(first.get(key, 1 << 30), int(pos[1:]))
+    sequences = [{"shard": s, "sequence": q, "prefix": p - 1} for (s, q), p in sorted(first.items())]
+    groups = sorted({(s, plan_json["sequences"][s][q][p - 1]) for (s, q), p in first.items()})
+    return {"groups": [{"shard": s, "group": g} for s, g in groups], "sequences": sequences}

@@ -77,11 +77,14 @@ class ForgetResult:
     serving: dict[str, Any]
     latency_ms: float
     already: int = 0
-    notes: list[str] = field(default_factory=list)
+    #: affected groups and cut sequences (chains methods), filled in by the coordinator
+    affected: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"request": self.request, "new-samples": self.new_samples, "already-forgotten": self.already,
                 "units": self.units, "invalidated": self.invalidated, "serving": self.serving,
+                "affected-groups": self.affected.get("groups", []),
+                "affected-sequences": self.affected.get("sequences", []),
                 "latency-ms": self.latency_ms, "no-op": self.request is None}
 
 

@@ -293,7 +293,7 @@ def run_chains(grid: Grid, cfg: RunConfig) -> None:
     ledger = run.store.ledger()
     try:
         ledger.load_samples(run.plan.slices)
-        ledger.set_plan(plan.to_json())
+        ledger.set_plan(plan.serving_json())
         run.store.update_manifest(plan=plan.to_json())
         trainer = ChainTrainer(grid, run, plan, ledger, watermark=0)
         trainer.train({c.key: 1 for c in plan.chains()})
@@ -315,7 +315,7 @@ def retrain_chains(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
     try:
         watermark = ledger.last_request()
         send_forget(grid, run, ledger.forgotten_by_partition(watermark))
-        plan = ChainPlan.from_json(ledger.plan())
+        plan = ChainPlan.from_json(run.store.manifest()["plan"])
         start = rebuild_from(plan, ledger.valid_artifacts())
         trainer = ChainTrainer(grid, run, plan, ledger, watermark)
         trainer.train(start)

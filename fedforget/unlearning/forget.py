@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fedforget.core.chains import describe_invalidation
 from fedforget.core.slicing import UnitId
 from fedforget.store import Store
 from fedforget.store.ledger import ForgetResult, LedgerUsageError
@@ -28,6 +29,8 @@ def forget_request(store: Store, samples: Sequence[int] = (), slices: Sequence[s
                    clients: Sequence[int] = ()) -> ForgetResult:
     ledger = store.ledger()
     try:
-        return ledger.forget(samples=samples, slices=parse_slices(slices), clients=clients)
+        result = ledger.forget(samples=samples, slices=parse_slices(slices), clients=clients)
+        result.affected = describe_invalidation(ledger.plan(), result.invalidated)
+        return result
     finally:
         ledger.close()

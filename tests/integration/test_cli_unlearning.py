@@ -55,6 +55,7 @@ def test_forget_json_reports_units_invalidated_serving_and_latency_and_repeats_a
     data = json.loads(first.output)
     assert data["request"] == 1 and data["units"] == ["1:0"] and data["invalidated"]
     assert data["serving"]["available"] and data["latency-ms"] >= 0
+    assert len(data["affected-groups"]) == 1 and data["affected-sequences"]
     again = json.loads(cli("forget", "--store", str(store), "--sample", sid, "--json").output)
     assert again["no-op"] and again["request"] is None
     status = json.loads(cli("status", "--store", str(store), "--json").output)
