@@ -94,7 +94,16 @@ def position_targets(plan: ChainPlan, run: ServerRun) -> list[list[str] | None]:
     targets = run.bundle.backbone.lora_targets
     if isinstance(targets, str):
         raise ValueError("layer placement needs a list of LoRA target modules; use placement='additive'")
-    return layer_blocks(list(targets), phases)
+    return layer_blocks(target_modules_in_depth_order(run.bundle.backbone.module, targets), phases)
+
+
+def target_modules_in_depth_order(module: torch.nn.Module, targets: list[str]) -> list[str]:
+    """Every module peft wraps for ``targets`` (exact names or name suffixes, like peft matches them),
+    by full name in the model's order, so blocks of them are blocks of layers (``query``/``value`` of
+    a transformer become one pair per layer)."""
+    names = [n for n, _ in module.named_modules()
+             if any(n == t or n.endswith("." + t) for t in targets)]
+    return names or list(targets)
 
 
 # -- training --------------------------------------------------------------------------------
