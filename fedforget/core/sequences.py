@@ -14,7 +14,6 @@ import random
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 Order = tuple[int, ...]
 
@@ -134,6 +133,8 @@ def _bms_latin_square(prior: list[float], t: int) -> list[Order]:
             for j in range(groups):
                 if j not in used:
                     weight[i, j] = sequence_score([*order, j], prior, t)
+        from scipy.optimize import linear_sum_assignment  # only BMS needs it; keep the forget path light
+
         rows, cols = linear_sum_assignment(weight, maximize=True)
         for i, j in zip(rows, cols, strict=True):
             orders[int(i)].append(int(j))

@@ -35,6 +35,7 @@ CREATE TABLE IF NOT EXISTS artifacts(artifact TEXT PRIMARY KEY, sha256 TEXT NOT 
     watermark INTEGER NOT NULL, valid INTEGER NOT NULL, meta TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS lineage(unit TEXT NOT NULL, artifact TEXT NOT NULL, PRIMARY KEY(unit, artifact))
     WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS lineage_by_artifact ON lineage(artifact);
 CREATE TABLE IF NOT EXISTS history(artifact TEXT NOT NULL, sha256 TEXT NOT NULL, watermark INTEGER NOT NULL,
     at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS requests(id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, kind TEXT NOT NULL,
@@ -254,13 +255,14 @@ class Ledger:
             plan = self._plan(db)
             units_named = self._resolve_units(db, slices, clients)
             found = self._resolve_samples(db, samples)
-            new_samples = [s for s in samples if s not in self._already(db, samples)]
+            already = self._already(db, samples)
+            new_samples = [s for s in samples if s not in already]
             unit_new = self._count_unforgotten(db, units_named)
             if not new_samples and unit_new == 0:
                 row = db.execute("SELECT value FROM meta WHERE key='serving'").fetchone()
                 serving = json.loads(row[0]) if row else {"available": False, "artifacts": []}  # as serving()
                 return ForgetResult(None, 0, [], [], serving, (clock() - start) * 1000.0,
-                                    already=len(samples) + len(units_named))
+                                    already=len(samples))
             spec = {"samples": samples, "slices": slices, "clients": clients}
             kind = "client" if clients else "slice" if slices else "sample"
             cur = db.execute("INSERT INTO requests(at, kind, spec, samples, units, invalidated, latency_ms) "
