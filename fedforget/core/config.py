@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 TASKS = ("digits-mlp", "fmnist-cnn", "fmnist-effnet", "rt-minilm", "hf")
-METHODS = ("fedavg",)
+METHODS = ("fedavg", "hosfl", "sfl", "zo-sfl")
 PARTITIONERS = ("iid", "dirichlet")
 OPTIMIZERS = ("sgd", "adam")
 
@@ -42,6 +42,13 @@ class RunConfig:
     hf_model: str = ""
     hf_input_column: str = ""
     hf_label_column: str = "label"
+    # -- HO-SFL and the split baselines (issue 4) --
+    cut: int = 1
+    perturbations: int = 5
+    mu: float = 0.001
+    clients_per_round: int = 3
+    client_lr: float = 0.01
+    eval_every: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         """Flower-style keys (``num-rounds``), as stored in the manifest."""
@@ -64,8 +71,12 @@ _MIN = {
     "slices_per_client": 1,
     "train_size": 0,
     "test_size": 0,
+    "cut": 1,
+    "perturbations": 1,
+    "clients_per_round": 1,
+    "eval_every": 1,
 }
-_POSITIVE = ("lr", "dirichlet_alpha", "round_timeout")
+_POSITIVE = ("lr", "dirichlet_alpha", "round_timeout", "mu", "client_lr")
 
 
 def _coerce(name: str, kind: type, value: object) -> object:
@@ -116,7 +127,25 @@ def parse_run_config(raw: Mapping[str, object]) -> RunConfig:
         raise ConfigError(
             "task='hf' needs run-config 'hf-dataset' and 'hf-model' (a dataset path/name and a model name)"
         )
+    _check_split(cfg)
     return cfg
+
+
+# -- HO-SFL and the split baselines (issue 4) ----------------------------------------------------
+SPLIT_METHODS = ("hosfl", "sfl", "zo-sfl")
+#: Blocks a split model can put on the client: digits-mlp fc1|fc2, fmnist-cnn conv1|conv2|fc1,
+#: rt-minilm transformer layers (the embeddings always stay on the client).
+SPLIT_MAX_CUT = {"digits-mlp": 2, "fmnist-cnn": 3, "rt-minilm": 6}
+
+
+def _check_split(cfg: RunConfig) -> None:
+    if cfg.method not in SPLIT_METHODS:
+        return
+    if cfg.task not in SPLIT_MAX_CUT:
+        raise ConfigError(f"method {cfg.method!r} needs a split model; use task one of: {', '.join(SPLIT_MAX_CUT)}")
+    if cfg.cut > SPLIT_MAX_CUT[cfg.task]:
+        raise ConfigError(f"run-config 'cut'={cfg.cut} is too deep for task {cfg.task!r}: "
+                          f"use 1..{SPLIT_MAX_CUT[cfg.task]} (blocks on the client)")
 
 
 def sample_clients(partitions: list[int], fraction: float, seed: int) -> list[int]:

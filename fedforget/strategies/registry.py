@@ -8,8 +8,11 @@ from flwr.serverapp import Grid
 
 from fedforget.core.config import RunConfig
 from fedforget.strategies.fedavg import run_fedavg
+from fedforget.strategies.hosfl import run_split_method
 
 METHODS: dict[str, Callable[[Grid, RunConfig], None]] = {"fedavg": run_fedavg}
+# HO-SFL and the split baselines (issue 4)
+METHODS.update({"hosfl": run_split_method, "sfl": run_split_method, "zo-sfl": run_split_method})
 
 
 def get_method(name: str) -> Callable[[Grid, RunConfig], None]:
