@@ -192,3 +192,21 @@ def test_bad_split_config_fails_before_anything_is_written(tmp_path, override, m
     with pytest.raises(ConfigError, match=message):
         _run(tmp_path / "s", 3, method="hosfl", **override)
     assert not (tmp_path / "s").exists()
+
+
+def test_fedforget_status_shows_traffic_by_direction_and_kind(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from fedforget.unlearning.cli import app
+
+    _run(tmp_path / "s", 3, method="hosfl", perturbations=5, **{"num-rounds": 2, "clients-per-round": 2,
+                                                                 "eval-every": 2})
+    runner = CliRunner()
+    info = json.loads(runner.invoke(app, ["status", "--store", str(tmp_path / "s"), "--json"]).output)["split"]
+    assert info["client_rounds"] == 4 and info["samples"] == 4 * 32
+    assert info["bytes_per_client_round"]["up"]["aggregation"] == 20.0  # P = 5 float32 scalars
+    assert info["bytes_total"]["down"]["feedback"] == 4 * 32 * 128 * 4
+    table = runner.invoke(app, ["status", "--store", str(tmp_path / "s")], env={"COLUMNS": "250"}).output
+    assert "split" in table and "up: activations" in table and "(20 B/client-round)" in table
