@@ -33,3 +33,23 @@ def train_chain(msg: Message, context: Context) -> Message:
 @app.query("forget")
 def forget(msg: Message, context: Context) -> Message:
     return chain_client.forget_samples(msg, context)
+# -- HO-SFL and the split baselines (issue 4); hosfl_client is imported on first use -------------
+@app.train("forward")
+def split_forward(msg: Message, context: Context) -> Message:
+    from fedforget.strategies import hosfl_client
+
+    return hosfl_client.forward(msg, context)
+
+
+@app.train("zo")
+def split_zo(msg: Message, context: Context) -> Message:
+    from fedforget.strategies import hosfl_client
+
+    return hosfl_client.zo_phase(msg, context)
+
+
+@app.train("backprop")
+def split_backprop(msg: Message, context: Context) -> Message:
+    from fedforget.strategies import hosfl_client
+
+    return hosfl_client.backprop(msg, context)

@@ -7,10 +7,11 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 TASKS = ("digits-mlp", "fmnist-cnn", "fmnist-effnet", "rt-minilm", "hf")
-METHODS = ("fedavg", "fedsgt", "s3t", "sisa", "fedcio")
+METHODS = ("fedavg", "fedsgt", "s3t", "sisa", "fedcio", "hosfl", "sfl", "zo-sfl")
 SERVING = ("allseq", "minseq", "longseq")
 PLACEMENTS = ("auto", "additive", "layer")
 ACTIONS = ("train", "retrain")
+RETRAINABLE = ("fedavg", "fedsgt", "s3t", "sisa", "fedcio")
 PARTITIONERS = ("iid", "dirichlet")
 OPTIMIZERS = ("sgd", "adam")
 
@@ -55,6 +56,13 @@ class RunConfig:
     placement: str = "auto"
     prior: str = ""
     action: str = "train"
+    # -- HO-SFL and the split baselines (issue 4) --
+    cut: int = 1
+    perturbations: int = 5
+    mu: float = 0.001
+    clients_per_round: int = 3
+    client_lr: float = 0.01
+    eval_every: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         """Flower-style keys (``num-rounds``), as stored in the manifest."""
@@ -85,8 +93,12 @@ _MIN = {
     "rounds_per_phase": 1,
     "shards": 1,
     "clusters": 1,
+    "cut": 1,
+    "perturbations": 1,
+    "clients_per_round": 1,
+    "eval_every": 1,
 }
-_POSITIVE = ("lr", "dirichlet_alpha", "round_timeout")
+_POSITIVE = ("lr", "dirichlet_alpha", "round_timeout", "mu", "client_lr")
 
 
 def _coerce(name: str, kind: type, value: object) -> object:
@@ -139,6 +151,10 @@ def parse_run_config(raw: Mapping[str, object]) -> RunConfig:
         )
     if cfg.prior:
         parse_prior(cfg.prior, cfg.groups)
+    if cfg.action == "retrain" and cfg.method not in RETRAINABLE:
+        raise ConfigError(f"method {cfg.method!r} cannot retrain a store after forgetting; "
+                          f"retrain methods: {', '.join(RETRAINABLE)}")
+    _check_split(cfg)
     return cfg
 
 
@@ -152,6 +168,23 @@ def parse_prior(text: str, groups: int) -> list[float]:
         raise ConfigError(f"run-config 'prior' needs {groups} non-negative numbers (one per group) summing to 1, "
                           f"got {text!r}")
     return values
+
+
+# -- HO-SFL and the split baselines (issue 4) ----------------------------------------------------
+SPLIT_METHODS = ("hosfl", "sfl", "zo-sfl")
+#: Blocks a split model can put on the client: digits-mlp fc1|fc2, fmnist-cnn conv1|conv2|fc1,
+#: rt-minilm transformer layers (the embeddings always stay on the client).
+SPLIT_MAX_CUT = {"digits-mlp": 2, "fmnist-cnn": 3, "rt-minilm": 6}
+
+
+def _check_split(cfg: RunConfig) -> None:
+    if cfg.method not in SPLIT_METHODS:
+        return
+    if cfg.task not in SPLIT_MAX_CUT:
+        raise ConfigError(f"method {cfg.method!r} needs a split model; use task one of: {', '.join(SPLIT_MAX_CUT)}")
+    if cfg.cut > SPLIT_MAX_CUT[cfg.task]:
+        raise ConfigError(f"run-config 'cut'={cfg.cut} is too deep for task {cfg.task!r}: "
+                          f"use 1..{SPLIT_MAX_CUT[cfg.task]} (blocks on the client)")
 
 
 def sample_clients(partitions: list[int], fraction: float, seed: int) -> list[int]:

@@ -9,6 +9,7 @@ from flwr.serverapp import Grid
 from fedforget.core.config import RunConfig
 from fedforget.strategies.chains import run_chains
 from fedforget.strategies.fedavg import run_fedavg
+from fedforget.strategies.hosfl import run_split_method
 
 METHODS: dict[str, Callable[[Grid, RunConfig], None]] = {
     "fedavg": run_fedavg,
@@ -17,6 +18,8 @@ METHODS: dict[str, Callable[[Grid, RunConfig], None]] = {
     "sisa": run_chains,
     "fedcio": run_chains,
 }
+# HO-SFL and the split baselines (issue 4)
+METHODS.update({"hosfl": run_split_method, "sfl": run_split_method, "zo-sfl": run_split_method})
 
 
 def get_method(name: str) -> Callable[[Grid, RunConfig], None]:

@@ -53,6 +53,10 @@ def serving_probabilities(cfg: RunConfig, num_classes: int, store: Store, plan_j
         raise ServingError("no valid model is left to serve; run `fedforget retrain`")
     shas = {a["artifact"]: a["sha256"] for a in artifacts}
     metas = {a["artifact"]: a["meta"] for a in artifacts}
+    kinds = {a["kind"] for a in artifacts if a["artifact"] in serving["artifacts"]}
+    if kinds - {"lora+head"}:
+        raise ServingError(f"evaluate rebuilds LoRA + head models only, not {', '.join(sorted(kinds))}; "
+                           "`fedforget status` shows the accuracy the run measured")
     if plan_json["kind"] == "single":
         (artifact,) = serving["artifacts"]
         lora, head = split_state(load_tensors(store, shas[artifact]))

@@ -65,6 +65,7 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
         "backbone": {"source": backbone.get("source"), "weights_sha256": backbone.get("weights-sha256"),
                      "artifact": backbone.get("artifact")},
         "complete": bool(served) and not corrupt,
+        "split": split_summary(manifest, store.metrics()),
     }
 
 
@@ -112,9 +113,43 @@ def print_status(status: dict[str, Any], console: Console) -> None:
         ]
         console.print(f" {'●' if a['serving'] else ' '} [cyan]{a['artifact_id']}[/] {a['kind']} · " + " · ".join(flags))
         console.print(f"   sha256 {a['sha256']}", soft_wrap=True, style="dim")
+    if status.get("split"):
+        print_split_summary(status["split"], console)
     if status["retrain_required"]:
         console.print("[bold red]retrain required[/]: no valid model is left to serve; run `fedforget retrain`")
     elif not status["serving"]:
         console.print("[yellow]nothing is served yet: the run did not finish[/]")
     if status["corrupt"]:
         console.print(f"[bold red]corrupt artifacts are never served[/]: {', '.join(status['corrupt'])}")
+
+
+# -- HO-SFL and the split baselines (issue 4) ----------------------------------------------------
+def split_summary(manifest: dict[str, Any], metrics: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Traffic by direction and kind (total and per client-round), samples and client memory of a split run."""
+    from fedforget.core.hosfl_plan import summarize_traffic
+
+    info = manifest.get("split")
+    if not info:
+        return None
+    rows = [m for m in metrics if "bytes" in m]
+    traffic = summarize_traffic(rows)
+    return {
+        "cut": info.get("cut"), "d_c": info.get("d_c"), "d_s": info.get("d_s"),
+        "perturbations": info.get("perturbations"), "mu": info.get("mu"),
+        "rounds": len(rows), "client_rounds": traffic["client-rounds"],
+        "samples": max((int(m.get("samples-total", 0)) for m in rows), default=0),
+        "bytes_total": traffic["total"], "bytes_per_client_round": traffic["per-client-round"],
+        "client_peak_rss_mb": max((float(m.get("client-peak-rss-mb", 0.0)) for m in rows), default=0.0),
+        "dropped_client_rounds": sum(len(m.get("dropped", [])) for m in rows),
+    }
+
+
+def print_split_summary(split: dict[str, Any], console: Console) -> None:
+    console.print(f"[bold]split[/] cut {split['cut']} · d_c {split['d_c']:,} · d_s {split['d_s']:,} · "
+                  f"{split['rounds']} rounds · {split['client_rounds']} client-rounds · {split['samples']:,} samples · "
+                  f"{split['dropped_client_rounds']} dropped · client peak RSS {split['client_peak_rss_mb']:.0f} MB")
+    for direction in ("up", "down"):
+        kinds = split["bytes_total"][direction]
+        per = split["bytes_per_client_round"][direction]
+        console.print(f"  {direction:>4}: " + " · ".join(
+            f"{k} {kinds[k] / 1e6:.3f} MB ({per[k]:,.0f} B/client-round)" for k in kinds))

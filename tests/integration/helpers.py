@@ -31,3 +31,11 @@ def lineage(store: Store, artifact: str) -> list[str]:
         return ledger.lineage(artifact)
     finally:
         ledger.close()
+
+
+def served_ids(store: Store) -> list[str]:
+    ledger = store.ledger()
+    try:
+        return list(ledger.serving()["artifacts"])
+    finally:
+        ledger.close()

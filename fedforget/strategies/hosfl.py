@@ -1,0 +1,355 @@
+"""``hosfl`` (HO-SFL, Algorithm 1 over Flower messages) and its baselines ``sfl`` and ``zo-sfl``.
+
+One round of every method is two exchanges with the K sampled clients:
+
+===========  ==========================================  ===========================================
+method       ``train.forward`` → reply                   second message → reply
+===========  ==========================================  ===========================================
+hosfl        history (seeds, v̄) since the client's      ``train.zo``: λ_m and the round's P seeds →
+             version → (z, y)                            P scalars v_m (float32)
+sfl          global θ_c → (z, y)                         ``train.backprop``: λ_m → θ_c after one SGD
+                                                         step (the server averages them: SFLv1)
+zo-sfl       global θ_c, round seed → (z₊, z₋, y)        ``train.zo``: the SPSA scalar g_m → θ_c − η g_m u
+===========  ==========================================  ===========================================
+
+The server back-propagates each client's batch separately (λ_m = ∂ℓ_m/∂z_m of that client's mean
+loss) and steps θ_s once with the mean gradient (HO-SFL, SFL). HO-SFL's server keeps a shadow θ_c,
+updated with the same (seeds, v̄) as every client, and evaluates [θ_c; θ_s] on the test split.
+
+Failure rule: each exchange waits at most ``round-timeout`` seconds. A client that answers with an
+error or not at all is dropped for the rest of the round: the round goes on with the K' clients
+that answered (θ_s steps on their mean gradient; v̄ is their mean); if nobody answers, the round's
+update is zero. A dropped client is not behind for good: its version stays where it was, and the
+next time it is sampled it replays the missed (seed, v̄) entries.
+
+Traffic is measured on the real messages: payload bytes per record, the records being named by
+kind (activations, feedback, aggregation, control), in each direction; Flower's own serialized size
+(``count_bytes``) is recorded next to it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from logging import INFO, WARNING
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.serverapp import Grid
+from flwr.supercore import log
+from torch import nn
+
+from fedforget.core.config import ConfigError, RunConfig
+from fedforget.core.hosfl_plan import History, TrafficLedger, round_seeds, sample_round
+from fedforget.core.seeds import derive_seed
+from fedforget.strategies.fedavg import all_units
+from fedforget.strategies.messaging import PARTITION_KEY, discover_partitions, send_with_retries
+from fedforget.strategies.run_setup import prepare_server_run
+from fedforget.tasks.split import SplitModel, cached_split_model
+from fedforget.training import zo
+from fedforget.training.determinism import deterministic_torch
+from fedforget.training.supervised import evaluate
+
+FORWARD = "train.forward"
+ZO = "train.zo"
+BACKPROP = "train.backprop"
+
+
+# -- traffic ---------------------------------------------------------------------------------------
+def payload_bytes(record: ArrayRecord | ConfigRecord) -> int:
+    """Bytes of the values a record carries: array data, 8 per number, the length of strings."""
+    if isinstance(record, ArrayRecord):
+        return sum(int(a.numpy().nbytes) for a in record.values())
+    total = 0
+    for value in record.values():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, bool):
+                total += 1
+            elif isinstance(item, (int, float)):
+                total += 8
+            elif isinstance(item, str):
+                total += len(item.encode("utf-8"))
+            elif isinstance(item, bytes):
+                total += len(item)
+    return total
+
+
+def count_message(ledger: TrafficLedger, msg: Message, direction: str) -> None:
+    for name, record in msg.content.items():
+        ledger.add(direction, name, payload_bytes(record))
+        ledger.add_wire(direction, int(record.count_bytes()))
+
+
+class Composite(nn.Module):
+    """[θ_c; θ_s] as one model, for evaluation."""
+
+    def __init__(self, split: SplitModel) -> None:
+        super().__init__()
+        self.split = split
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return self.split.server(*self.split.client(*inputs))
+
+
+def _t(record: ArrayRecord, key: str) -> torch.Tensor:
+    return torch.from_numpy(record[key].numpy().copy())
+
+
+# -- the run -------------------------------------------------------------------------------------------
+class SplitRun:
+    """State of one HO-SFL / SFL / ZO-SFL run on the server."""
+
+    def __init__(self, grid: Grid, cfg: RunConfig) -> None:
+        self.grid, self.cfg = grid, cfg
+        nodes = discover_partitions(grid, cfg.round_timeout)
+        if cfg.clients_per_round > len(nodes):
+            raise ConfigError(f"run-config 'clients-per-round'={cfg.clients_per_round} is more than the "
+                              f"{len(nodes)} nodes of this federation; use 1..{len(nodes)}")
+        self.nodes = nodes
+        self.partition_of = {n: p for p, n in nodes.items()}
+        self.run = prepare_server_run(cfg, nodes)
+        self.split = cached_split_model(cfg, self.run.data.num_classes, "server")
+        self.split.load_client_vector(self.split.initial_client)
+        self.split.load_server_state(self.split.initial_server)
+        self.theta_c = self.split.initial_client.clone()  # HO-SFL: the shadow; SFL/ZO-SFL: the global θ_c
+        self.server_params = [p for _, p in self.split.server_params]
+        self.opt = self._optimizer()
+        self.history = History()
+        self.version = dict.fromkeys(nodes, 0)  # partition -> history entries it has applied (t'_m)
+        self.tag = uuid.uuid4().hex[:12]
+        self.ledger = TrafficLedger()
+        self.participants: set[int] = set()
+        self.samples = 0
+        self.peak_rss = 0.0  # the largest client peak RSS reported this round (MB)
+        self.artifact = f"{cfg.method}/global"
+
+    def _optimizer(self) -> torch.optim.Optimizer | None:
+        if self.cfg.method == "zo-sfl":
+            return None  # ZO-SGD on both sides
+        if self.cfg.optimizer == "adam":
+            return torch.optim.Adam(self.server_params, lr=self.cfg.lr)
+        return torch.optim.SGD(self.server_params, lr=self.cfg.lr)
+
+    # -- messaging ---------------------------------------------------------------------------------------
+    def _control(self, server_round: int, **extra: int | str) -> ConfigRecord:
+        return ConfigRecord({"round": server_round, "run-tag": self.tag, **extra})
+
+    def _exchange(self, msgs: dict[int, Message], phase: str) -> dict[int, Message]:
+        """Send, wait at most ``round-timeout``; the partitions that answered cleanly, with their replies."""
+        for m in msgs.values():
+            count_message(self.ledger, m, "down")
+        replies = send_with_retries(self.grid, list(msgs.values()), self.cfg.round_timeout)
+        ok: dict[int, Message] = {}
+        for r in replies:
+            if r.has_error():
+                log(WARNING, "fedforget: %s: a client answered with an error, dropped for this round: [%s] %s",
+                    phase, r.error.code, r.error.reason)
+                continue
+            part = int(r.content["control"][PARTITION_KEY])
+            ok[part] = r
+            count_message(self.ledger, r, "up")
+            self.peak_rss = max(self.peak_rss, float(r.content["control"].get("peak-rss-mb", 0.0)))
+        missing = sorted(set(msgs) - set(ok))
+        if missing:
+            log(WARNING, "fedforget: %s: partitions %s did not answer within %.0f s or failed; the round goes on "
+                "with %d of %d", phase, missing, self.cfg.round_timeout, len(ok), len(msgs))
+        return dict(sorted(ok.items()))
+
+    def _message(self, part: int, records: dict[str, ArrayRecord | ConfigRecord], kind: str,
+                 server_round: int) -> Message:
+        return Message(RecordDict(records), dst_node_id=self.nodes[part], message_type=kind,
+                       group_id=f"{self.cfg.method}-r{server_round}")
+
+    # -- server-side first-order step ------------------------------------------------------------------
+    def _server_backward(self, batches: dict[int, tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]]
+                         ) -> tuple[dict[int, torch.Tensor], float]:
+        """λ_m per client (its own mean loss), then one θ_s step with the mean gradient over clients."""
+        lams: dict[int, torch.Tensor] = {}
+        losses = []
+        with deterministic_torch():
+            self.opt.zero_grad(set_to_none=True)
+            for part, (z, aux, y) in batches.items():
+                zt = z.clone().requires_grad_(True)
+                loss = nn.functional.cross_entropy(self.split.server(zt, *aux), y)
+                loss.backward()
+                lams[part] = zt.grad.detach().contiguous()
+                losses.append(float(loss.detach()))
+            if batches:
+                for p in self.server_params:
+                    if p.grad is not None:
+                        p.grad /= len(batches)
+                self.opt.step()
+        return lams, float(np.mean(losses)) if losses else float("nan")
+
+    @staticmethod
+    def _batch(reply: Message, prefix: str = "") -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:
+        acts = reply.content["activations"]
+        aux = (_t(acts, f"{prefix}mask"),) if f"{prefix}mask" in acts else ()
+        return _t(acts, f"{prefix}z"), aux, _t(acts, "y")
+
+    # -- rounds ------------------------------------------------------------------------------------------
+    def round_hosfl(self, t: int, chosen: list[int]) -> dict[str, object]:
+        msgs = {}
+        for part in chosen:
+            since = self.history.since(self.version[part])
+            seeds = np.array([s for s, _ in since], dtype=np.int64).reshape(len(since), self.cfg.perturbations)
+            vbar = np.array([v for _, v in since], dtype=np.float32).reshape(len(since), self.cfg.perturbations)
+            msgs[part] = self._message(part, {
+                "control": self._control(t, **{"history-from": self.version[part]}),
+                "aggregation": ArrayRecord({"history-seeds": torch.from_numpy(seeds),
+                                            "history-vbar": torch.from_numpy(vbar)}),
+            }, FORWARD, t)
+        fwd = self._exchange(msgs, "forward")
+        for part in fwd:
+            self.version[part] = t  # it replayed everything before round t (and persisted it)
+        lams, loss = self._server_backward({p: self._batch(r) for p, r in fwd.items()})
+        seeds = round_seeds(self.cfg.seed, self.cfg.method, t, self.cfg.perturbations)
+        zo_msgs = {
+            part: self._message(part, {
+                "control": self._control(t),
+                "feedback": ArrayRecord({"lambda": lam}),
+                "aggregation": ArrayRecord({"seeds": torch.tensor(seeds, dtype=torch.int64)}),
+            }, ZO, t)
+            for part, lam in lams.items()
+        }
+        second = self._exchange(zo_msgs, "zo")
+        if second:
+            vs = np.stack([r.content["aggregation"]["v"].numpy().astype(np.float64) for r in second.values()])
+            vbar = vs.mean(axis=0).astype(np.float32)
+        else:
+            vbar = np.zeros(self.cfg.perturbations, dtype=np.float32)
+        self.history.append(seeds, vbar.tolist())
+        self.theta_c = zo.apply_update(self.theta_c, seeds, self.history.vbar[-1], self.cfg.mu, self.cfg.client_lr)
+        return {"forward-ok": sorted(fwd), "second-ok": sorted(second), "train-loss": loss,
+                "samples": sum(len(self._batch(r)[2]) for r in fwd.values())}
+
+    def _global_theta_messages(self, t: int, chosen: list[int], **control: int) -> dict[int, Message]:
+        return {part: self._message(part, {"control": self._control(t, **control),
+                                           "aggregation": ArrayRecord({"theta": self.theta_c.contiguous()})},
+                                    FORWARD, t) for part in chosen}
+
+    def _average_thetas(self, replies: dict[int, Message]) -> None:
+        if replies:  # FedAvg of the client parts, in partition order (uniform weights: one batch each)
+            stack = torch.stack([_t(r.content["aggregation"], "theta") for r in replies.values()])
+            self.theta_c = stack.double().mean(dim=0).to(torch.float32)
+
+    def round_sfl(self, t: int, chosen: list[int]) -> dict[str, object]:
+        fwd = self._exchange(self._global_theta_messages(t, chosen), "forward")
+        lams, loss = self._server_backward({p: self._batch(r) for p, r in fwd.items()})
+        msgs = {part: self._message(part, {"control": self._control(t), "feedback": ArrayRecord({"lambda": lam})},
+                                    BACKPROP, t) for part, lam in lams.items()}
+        second = self._exchange(msgs, "backprop")
+        self._average_thetas(second)
+        return {"forward-ok": sorted(fwd), "second-ok": sorted(second), "train-loss": loss,
+                "samples": sum(len(self._batch(r)[2]) for r in fwd.values())}
+
+    def round_zo_sfl(self, t: int, chosen: list[int]) -> dict[str, object]:
+        """SPSA on both sides with one shared seed per round (MeZO-style ZO-SFL)."""
+        seed = derive_seed(self.cfg.seed, self.cfg.method, "spsa", t)
+        fwd = self._exchange(self._global_theta_messages(t, chosen, seed=seed), "forward")
+        mu, lr = self.cfg.mu, self.cfg.client_lr
+        base = torch.cat([p.detach().reshape(-1) for p in self.server_params]).clone()
+        u_s = zo.direction(derive_seed(seed, "server"), base.numel())
+        gs, losses = {}, []
+        with torch.no_grad(), deterministic_torch():
+            for part, reply in fwd.items():
+                zp, aux, y = self._batch(reply, "plus-")
+                zm, _, _ = self._batch(reply, "minus-")
+                self._load_server_vector(base + mu * u_s)
+                lp = float(nn.functional.cross_entropy(self.split.server(zp, *aux), y))
+                self._load_server_vector(base - mu * u_s)
+                lm = float(nn.functional.cross_entropy(self.split.server(zm, *aux), y))
+                gs[part] = (lp - lm) / (2 * mu)
+                losses.append((lp + lm) / 2)
+            g_mean = float(np.mean(list(gs.values()))) if gs else 0.0
+            self._load_server_vector(base - (lr * g_mean) * u_s)
+        msgs = {part: self._message(part, {"control": self._control(t, seed=seed),
+                                           "feedback": ArrayRecord({"g": torch.tensor([g], dtype=torch.float32)})},
+                                    ZO, t) for part, g in gs.items()}
+        second = self._exchange(msgs, "zo")
+        self._average_thetas(second)
+        return {"forward-ok": sorted(fwd), "second-ok": sorted(second),
+                "train-loss": float(np.mean(losses)) if losses else float("nan"),
+                "samples": sum(len(self._batch(r, "plus-")[2]) for r in fwd.values())}
+
+    def _load_server_vector(self, vec: torch.Tensor) -> None:
+        start = 0
+        with torch.no_grad():
+            for p in self.server_params:
+                p.copy_(vec[start : start + p.numel()].view_as(p))
+                start += p.numel()
+
+    # -- evaluation, metrics, artifacts -------------------------------------------------------------------
+    def evaluate(self) -> dict[str, float]:
+        self.split.load_client_vector(self.theta_c)
+        data = self.run.data
+        return evaluate(Composite(self.split), data.test.inputs, data.test.labels)
+
+    def run_rounds(self) -> None:
+        cfg = self.cfg
+        step = {"hosfl": self.round_hosfl, "sfl": self.round_sfl, "zo-sfl": self.round_zo_sfl}[cfg.method]
+        self._log_eval(0, {})
+        for t in range(cfg.num_rounds):
+            chosen = sample_round(self.nodes, cfg.clients_per_round, cfg.seed, cfg.method, t)
+            info = step(t, chosen)
+            self.participants.update(info["forward-ok"])  # type: ignore[arg-type]
+            self.samples += int(info["samples"])  # type: ignore[arg-type]
+            dropped = sorted(set(chosen) - set(info["second-ok"]))  # type: ignore[arg-type]
+            row = {"sampled": chosen, "dropped": dropped, "samples-total": self.samples,
+                   "client-peak-rss-mb": self.peak_rss, **info, **self.ledger.close_round()}
+            self.peak_rss = 0.0
+            self._log_eval(t + 1, row)
+        self._finish()
+
+    def _log_eval(self, server_round: int, row: dict[str, object]) -> None:
+        cfg = self.cfg
+        out = {"round": server_round, "num-rounds": cfg.num_rounds, "artifact": self.artifact, **row}
+        if server_round % cfg.eval_every == 0 or server_round == cfg.num_rounds:
+            result = self.evaluate()
+            out.update(accuracy=result["accuracy"], loss=result["loss"])
+            log(INFO, "round %d/%d: test accuracy %.4f, loss %.4f", server_round, cfg.num_rounds,
+                result["accuracy"], result["loss"])
+        self.run.store.append_metrics(out)
+
+    def _finish(self) -> None:
+        cfg, store = self.cfg, self.run.store
+        self.split.load_client_vector(self.theta_c)
+        arrays = {f"client.{n}": p.detach().numpy().copy() for n, p in self.split.client_params}
+        arrays.update({f"server.{n}": p.detach().numpy().copy() for n, p in self.split.server_params})
+        sha = store.put_arrays(arrays, {"artifact": self.artifact, "method": cfg.method, "task": cfg.task,
+                                        "cut": str(cfg.cut)})
+        split_info: dict[str, object] = {
+            "cut": cfg.cut, "d_c": self.split.d_c, "d_s": self.split.d_s, "perturbations": cfg.perturbations,
+            "mu": cfg.mu, "run-tag": self.tag, "client-versions": {str(p): v for p, v in self.version.items()},
+        }
+        if cfg.method == "hosfl":
+            split_info["history"] = store.put_arrays(
+                {"seeds": np.array(self.history.seeds, dtype=np.int64).reshape(-1, cfg.perturbations),
+                 "vbar": np.array(self.history.vbar, dtype=np.float32).reshape(-1, cfg.perturbations)},
+                {"artifact": "hosfl/history"})
+        ledger = store.ledger()
+        try:
+            ledger.load_samples(self.run.plan.slices)
+            ledger.set_plan({"kind": "single", "artifact": self.artifact})
+            ledger.record_artifact(self.artifact, sha, "split-lora+head", all_units(self.run, self.participants), 0,
+                                   {"cut": cfg.cut, "rounds": cfg.num_rounds})
+            ledger.refresh_serving()
+            evaluated = [m for m in store.metrics() if "accuracy" in m]
+            if evaluated:  # `evaluate` does not rebuild split models; status shows what the run measured
+                ledger.set_meta("accuracy", {"serving": [self.artifact], "accuracy": evaluated[-1]["accuracy"],
+                                             "loss": evaluated[-1].get("loss")})
+        finally:
+            ledger.close()
+        store.update_manifest(**{"rounds-done": cfg.num_rounds, "split": split_info})
+        log(INFO, "fedforget: store written to %s (artifact %s sha256 %s)", store.root, self.artifact, sha)
+
+
+def run_split_method(grid: Grid, cfg: RunConfig) -> None:
+    """Entry point for ``hosfl``, ``sfl`` and ``zo-sfl`` (the registry maps all three here)."""
+    SplitRun(grid, cfg).run_rounds()
+
+
+def client_theta_from_artifact(arrays: dict[str, np.ndarray], names: Sequence[str]) -> torch.Tensor:
+    """θ_c (flat) from a stored split artifact, in the client part's parameter order."""
+    return torch.cat([torch.from_numpy(arrays[f"client.{n}"].copy()).reshape(-1) for n in names])
