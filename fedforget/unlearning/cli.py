@@ -10,6 +10,7 @@ from rich.console import Console
 
 from fedforget.store import Store, StoreError
 from fedforget.store.ledger import LedgerUsageError
+from fedforget.store.store import resolve_store_path
 from fedforget.unlearning.errors import fail
 from fedforget.unlearning.flwr_runner import flwr_run
 from fedforget.unlearning.status import print_status, store_status
@@ -248,6 +249,14 @@ def run(
     """Train through `flwr run` with a progress bar, then print where the store is."""
     if "store=" in run_config.replace(" ", ""):
         fail("pass the store with --store, not inside --run-config")
+    existing = resolve_store_path(store)
+    if (existing / "ledger.sqlite").is_file():
+        ledger = Store(existing).ledger()
+        try:
+            if ledger.has_requests():
+                fail(f"{existing} holds forget requests; pick a new --store (or `fedforget retrain` this one)")
+        finally:
+            ledger.close()
     code, log_path = flwr_run(federation, run_config, store, console)
     try:
         info = store_status(Store.open(store))

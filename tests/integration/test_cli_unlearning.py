@@ -121,3 +121,9 @@ def test_a_crash_mid_forget_leaves_the_request_absent_and_a_rerun_applies_it(sto
     assert (store / "ledger.sqlite").read_bytes() == before
     again = json.loads(cli("forget", "--store", str(store), "--sample", sid, "--json").output)
     assert again["request"] == 1 and again["invalidated"]
+
+
+def test_run_refuses_a_store_that_holds_forget_requests(store):
+    cli("forget", "--store", str(store), "--client", "0")
+    result = cli("run", "--store", str(store), "--run-config", "task='digits-mlp'")
+    assert result.exit_code == 2 and "holds forget requests" in one_line_error(result)
