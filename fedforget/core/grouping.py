@@ -9,23 +9,12 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from fedforget.core.slicing import UnitId
+from fedforget.core.slicing import UnitId, array_split
 
 
 def canonical_units(units: Sequence[str]) -> list[str]:
     """Units in (partition, slice) order, so the same seed always sees the same list."""
     return [str(u) for u in sorted(UnitId.parse(u) for u in set(units))]
-
-
-def array_split(items: Sequence[str], parts: int) -> list[list[str]]:
-    """Cut ``items`` into ``parts`` runs; the first ``len % parts`` runs get one item more."""
-    base, extra = divmod(len(items), parts)
-    out, start = [], 0
-    for g in range(parts):
-        size = base + (1 if g < extra else 0)
-        out.append(list(items[start : start + size]))
-        start += size
-    return out
 
 
 def group_units(units: Sequence[str], groups: int, seed: int) -> list[list[str]]:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, order=True)
@@ -39,13 +42,18 @@ def split_into_slices(sample_ids: Sequence[int], num_slices: int, seed: int) -> 
     if len(set(ids)) != len(ids):
         raise ValueError("sample ids within a partition must be unique")
     random.Random(seed).shuffle(ids)
-    base, extra = divmod(len(ids), num_slices)
-    slices, start = [], 0
-    for s in range(num_slices):
-        size = base + (1 if s < extra else 0)
-        slices.append(sorted(ids[start : start + size]))
+    return [sorted(part) for part in array_split(ids, num_slices)]
+
+
+def array_split(items: Sequence[T], parts: int) -> list[list[T]]:
+    """Cut ``items`` into ``parts`` runs in order; the first ``len % parts`` runs get one item more."""
+    base, extra = divmod(len(items), parts)
+    out, start = [], 0
+    for g in range(parts):
+        size = base + (1 if g < extra else 0)
+        out.append(list(items[start : start + size]))
         start += size
-    return slices
+    return out
 
 
 def sample_to_unit(slices_by_partition: dict[int, list[list[int]]]) -> dict[int, UnitId]:

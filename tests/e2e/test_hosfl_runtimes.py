@@ -15,13 +15,12 @@ import torch
 
 from fedforget.core.config import parse_run_config
 from fedforget.launch import loopback_deployment, simulation_federation
-from fedforget.store import Store
 from fedforget.strategies import hosfl_client
 from fedforget.strategies.hosfl import client_theta_from_artifact
 from fedforget.tasks.split import build_split_model
 from fedforget.training import zo
 
-from ..integration.helpers import served_sha, train_in_process
+from ..integration.helpers import finished_store, flwr_run_config, served_sha, train_in_process
 
 pytestmark = pytest.mark.e2e
 
@@ -29,17 +28,6 @@ NODES = 3
 # few messages: 1 discovery query + 2 rounds x 2 exchanges x 2 clients
 CONFIG = {"method": "hosfl", "task": "digits-mlp", "partitioner": "iid", "num-rounds": 2, "clients-per-round": 2,
           "perturbations": 3, "lr": 0.02, "client-lr": 0.01, "seed": 21, "round-timeout": 300.0}
-
-
-def _run_config(store) -> str:
-    parts = [f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in CONFIG.items()]
-    return " ".join(parts) + f' store="{store}"'
-
-
-def _check(proc, store) -> Store:
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "store written to" in proc.stdout, proc.stdout[-3000:]
-    return Store.open(store)
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +38,8 @@ def in_process_sha(tmp_path_factory) -> str:
 def test_hosfl_on_the_ray_simulation_engine_matches_in_process(tmp_path, in_process_sha):
     store = tmp_path / "s"
     with simulation_federation(tmp_path / "flwr-home", NODES) as sim:
-        proc = sim.flwr_run(_run_config(store), timeout=600)
-        result = _check(proc, store)
+        proc = sim.flwr_run(flwr_run_config(CONFIG, store), timeout=600)
+        result = finished_store(proc, store)
         status = subprocess.run(["fedforget", "status", "--store", str(store), "--json"], env=sim.env,
                                 capture_output=True, text=True, timeout=120, check=False)
     assert served_sha(result) == in_process_sha
@@ -62,8 +50,8 @@ def test_hosfl_on_the_ray_simulation_engine_matches_in_process(tmp_path, in_proc
 def test_hosfl_on_a_loopback_deployment_matches_in_process_and_nodes_replay_bit_exactly(tmp_path, in_process_sha):
     store = tmp_path / "s"
     with loopback_deployment(tmp_path / "deploy", NODES) as fed:
-        proc = fed.flwr_run(_run_config(store), timeout=900)
-    result = _check(proc, store)
+        proc = fed.flwr_run(flwr_run_config(CONFIG, store), timeout=900)
+    result = finished_store(proc, store)
     assert served_sha(result) == in_process_sha
     manifest = result.manifest()
     info = manifest["split"]

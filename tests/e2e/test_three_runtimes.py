@@ -9,23 +9,12 @@ import pytest
 from fedforget.launch import loopback_deployment, simulation_federation
 from fedforget.store import Store
 
-from ..integration.helpers import served_sha, train_in_process
+from ..integration.helpers import finished_store, flwr_run_config, served_sha, train_in_process
 
 pytestmark = pytest.mark.e2e
 
 NODES = 3
 CONFIG = {"task": "digits-mlp", "num-rounds": 2, "lr": 0.02, "local-epochs": 2, "seed": 11}
-
-
-def _run_config(store) -> str:
-    parts = [f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in CONFIG.items()]
-    return " ".join(parts) + f' store="{store}"'
-
-
-def _check(proc, store) -> Store:
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "store written to" in proc.stdout, proc.stdout[-3000:]
-    return Store.open(store)
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +30,8 @@ def simulation(tmp_path_factory):
 
 def test_ray_simulation_matches_the_in_process_run(tmp_path, in_process_sha, simulation):
     store = tmp_path / "s"
-    proc = simulation.flwr_run(_run_config(store), timeout=600)
-    assert served_sha(_check(proc, store)) == in_process_sha
+    proc = simulation.flwr_run(flwr_run_config(CONFIG, store), timeout=600)
+    assert served_sha(finished_store(proc, store)) == in_process_sha
 
 
 def test_flwr_run_with_a_bad_value_names_the_key_and_writes_no_store(tmp_path, simulation):
@@ -55,8 +44,8 @@ def test_flwr_run_with_a_bad_value_names_the_key_and_writes_no_store(tmp_path, s
 def test_loopback_deployment_matches_the_in_process_run(tmp_path, in_process_sha):
     store = tmp_path / "s"
     with loopback_deployment(tmp_path / "deploy", NODES) as fed:
-        proc = fed.flwr_run(_run_config(store), timeout=900)
-    result = _check(proc, store)
+        proc = fed.flwr_run(flwr_run_config(CONFIG, store), timeout=900)
+    result = finished_store(proc, store)
     assert served_sha(result) == in_process_sha
     assert result.manifest()["num-partitions"] == NODES
 

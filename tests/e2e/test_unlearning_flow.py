@@ -12,18 +12,13 @@ from fedforget.launch import loopback_deployment, simulation_federation
 from fedforget.store import Store
 from fedforget.store.tombstones import load_tombstones
 
-from ..integration.helpers import train_in_process
+from ..integration.helpers import flwr_run_config, train_in_process
 
 pytestmark = pytest.mark.e2e
 
 NODES = 3
 CONFIG = {"method": "fedsgt", "task": "digits-mlp", "groups": 2, "budget": 2, "slices-per-client": 1, "lr": 0.02,
           "local-epochs": 2, "seed": 5}
-
-
-def _run_config(store) -> str:  # noqa: ANN001
-    parts = [f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in CONFIG.items()]
-    return " ".join(parts) + f' store="{store}"'
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
@@ -42,7 +37,7 @@ def _shas(store: Store) -> dict[str, str]:
 
 
 def _flow(fed, store_path, state_dir_of) -> None:  # noqa: ANN001
-    proc = fed.flwr_run(_run_config(store_path), timeout=900)
+    proc = fed.flwr_run(flwr_run_config(CONFIG, store_path), timeout=900)
     assert proc.returncode == 0 and "store written to" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     store = Store.open(store_path)
     trained = _shas(store)

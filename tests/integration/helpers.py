@@ -39,3 +39,16 @@ def served_ids(store: Store) -> list[str]:
         return list(ledger.serving()["artifacts"])
     finally:
         ledger.close()
+
+
+def flwr_run_config(config: dict[str, object], store: Path) -> str:
+    """``config`` + ``store`` as a ``flwr run --run-config`` string (TOML values)."""
+    parts = [f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in config.items()]
+    return " ".join(parts) + f' store="{store}"'
+
+
+def finished_store(proc, store: Path) -> Store:  # noqa: ANN001
+    """The store a ``flwr run`` wrote, after checking the run finished."""
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "store written to" in proc.stdout, proc.stdout[-3000:]
+    return Store.open(store)
