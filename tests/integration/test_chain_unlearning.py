@@ -130,3 +130,21 @@ def test_fedavg_needs_a_retrain_after_any_forget_and_retrains_exactly(tmp_path):
     _retrain(store)
     assert store_status(store, accuracy=False)["available"]
     assert verify_store(store)["exact"]
+
+
+def test_s3t_layer_blocks_are_whole_layers_in_depth_order():
+    from torch import nn
+
+    from fedforget.core.chains import layer_blocks
+
+    class Attention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.query, self.key, self.value = nn.Linear(2, 2), nn.Linear(2, 2), nn.Linear(2, 2)
+
+    model = nn.Module()
+    model.layer = nn.ModuleList([Attention() for _ in range(3)])
+    names = chains.target_modules_in_depth_order(model, ["query", "value"])
+    assert names == [f"layer.{i}.{t}" for i in range(3) for t in ("query", "value")]
+    assert layer_blocks(names, 3) == [["layer.2.query", "layer.2.value"], ["layer.1.query", "layer.1.value"],
+                                      ["layer.0.query", "layer.0.value"]]

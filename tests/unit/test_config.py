@@ -45,3 +45,9 @@ def test_client_sampling_is_seeded_and_sized_by_fraction():
     assert len(chosen) == 3 and chosen == sorted(chosen)
     assert chosen == sample_clients(list(reversed(parts)), 0.3, 3)
     assert any(sample_clients(parts, 0.3, s) != chosen for s in range(4, 10))
+
+
+def test_retrain_is_refused_for_methods_without_exact_unlearning():
+    with pytest.raises(ConfigError, match="cannot retrain"):
+        parse_run_config({"method": "hosfl", "task": "digits-mlp", "action": "retrain"})
+    assert parse_run_config({"method": "fedsgt", "action": "retrain"}).action == "retrain"
