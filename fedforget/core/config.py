@@ -7,11 +7,11 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 TASKS = ("digits-mlp", "fmnist-cnn", "fmnist-effnet", "rt-minilm", "hf")
-METHODS = ("fedavg", "fedsgt", "s3t", "sisa", "fedcio", "hosfl", "sfl", "zo-sfl")
+METHODS = ("fedavg", "fedsgt", "s3t", "sisa", "fedcio", "hosfl", "sfl", "zo-sfl", "fedshard")
 SERVING = ("allseq", "minseq", "longseq")
 PLACEMENTS = ("auto", "additive", "layer")
 ACTIONS = ("train", "retrain")
-RETRAINABLE = ("fedavg", "fedsgt", "s3t", "sisa", "fedcio")
+RETRAINABLE = ("fedavg", "fedsgt", "s3t", "sisa", "fedcio", "fedshard")
 PARTITIONERS = ("iid", "dirichlet")
 OPTIMIZERS = ("sgd", "adam")
 
@@ -63,6 +63,15 @@ class RunConfig:
     clients_per_round: int = 3
     client_lr: float = 0.01
     eval_every: int = 1
+    # -- FedShard (issue 5) --
+    fanout: int = 2
+    rounds_min: int = 2
+    rounds_max: int = 4
+    merge: str = "a1"
+    rounds_rule: str = "intent"
+    fallback: str = "last-valid"
+    flat: bool = False
+    plan_file: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """Flower-style keys (``num-rounds``), as stored in the manifest."""
@@ -77,6 +86,9 @@ _CHOICES = {
     "serving": SERVING,
     "placement": PLACEMENTS,
     "action": ACTIONS,
+    "merge": ("a1", "random"),
+    "rounds_rule": ("intent", "literal", "constant"),
+    "fallback": ("last-valid", "refuse"),
 }
 _MIN = {
     "seed": 0,
@@ -97,6 +109,9 @@ _MIN = {
     "perturbations": 1,
     "clients_per_round": 1,
     "eval_every": 1,
+    "fanout": 2,
+    "rounds_min": 1,
+    "rounds_max": 1,
 }
 _POSITIVE = ("lr", "dirichlet_alpha", "round_timeout", "mu", "client_lr")
 
@@ -155,6 +170,8 @@ def parse_run_config(raw: Mapping[str, object]) -> RunConfig:
         raise ConfigError(f"method {cfg.method!r} cannot retrain a store after forgetting; "
                           f"retrain methods: {', '.join(RETRAINABLE)}")
     _check_split(cfg)
+    if cfg.rounds_min > cfg.rounds_max:
+        raise ConfigError(f"run-config 'rounds-min'={cfg.rounds_min} exceeds 'rounds-max'={cfg.rounds_max}")
     return cfg
 
 

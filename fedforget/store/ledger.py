@@ -234,6 +234,14 @@ class Ledger:
     def units_of_partition(self, partition: int) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT unit FROM units WHERE partition=? ORDER BY unit", (partition,))]
 
+    def exhausted_partitions(self) -> list[int]:
+        """Partitions all of whose samples are forgotten (a leaving client): retraining skips them."""
+        held = dict(self.db.execute("SELECT u.partition, COUNT(*) FROM samples s JOIN units u ON u.unit = s.unit "
+                                    "GROUP BY u.partition"))
+        gone = dict(self.db.execute("SELECT u.partition, COUNT(*) FROM forgotten f JOIN units u ON u.unit = f.unit "
+                                    "GROUP BY u.partition"))
+        return sorted(int(p) for p, n in held.items() if gone.get(p, 0) >= n)
+
     def num_samples(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM samples").fetchone()[0])
 

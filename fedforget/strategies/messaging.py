@@ -39,13 +39,19 @@ def _resend_copy(msg: Message) -> Message:
 
 def send_with_retries(grid: Grid, messages: Sequence[Message], timeout: float,
                       attempts: int = MAX_ATTEMPTS) -> list[Message]:
+    """:func:`send_each`, keeping only the messages that were answered (in message order)."""
+    return [a for a in send_each(grid, messages, timeout, attempts) if a is not None]
+
+
+def send_each(grid: Grid, messages: Sequence[Message], timeout: float,
+              attempts: int = MAX_ATTEMPTS) -> list[Message | None]:
     """Push ``messages`` and pull their replies, polling every 50 ms (``HttpGrid.send_and_receive``
     sleeps 3 s per pull). A message is sent again, up to ``attempts`` times in all, when its reply
     carries a :data:`RETRYABLE` error, or when it has waited much longer than its peers (a SuperNode
     whose reply upload failed never answers: seen with SQLite "database is locked" on a loaded
     SuperLink). The first reply to any copy counts; later ones are ignored.
 
-    Returns one reply per message that answered before ``timeout`` (error replies included).
+    Returns, for each message, its reply (error replies included) or None if none came before ``timeout``.
     """
     if not messages:
         return []
@@ -94,7 +100,7 @@ def send_with_retries(grid: Grid, messages: Sequence[Message], timeout: float,
             if a is None and tries[slot] < attempts and now - sent_at[slot] > patience:
                 resend(slot, f"no reply for {now - sent_at[slot]:.0f} s")
         time.sleep(POLL_SECONDS)
-    return [a for a in answer if a is not None]
+    return answer
 
 
 #: Never re-send a silent message sooner than this, however fast its peers answered.
@@ -194,6 +200,12 @@ def discover_partitions(grid: Grid, timeout: float) -> dict[int, int]:
             have = "none" if expected is None else f"{len(found)} of {expected}"
             raise NodeFailure(f"timed out waiting for nodes: partitions seen {have}")
         time.sleep(0.2)
+
+
+def to_record(arrays: dict[str, np.ndarray]) -> ArrayRecord:
+    from flwr.app import Array
+
+    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
 
 
 def to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:

@@ -9,6 +9,7 @@ from flwr.serverapp import Grid
 from fedforget.core.config import RunConfig
 from fedforget.strategies.chains import run_chains
 from fedforget.strategies.fedavg import run_fedavg
+from fedforget.strategies.fedshard import run_fedshard
 from fedforget.strategies.hosfl import run_split_method
 
 METHODS: dict[str, Callable[[Grid, RunConfig], None]] = {
@@ -27,3 +28,5 @@ def get_method(name: str) -> Callable[[Grid, RunConfig], None]:
         return METHODS[name]
     except KeyError:
         raise ValueError(f"unknown method {name!r}; known: {', '.join(sorted(METHODS))}") from None
+# FedShard (issue 5)
+METHODS["fedshard"] = run_fedshard

@@ -57,11 +57,13 @@ def serving_probabilities(cfg: RunConfig, num_classes: int, store: Store, plan_j
     if kinds - {"lora+head"}:
         raise ServingError(f"evaluate rebuilds LoRA + head models only, not {', '.join(sorted(kinds))}; "
                            "`fedforget status` shows the accuracy the run measured")
-    if plan_json["kind"] == "single":
-        (artifact,) = serving["artifacts"]
-        lora, head = split_state(load_tensors(store, shas[artifact]))
-        model = assemble(cfg, num_classes, "continue", [Module("default", None, lora)], head)
-        return _softmax(predict_logits(model, inputs))
+    if plan_json["kind"] in ("single", "fedshard"):  # one model, or FedShard's flat shards ensembled
+        probs = []
+        for artifact in serving["artifacts"]:
+            lora, head = split_state(load_tensors(store, shas[artifact]))
+            model = assemble(cfg, num_classes, "continue", [Module("default", None, lora)], head)
+            probs.append(_softmax(predict_logits(model, inputs)))
+        return np.mean(np.stack(probs), axis=0)
     plan = ChainPlan.from_json(plan_json)
     mixtures = []
     for shard in serving["shards"]:

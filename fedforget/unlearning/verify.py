@@ -3,11 +3,14 @@
 The scratch run is the same method, config, seed and plan (groups, sequences, clusters are drawn
 from the seed and the original partition plan, DESIGN §1), executed by the real ServerApp and
 ClientApp objects on an in-process Grid whose clients hold tombstones for every forgotten sample.
-Artifacts are content-addressed, so equal sha256 means equal bytes of every tensor.
+Artifacts are content-addressed, so equal sha256 means equal bytes of every tensor. FedShard's
+scratch run replays the stored tree (``plan-file``): its merges and rounds were planned from update
+angles the leaver influenced, so "from scratch" means "on the same plan" (digest §1, G17).
 """
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,10 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
         for partition, ids in forgotten.items():
             add_tombstones(scratch_root / "clients" / str(partition), dataset_key(cfg), ids)
         config = {**cfg.to_dict(), "store": str(scratch_root), "action": "train"}
+        if (manifest.get("plan") or {}).get("kind") == "fedshard":  # same plan: FedShard's guarantee (G17)
+            plan_file = Path(tmp) / "plan.json"
+            plan_file.write_text(json.dumps(manifest["plan"]), encoding="utf-8")
+            config["plan-file"] = str(plan_file)
         run_in_process(config, int(manifest["num-partitions"]))
         scratch = Store.open(scratch_root)
         other = scratch.ledger()
