@@ -329,7 +329,7 @@ def fedshard_serving(plan: dict[str, Any], valid: Collection[str]) -> dict[str, 
     ensembles its valid shards (SISA: forgetting drops a shard at once)."""
     valid = set(valid)
     stages = plan["stages"]
-    base = {"kind": "fedshard", "fallback": plan["fallback"], "deletions-left": 0.0}
+    base = {"kind": "fedshard", "fallback": plan["fallback"], "deletions-left": None}
     if plan.get("flat"):
         served = [s["artifact"] for s in stages[0] if s["artifact"] in valid]
         return {**base, "available": bool(served), "artifacts": served, "stage": 1, "clients":

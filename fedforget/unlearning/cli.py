@@ -81,8 +81,10 @@ def forget(
                   f"{', '.join(result.units)}; invalidated {len(result.invalidated)} artifact(s) "
                   f"in {result.latency_ms:.1f} ms")
     if serving.get("available"):
+        left = serving.get("deletions-left")
         console.print(f"serving {len(serving['artifacts'])} artifact(s) · expected deletions left "
-                      f"{serving.get('deletions-left', 0):.2f} · clients drop the data at the next `fedforget retrain`")
+                      f"{'—' if left is None else f'{left:.2f}'} · clients drop the data at the next "
+                      "`fedforget retrain`")
     else:
         console.print("[bold red]retrain required[/]: no valid model is left to serve; run `fedforget retrain`")
 
@@ -185,6 +187,34 @@ def audit(store: StoreOpt, as_json: JsonOpt = False) -> None:
             continue
         console.print(f"{name:>6}: loss-threshold AUC {r['loss_threshold_auc']:.3f} · shadow-model AUC "
                       f"{r['shadow_auc']:.3f} ({result['forgotten']} forgotten vs {result['held_out']} held-out)")
+
+
+@app.command()
+def fairness(store: StoreOpt, as_json: JsonOpt = False) -> None:
+    """FedShard's efficiency fairness M_e (cost spread over clients) and performance fairness M_p."""
+    from fedforget.unlearning.errors import UsageError
+    from fedforget.unlearning.fairness import fairness_of_store
+
+    handle = open_store(store)
+    try:
+        report = fairness_of_store(handle)
+    except (UsageError, StoreError, LedgerUsageError) as exc:
+        fail(str(exc))
+    if as_json:
+        emit(report, True)
+        return
+    console.print(f"fedshard: {report['clients']} clients, {report['stages']} stages, training "
+                  f"{report['training-client-rounds']} client-rounds; leavers {report['leavers'] or 'none'}")
+    console.print(f"unlearning cost Z_c per client (client-rounds): min {report['cost-min']} · mean "
+                  f"{report['cost-mean']:.1f} · max {report['cost-max']}")
+    console.print(f"M_e {report['me-client-rounds']:.3f} (client-rounds²/rad) · {report['me-relative']:.3f} "
+                  "(relative cost, unit-free) — lower is fairer")
+    mp = report.get("mp")
+    console.print(f"M_p {'—' if mp is None else f'{mp:.3f}'} (ε = {report['epsilon']}; ≥ 4, lower is fairer)"
+                  + (f" — {report['mp-note']}" if mp is None else ""))
+    for r in report["requests"]:
+        console.print(f"  retrain up to request #{r['watermark']}: {r['rebuilt']} shard(s), "
+                      f"{r['client-rounds']} client-rounds")
 
 
 @theory_app.command("deletion-rate")

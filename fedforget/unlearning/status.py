@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 
 from fedforget.store import Store
+from fedforget.unlearning.tree_status import print_tree, tree_summary
 
 
 def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
@@ -66,6 +67,7 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
                      "artifact": backbone.get("artifact")},
         "complete": bool(served) and not corrupt,
         "split": split_summary(manifest, store.metrics()),
+        "tree": tree_summary(manifest, artifacts, serving),
     }
 
 
@@ -115,6 +117,8 @@ def print_status(status: dict[str, Any], console: Console) -> None:
         console.print(f"   sha256 {a['sha256']}", soft_wrap=True, style="dim")
     if status.get("split"):
         print_split_summary(status["split"], console)
+    if status.get("tree"):
+        print_tree(status["tree"], console)
     if status["retrain_required"]:
         console.print("[bold red]retrain required[/]: no valid model is left to serve; run `fedforget retrain`")
     elif not status["serving"]:
