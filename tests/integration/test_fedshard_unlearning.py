@@ -1,0 +1,161 @@
+"""FedShard through the real ServerApp/ClientApp in process: forgetting invalidates one path, retraining
+rebuilds only that path at the analytical cost, and the result is bit-identical to a from-scratch run
+on the same plan, for one leaver, two sequential and two simultaneous ones."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from flwr.app import Context, Message
+from flwr.clientapp import ClientApp
+
+from fedforget.core.fedshard import ShardTree
+from fedforget.core.fedshard_costs import speedup_r1, training_cost, unlearning_cost
+from fedforget.inprocess import run_in_process
+from fedforget.store import Store
+from fedforget.strategies import chain_client, client_work
+from fedforget.unlearning.fairness import fairness_of_store
+from fedforget.unlearning.forget import forget_request
+from fedforget.unlearning.status import store_status
+from fedforget.unlearning.verify import verify_store
+
+from .helpers import served_sha, train_in_process
+
+NODES = 8
+FEDSHARD = {"method": "fedshard", "fanout": 2, "rounds-min": 1, "rounds-max": 2, "local-epochs": 1}
+
+
+@pytest.fixture(scope="module")
+def fedshard_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fedshard") / "store"
+    train_in_process(path, NODES, **FEDSHARD)
+    return path
+
+
+def _copy(src, tmp_path, name: str = "store") -> Store:
+    dst = tmp_path / name
+    shutil.copytree(src, dst)
+    return Store.open(dst)
+
+
+def _retrain(store: Store, nodes: int = NODES) -> dict:
+    run_in_process({**store.manifest()["config"], "store": str(store.root), "action": "retrain"}, nodes)
+    return [m for m in store.metrics() if m.get("final")][-1]
+
+
+def _shas(store: Store) -> dict[str, str]:
+    ledger = store.ledger()
+    try:
+        return {a["artifact"]: a["sha256"] for a in ledger.artifacts()}
+    finally:
+        ledger.close()
+
+
+def _tree(store: Store) -> ShardTree:
+    return ShardTree.from_json(store.manifest()["plan"])
+
+
+def test_forgetting_a_client_invalidates_exactly_its_path_and_serving_falls_back(fedshard_store, tmp_path):
+    store = _copy(fedshard_store, tmp_path)
+    tree = _tree(store)
+    result = forget_request(store, clients=[5])
+    assert sorted(result.invalidated) == sorted(s.artifact for s in tree.path(5))
+    status = store_status(store, accuracy=False)
+    assert status["tree"]["falling_back"] and status["available"]
+    (served,) = status["serving"]
+    assert served not in result.invalidated
+    report = verify_store(store, include_all=True)
+    assert report["exact"]
+    for row in report["compared"]:  # negative control: every shard on the path saw client 5
+        assert row["equal"] == (row["artifact"] not in result.invalidated), row
+
+
+def test_retrain_after_one_leaver_rebuilds_only_the_path_and_is_bit_identical_to_scratch(fedshard_store, tmp_path):
+    store = _copy(fedshard_store, tmp_path)
+    tree = _tree(store)
+    before = _shas(store)
+    forget_request(store, clients=[2])
+    final = _retrain(store)
+    path = [s.artifact for s in tree.path(2)]
+    assert final["rebuilt"] == path
+    assert final["client-rounds"] == unlearning_cost(tree, [2])["participating-rounds"]
+    after = _shas(store)
+    assert {a: after[a] for a in before if a not in path} == {a: before[a] for a in before if a not in path}
+    assert all(after[a] != before[a] for a in path)
+    report = verify_store(store, include_all=True)
+    assert report["exact"] and report["served"] == 1
+    assert all(row["equal"] for row in report["compared"])
+    assert served_sha(store) != before[tree.root.artifact]  # the model that saw client 2 is not served
+
+
+def test_two_sequential_leavers_equal_two_simultaneous_ones_and_scratch(fedshard_store, tmp_path):
+    sequential = _copy(fedshard_store, tmp_path, "sequential")
+    forget_request(sequential, clients=[1])
+    _retrain(sequential)
+    forget_request(sequential, clients=[6])
+    _retrain(sequential)
+    simultaneous = _copy(fedshard_store, tmp_path, "simultaneous")
+    forget_request(simultaneous, clients=[1, 6])
+    joint = _retrain(simultaneous)
+    assert _shas(sequential) == _shas(simultaneous)
+    tree = _tree(simultaneous)
+    assert joint["client-rounds"] == unlearning_cost(tree, [1, 6])["participating-rounds"]
+    report = verify_store(simultaneous)
+    assert report["exact"]
+    fairness = fairness_of_store(simultaneous)
+    assert fairness["leavers"] == [1, 6] and fairness["mp"] >= 4.0
+
+
+def test_client_rounds_of_an_unlearning_equal_the_analytical_formula_k16_r2_t3(tmp_path):
+    store = train_in_process(tmp_path / "k16", 16, method="fedshard", fanout=2, **{"rounds-max": 3,
+                             "rounds-rule": "constant", "train-size": 800, "test-size": 200})
+    tree = _tree(store)
+    train = [m for m in store.metrics() if m.get("final")][-1]["client-rounds"]
+    assert train == training_cost(tree) == 192
+    forget_request(store, clients=[11])
+    unlearn = _retrain(store, 16)["client-rounds"]
+    cost = unlearning_cost(tree, [11])
+    assert (cost["member-rounds"], unlearn) == (90, 78)  # 78 = 90 minus the leaver's own 12 rounds
+    assert train / cost["member-rounds"] == pytest.approx(speedup_r1(16, 2))
+
+
+def _dying_client_app(dead_partition: int, dead_artifact: str) -> ClientApp:
+    """The real ClientApp handlers, except one node that dies in one shard's first round."""
+    app = ClientApp()
+
+    @app.query()
+    def query(msg: Message, context: Context) -> Message:
+        return client_work.describe(msg, context)
+
+    @app.train("chain")
+    def train_chain(msg: Message, context: Context) -> Message:
+        config = msg.content["config"]
+        if (int(context.node_config["partition-id"]) == dead_partition and str(config["artifact"]) == dead_artifact
+                and int(config["server-round"]) == 1):
+            raise RuntimeError("node died mid-round")
+        return chain_client.train_chain_position(msg, context)
+
+    return app
+
+
+def test_a_node_dying_in_a_shards_round_does_not_stall_the_stage(fedshard_store, tmp_path):
+    clean = Store.open(fedshard_store)
+    tree = _tree(clean)
+    victim = tree.shard(2, 0)
+    partition = victim.clients[0]
+    run_in_process({**FEDSHARD, "task": "digits-mlp", "lr": 0.02, "store": str(tmp_path / "s"),
+                    "local-epochs": 1}, NODES, client_app=_dying_client_app(partition, victim.artifact))
+    store = Store.open(tmp_path / "s")
+    ledger = store.ledger()
+    try:
+        meta = {a["artifact"]: a["meta"] for a in ledger.artifacts()}
+        assert ledger.serving()["available"]
+    finally:
+        ledger.close()
+    assert meta[victim.artifact]["excluded"] == [[1, partition]]
+    assert all(not m["excluded"] for a, m in meta.items() if a != victim.artifact)
+    same, other = _shas(store), _shas(clean)
+    untouched = [s.artifact for s in tree.shards() if s.stage == 1 or (s.stage == 2 and s.index != 0)]
+    assert {a: same[a] for a in untouched} == {a: other[a] for a in untouched}
+    assert same[victim.artifact] != other[victim.artifact]
