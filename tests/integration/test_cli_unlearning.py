@@ -127,3 +127,12 @@ def test_run_refuses_a_store_that_holds_forget_requests(store):
     cli("forget", "--store", str(store), "--client", "0")
     result = cli("run", "--store", str(store), "--run-config", "task='digits-mlp'")
     assert result.exit_code == 2 and "holds forget requests" in one_line_error(result)
+
+
+def test_fairness_on_a_store_not_trained_with_fedshard_exits_2_with_one_line(store):
+    ledger = store / "ledger.sqlite"
+    before = ledger.read_bytes()
+    result = cli("fairness", "--store", str(store))
+    assert result.exit_code == 2
+    assert "method='fedshard'" in one_line_error(result)
+    assert ledger.read_bytes() == before

@@ -159,3 +159,20 @@ def test_a_node_dying_in_a_shards_round_does_not_stall_the_stage(fedshard_store,
     untouched = [s.artifact for s in tree.shards() if s.stage == 1 or (s.stage == 2 and s.index != 0)]
     assert {a: same[a] for a in untouched} == {a: other[a] for a in untouched}
     assert same[victim.artifact] != other[victim.artifact]
+
+
+def test_status_and_fairness_json_describe_the_tree_costs_and_fallback(fedshard_store, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from fedforget.unlearning.cli import app
+
+    store = _copy(fedshard_store, tmp_path)
+    runner = CliRunner()
+    status = json.loads(runner.invoke(app, ["status", "--store", str(store.root), "--json"]).output)
+    assert [len(s) for s in status["tree"]["stages"]] == [4, 2, 1] and status["tree"]["cached"] == 7
+    assert not status["tree"]["falling_back"] and status["tree"]["served_stage"] == 3
+    fairness = json.loads(runner.invoke(app, ["fairness", "--store", str(store.root), "--json"]).output)
+    assert fairness["mp"] is None and fairness["me-client-rounds"] == 0.0  # K = R^P, constant rounds
+    assert fairness["training-client-rounds"] == training_cost(_tree(store))
