@@ -19,9 +19,24 @@ from fedforget.store import Store
 from fedforget.unlearning.errors import UsageError
 
 
-def _per_class_accuracy(probs: np.ndarray, labels: np.ndarray, num_classes: int) -> np.ndarray:
+def per_class_accuracy(probs: np.ndarray, labels: np.ndarray, num_classes: int) -> np.ndarray:
     hit = probs.argmax(1) == labels
     return np.array([hit[labels == k].mean() if (labels == k).any() else 0.0 for k in range(num_classes)])
+
+
+def client_label_shares(manifest: dict[str, Any], data, clients: list[int]) -> dict[int, np.ndarray]:  # noqa: ANN001
+    """Each client's label histogram (as shares) over its training partition."""
+    out = {}
+    for c in clients:
+        ids = [i for s in manifest["partitions"][str(c)] for i in s]
+        hist = np.bincount(data.train.by_ids(ids).labels.numpy(), minlength=data.num_classes).astype(float)
+        out[c] = hist / max(1.0, hist.sum())
+    return out
+
+
+def accuracy_drops(shares: dict[int, np.ndarray], before: np.ndarray, after: np.ndarray) -> dict[int, float]:
+    """ΔY_c: per-class accuracy before − after, weighted by client c's label shares."""
+    return {c: float(h @ (before - after)) for c, h in shares.items()}
 
 
 def fairness_of_store(store: Store) -> dict[str, Any]:
@@ -65,16 +80,11 @@ def fairness_of_store(store: Store) -> dict[str, Any]:
     data = load_task_data(cfg)
     inputs, labels = data.test.inputs, data.test.labels.numpy()
     before_rows = [dict(a, sha256=first_sha) if a["artifact"] == root else a for a in artifacts]
-    before = _per_class_accuracy(serving_probabilities(cfg, data.num_classes, store, plan_json, first, before_rows,
+    before = per_class_accuracy(serving_probabilities(cfg, data.num_classes, store, plan_json, first, before_rows,
                                                        inputs), labels, data.num_classes)
-    after = _per_class_accuracy(serving_probabilities(cfg, data.num_classes, store, plan_json, serving, artifacts,
+    after = per_class_accuracy(serving_probabilities(cfg, data.num_classes, store, plan_json, serving, artifacts,
                                                       inputs), labels, data.num_classes)
-    delta = {}
-    for c in sorted(angles):
-        ids = [i for s in manifest["partitions"][str(c)] for i in s]
-        hist = np.bincount(data.train.by_ids(ids).labels.numpy(), minlength=data.num_classes).astype(float)
-        hist /= max(1.0, hist.sum())
-        delta[c] = float(hist @ (before - after))
+    delta = accuracy_drops(client_label_shares(manifest, data, sorted(angles)), before, after)
     full = fairness_report(tree, angles, leavers, delta, eps0=MP_EPSILON)
     report.update({"mp": full["mp"], "delta-accuracy": delta})
     return report

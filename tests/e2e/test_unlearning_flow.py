@@ -36,22 +36,28 @@ def _shas(store: Store) -> dict[str, str]:
         ledger.close()
 
 
-def _flow(fed, store_path, state_dir_of) -> None:  # noqa: ANN001
-    proc = fed.flwr_run(flwr_run_config(CONFIG, store_path), timeout=900)
+FEDSHARD = {"method": "fedshard", "task": "digits-mlp", "fanout": 2, "rounds-min": 1, "rounds-max": 2, "lr": 0.02,
+            "local-epochs": 2, "seed": 5}
+
+
+def _flow(fed, store_path, state_dir_of, config: dict = CONFIG) -> None:  # noqa: ANN001
+    """Train, forget (one sample; a whole client for FedShard), retrain through Flower, verify."""
+    proc = fed.flwr_run(flwr_run_config(config, store_path), timeout=900)
     assert proc.returncode == 0 and "store written to" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     store = Store.open(store_path)
     trained = _shas(store)
-    reference = _shas(train_in_process(store_path.parent / "inproc", NODES, **CONFIG))
+    reference = _shas(train_in_process(store_path.parent / "inproc", NODES, **config))
     assert trained == reference  # same artifacts as the in-process run, bit for bit
     sample = store.manifest()["partitions"]["1"][0][0]
-    forgot = json.loads(_cli(fed.env, "forget", "--store", str(store_path), "--sample", str(sample), "--json").stdout)
+    what = ["--client", "1"] if config["method"] == "fedshard" else ["--sample", str(sample)]
+    forgot = json.loads(_cli(fed.env, "forget", "--store", str(store_path), *what, "--json").stdout)
     assert forgot["invalidated"] and forgot["serving"]["available"]
     _cli(fed.env, "retrain", "--store", str(store_path), "--federation", fed.connection)
     assert sample in load_tombstones(state_dir_of(1), "digits-mlp")
     retrained = _shas(store)
     assert {a for a in trained if trained[a] != retrained[a]} == set(forgot["invalidated"])
     verdict = json.loads(_cli(fed.env, "verify", "--store", str(store_path), "--json").stdout)
-    assert verdict["exact"] and verdict["served"] == len(trained)
+    assert verdict["exact"] and verdict["served"] == (1 if config["method"] == "fedshard" else len(trained))
 
 
 def test_forget_retrain_verify_on_the_simulation_engine(tmp_path):
@@ -63,3 +69,14 @@ def test_forget_retrain_verify_on_the_simulation_engine(tmp_path):
 def test_forget_retrain_verify_on_the_loopback_deployment(tmp_path):
     with loopback_deployment(tmp_path / "deploy", NODES) as fed:
         _flow(fed, tmp_path / "s", lambda p: tmp_path / "deploy" / "deploy" / f"node{p}")
+
+
+def test_fedshard_leaver_retrains_its_path_exactly_on_the_simulation_engine(tmp_path):
+    store = tmp_path / "s"
+    with simulation_federation(tmp_path / "flwr-home", NODES) as fed:
+        _flow(fed, store, lambda p: store / "clients" / str(p), FEDSHARD)
+
+
+def test_fedshard_leaver_retrains_its_path_exactly_on_the_loopback_deployment(tmp_path):
+    with loopback_deployment(tmp_path / "deploy", NODES) as fed:
+        _flow(fed, tmp_path / "s", lambda p: tmp_path / "deploy" / "deploy" / f"node{p}", FEDSHARD)
