@@ -216,6 +216,7 @@ def _train_tree(trainer: ShardTrainer, cfg: RunConfig, partitions: list[int], re
     stage = replay.stages[0] if replay else first_stage(
         partitions, cfg.fanout, derive_seed(cfg.seed, "fedshard", "stage-1"),
         cfg.rounds_max * (num_stages(len(partitions), cfg.fanout) if cfg.flat else 1))
+    total = len(replay.stages) if replay else 1 if cfg.flat else num_stages(len(partitions), cfg.fanout)
     stages: list[list[ShardNode]] = []
     previous: dict[int, ShardResult] = {}
     path_cost = {c: 0.0 for c in partitions}
@@ -229,8 +230,8 @@ def _train_tree(trainer: ShardTrainer, cfg: RunConfig, partitions: list[int], re
             for c in s.clients:
                 path_cost[c] += s.rounds * len(s.clients)
         stages.append(list(stage))
-        log(INFO, "fedforget: FedShard stage %d: %d shard(s) trained (%s rounds)", stage[0].stage, len(stage),
-            ",".join(str(s.rounds) for s in stage))
+        log(INFO, "fedforget: FedShard stage %d/%d: %d shard(s) trained (%s rounds)", stage[0].stage, total,
+            len(stage), ",".join(str(s.rounds) for s in stage))
         previous = results
         if cfg.flat or len(stage) == 1:
             break
@@ -318,7 +319,7 @@ def retrain_fedshard(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
                                               [results[s.index].weight for s in stage])
                 for s in todo:
                     trainer.record(s, results[s.index], angles[s.index], signed[s.index])
-                log(INFO, "fedforget: FedShard stage %d: retrained %s", stage[0].stage,
+                log(INFO, "fedforget: FedShard stage %d/%d: retrained %s", stage[0].stage, len(tree.stages),
                     ", ".join(s.artifact for s in todo))
             below = stage
         serving = ledger.finish_retrain(watermark, trainer.rebuilt)

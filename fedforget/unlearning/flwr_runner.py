@@ -17,6 +17,7 @@ from fedforget.store.store import resolve_store_path
 
 ROUND_LINE = re.compile(r"round (\d+)/(\d+): test accuracy ([0-9.]+)")
 POSITION_LINE = re.compile(r"(\d+)/(\d+) chain positions trained")
+STAGE_LINE = re.compile(r"FedShard stage (\d+)/(\d+)")
 
 
 def app_dir() -> Path:
@@ -59,6 +60,9 @@ def flwr_run(federation: str, run_config: str, store: str, console: Console) -> 
                     progress.console.print(f"round {rnd}/{total}: test accuracy {acc:.4f}")
             elif (match := POSITION_LINE.search(line)) is not None:
                 progress.update(bar, description=f"{federation}: chain positions", completed=int(match[1]),
+                                total=int(match[2]), acc="")
+            elif (match := STAGE_LINE.search(line)) is not None:
+                progress.update(bar, description=f"{federation}: FedShard stages", completed=int(match[1]),
                                 total=int(match[2]), acc="")
             elif "ERROR" in line or "Traceback" in line:
                 progress.console.print(line.rstrip(), style="red", markup=False, highlight=False)
