@@ -196,6 +196,10 @@ def compute_serving(plan_json: dict[str, Any], valid: Collection[str]) -> dict[s
         return chain_serving(ChainPlan.from_json(plan_json), valid)
     if kind == "single":
         return single_serving(str(plan_json["artifact"]), valid)
+    if kind == "safe":  # SAFE (issue 6)
+        from fedforget.core.safe_graph import safe_serving
+
+        return safe_serving(plan_json, valid)
     raise ValueError(f"unknown plan kind {kind!r}")
 
 
