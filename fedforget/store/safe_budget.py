@@ -58,7 +58,8 @@ def dp_budgets(ledger: Ledger) -> dict[str, dict[str, int]]:
     """artifact -> {"used", "k"} (empty for stores without SAFE-DP)."""
     if ledger.db.execute("SELECT 1 FROM sqlite_master WHERE name='dp_budget'").fetchone() is None:
         return {}
-    return {a: {"used": int(u), "k": int(k)} for a, u, k in ledger.db.execute("SELECT artifact, used, k FROM dp_budget")}
+    rows = ledger.db.execute("SELECT artifact, used, k FROM dp_budget")
+    return {a: {"used": int(u), "k": int(k)} for a, u, k in rows}
 
 
 def dp_exposed_to_forgotten(ledger: Ledger) -> set[str]:

@@ -37,6 +37,13 @@ class BinaryInCA(nn.Module):
         return (out * self.heads).sum(-1)[:, 0] + self.bias
 
 
+def conservative(sample_rate: float, steps: int) -> tuple[float, int]:
+    """Round the sampling rate and step count up to powers of two: σ for them is at least the exact
+    one (still (ε, δ)-DP), and the accountant's search runs once per bucket, not per adapter."""
+    rate = min(1.0, 2.0 ** math.ceil(math.log2(max(sample_rate, 1e-6))))
+    return rate, 1 << max(0, math.ceil(math.log2(max(1, steps))))
+
+
 @lru_cache(maxsize=256)
 def noise_multiplier(epsilon: float, delta: float, sample_rate: float, steps: int) -> float:
     """σ such that ``steps`` DP-SGD steps at ``sample_rate`` are (ε, δ)-DP (opacus RDP accountant)."""
@@ -62,8 +69,8 @@ def train_dp_adapter(theta: FrozenCrossAttention, start: Params, tokens: torch.T
     direct = _optimizer(params, settings.optimizer, settings.lr)
     private = None
     if len(neg):
-        sigma = noise_multiplier(cfg.dp_epsilon, cfg.dp_delta, batch / len(neg),
-                                 num_rounds * settings.epochs * steps_per_epoch)
+        sigma = noise_multiplier(cfg.dp_epsilon, cfg.dp_delta, *conservative(batch / len(neg),
+                                                                            num_rounds * settings.epochs * steps_per_epoch))
         private = DPOptimizer(torch.optim.SGD(params, lr=settings.lr), noise_multiplier=sigma,
                               max_grad_norm=cfg.dp_clip, expected_batch_size=batch,
                               generator=generator(settings.seed + 1))
