@@ -69,8 +69,8 @@ def train_dp_adapter(theta: FrozenCrossAttention, start: Params, tokens: torch.T
     direct = _optimizer(params, settings.optimizer, settings.lr)
     private = None
     if len(neg):
-        sigma = noise_multiplier(cfg.dp_epsilon, cfg.dp_delta, *conservative(batch / len(neg),
-                                                                            num_rounds * settings.epochs * steps_per_epoch))
+        rate, steps = conservative(batch / len(neg), num_rounds * settings.epochs * steps_per_epoch)
+        sigma = noise_multiplier(cfg.dp_epsilon, cfg.dp_delta, rate, steps)
         private = DPOptimizer(torch.optim.SGD(params, lr=settings.lr), noise_multiplier=sigma,
                               max_grad_norm=cfg.dp_clip, expected_batch_size=batch,
                               generator=generator(settings.seed + 1))
