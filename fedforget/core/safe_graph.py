@@ -202,12 +202,10 @@ class SafePlan:
     def graph(self) -> ShardGraph:
         """The refined shard graph: class nodes, each clique fully connected (for |M_x| and tests)."""
         graph = ShardGraph()
-        for cid, _g, _, cls in self.cliques():
-            nodes = []
-            for k in cls:
-                node = f"{cid}/k{k}"
+        for cid, *_ in self.cliques():
+            nodes = self.adapters(cid)
+            for node in nodes:
                 graph.add_node(node)
-                nodes.append(node)
             graph.add_clique(nodes)
         return graph
 
