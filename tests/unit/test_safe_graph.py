@@ -53,7 +53,7 @@ def test_bilevel_sharding_puts_every_sample_in_exactly_one_clique(parts, coarse,
             assert unit not in owners, "a unit in two cliques"
             owners[unit] = cid
     assert set(owners) == set(plan.sizes)
-    for cid, g, f, classes in plan.cliques():
+    for cid, g, _f, classes in plan.cliques():
         for unit in plan.members[cid]:
             p, c = (int(x) for x in unit.split(":"))
             group, k = plan.split_cell(c)
