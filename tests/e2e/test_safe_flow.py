@@ -17,7 +17,7 @@ from ..integration.helpers import flwr_run_config, train_in_process
 pytestmark = pytest.mark.e2e
 
 NODES = 3
-CONFIG = {"method": "safe", "task": "digits-mlp", "coarse": 2, "fine": 2, "num-rounds": 1, "local-epochs": 1,
+CONFIG = {"method": "safe", "task": "digits-mlp", "coarse": 2, "fine": 2, "num-rounds": 1, "local-epochs": 1, "lr": 0.02,
           "seed": 5}
 
 
