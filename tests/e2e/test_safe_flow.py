@@ -17,8 +17,8 @@ from ..integration.helpers import flwr_run_config, train_in_process
 pytestmark = pytest.mark.e2e
 
 NODES = 3
-CONFIG = {"method": "safe", "task": "digits-mlp", "coarse": 2, "fine": 2, "num-rounds": 1, "local-epochs": 1, "lr": 0.02,
-          "seed": 5}
+CONFIG = {"method": "safe", "task": "digits-mlp", "coarse": 2, "fine": 2, "num-rounds": 1, "local-epochs": 1,
+          "lr": 0.02, "seed": 5}
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
