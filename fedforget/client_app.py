@@ -53,3 +53,25 @@ def split_backprop(msg: Message, context: Context) -> Message:
     from fedforget.strategies import hosfl_client
 
     return hosfl_client.backprop(msg, context)
+
+
+# -- SAFE (issue 6); safe_client is imported on first use -----------------------------------------
+@app.train("safe")
+def safe_train(msg: Message, context: Context) -> Message:
+    from fedforget.strategies import safe_client
+
+    return safe_client.train_cliques(msg, context)
+
+
+@app.query("safeproto")
+def safe_prototypes(msg: Message, context: Context) -> Message:
+    from fedforget.strategies import safe_client
+
+    return safe_client.prototype_sums(msg, context)
+
+
+@app.query("safeforget")
+def safe_forget(msg: Message, context: Context) -> Message:
+    from fedforget.strategies import safe_client
+
+    return safe_client.forget_samples(msg, context)

@@ -7,11 +7,11 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 TASKS = ("digits-mlp", "fmnist-cnn", "fmnist-effnet", "rt-minilm", "hf")
-METHODS = ("fedavg", "fedsgt", "s3t", "sisa", "fedcio", "hosfl", "sfl", "zo-sfl", "fedshard")
+METHODS = ("fedavg", "fedsgt", "s3t", "sisa", "fedcio", "hosfl", "sfl", "zo-sfl", "fedshard", "safe", "protosisa")
 SERVING = ("allseq", "minseq", "longseq")
 PLACEMENTS = ("auto", "additive", "layer")
 ACTIONS = ("train", "retrain")
-RETRAINABLE = ("fedavg", "fedsgt", "s3t", "sisa", "fedcio", "fedshard")
+RETRAINABLE = ("fedavg", "fedsgt", "s3t", "sisa", "fedcio", "fedshard", "safe", "protosisa")
 PARTITIONERS = ("iid", "dirichlet")
 OPTIMIZERS = ("sgd", "adam")
 
@@ -72,6 +72,17 @@ class RunConfig:
     fallback: str = "last-valid"
     flat: bool = False
     plan_file: str = ""
+    # -- SAFE and its InCA baselines (issue 6) --
+    coarse: int = 4
+    fine: int = 4
+    coarse_by: str = "sample"
+    prototypes: bool = True
+    safe_dp: bool = False
+    dp_epsilon: float = 3.0
+    dp_delta: float = 1e-10
+    dp_alpha: float = 30.0
+    dp_beta: float = 1.0
+    dp_clip: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
         """Flower-style keys (``num-rounds``), as stored in the manifest."""
@@ -172,6 +183,7 @@ def parse_run_config(raw: Mapping[str, object]) -> RunConfig:
     _check_split(cfg)
     if cfg.rounds_min > cfg.rounds_max:
         raise ConfigError(f"run-config 'rounds-min'={cfg.rounds_min} exceeds 'rounds-max'={cfg.rounds_max}")
+    _check_safe(cfg)
     return cfg
 
 
@@ -214,3 +226,27 @@ def sample_clients(partitions: list[int], fraction: float, seed: int) -> list[in
     if k >= len(ordered):
         return ordered
     return sorted(random.Random(seed).sample(ordered, k))
+
+
+# -- SAFE (issue 6) ------------------------------------------------------------------------------
+SAFE_METHODS = ("safe", "protosisa")
+COARSE_BY = ("sample", "client")
+
+
+def _check_safe(cfg: RunConfig) -> None:
+    for name in ("coarse", "fine"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"run-config {name!r} must be >= 1, got {getattr(cfg, name)}")
+    if cfg.coarse_by not in COARSE_BY:
+        raise ConfigError(f"run-config 'coarse-by'={cfg.coarse_by!r} is not one of: {', '.join(COARSE_BY)}")
+    for name in ("dp_epsilon", "dp_alpha", "dp_clip"):
+        if not getattr(cfg, name) > 0:
+            raise ConfigError(f"run-config {name.replace('_', '-')!r} must be > 0, got {getattr(cfg, name)}")
+    if not 0 < cfg.dp_delta < 1 or not 0 < cfg.dp_beta <= 1:
+        raise ConfigError(f"run-config needs 0 < 'dp-delta' < 1 and 0 < 'dp-beta' <= 1, got {cfg.dp_delta} and "
+                          f"{cfg.dp_beta}")
+    if cfg.safe_dp and cfg.method != "safe":
+        raise ConfigError(f"safe-dp=true needs method='safe', got {cfg.method!r}")
+    if cfg.method in SAFE_METHODS and cfg.task in ("rt-minilm", "hf"):
+        raise ConfigError(f"method {cfg.method!r} reads image-backbone tokens; use task digits-mlp, fmnist-cnn or "
+                          "fmnist-effnet")

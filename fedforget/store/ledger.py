@@ -86,7 +86,8 @@ class ForgetResult:
                 "units": self.units, "invalidated": self.invalidated, "serving": self.serving,
                 "affected-groups": self.affected.get("groups", []),
                 "affected-sequences": self.affected.get("sequences", []),
-                "latency-ms": self.latency_ms, "no-op": self.request is None}
+                "latency-ms": self.latency_ms, "no-op": self.request is None,
+                **({"safe": self.affected["safe"]} if "safe" in self.affected else {})}
 
 
 class Ledger:
@@ -287,6 +288,9 @@ class Ledger:
                 u for u in units_named if self._touched_by(db, u, request)})
             crash_point("forget:forgotten-rows")
             invalidated = self._invalidate(db, touched)
+            from fedforget.store.safe_budget import charge_dp_budget  # SAFE-DP counters (issue 6)
+
+            invalidated = sorted(set(invalidated) | set(charge_dp_budget(db, request)))
             crash_point("forget:invalidated")
             valid = {r[0] for r in db.execute("SELECT artifact FROM artifacts WHERE valid=1")}
             serving = compute_serving(plan, valid)

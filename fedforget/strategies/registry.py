@@ -30,3 +30,12 @@ def get_method(name: str) -> Callable[[Grid, RunConfig], None]:
         raise ValueError(f"unknown method {name!r}; known: {', '.join(sorted(METHODS))}") from None
 # FedShard (issue 5)
 METHODS["fedshard"] = run_fedshard
+
+# SAFE and ProtoSISA / SISA on InCA adapters (issue 6); imported on first use
+def _run_safe(grid: Grid, cfg: RunConfig) -> None:
+    from fedforget.strategies.safe import run_safe
+
+    run_safe(grid, cfg)
+
+
+METHODS.update({"safe": _run_safe, "protosisa": _run_safe})

@@ -30,7 +30,13 @@ def forget_request(store: Store, samples: Sequence[int] = (), slices: Sequence[s
     ledger = store.ledger()
     try:
         result = ledger.forget(samples=samples, slices=parse_slices(slices), clients=clients)
-        result.affected = describe_invalidation(ledger.plan(), result.invalidated)
+        plan = ledger.plan()
+        result.affected = describe_invalidation(plan, result.invalidated)
+        if plan and plan.get("kind") == "safe" and result.request is not None:  # SAFE (issue 6)
+            from fedforget.core.safe_graph import SafePlan, forget_cost
+
+            result.affected["safe"] = {**forget_cost(SafePlan.from_json(plan), result.units, result.new_samples),
+                                       "cliques-served": result.serving.get("cliques-served")}
         return result
     finally:
         ledger.close()

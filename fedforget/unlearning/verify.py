@@ -31,6 +31,9 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
         forgotten = ledger.forgotten_by_partition()
         artifacts = ledger.artifacts()
         serving = ledger.serving()
+        from fedforget.store.safe_budget import dp_exposed_to_forgotten  # SAFE-DP (issue 6)
+
+        dp_covered = dp_exposed_to_forgotten(ledger)
     finally:
         ledger.close()
     served = set(serving.get("artifacts", []))
@@ -56,13 +59,15 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
             continue
         theirs = scratch_shas.get(a["artifact"])
         compared.append({"artifact": a["artifact"], "served": a["artifact"] in served, "valid": a["valid"],
-                         "sha256": a["sha256"], "scratch_sha256": theirs, "equal": theirs == a["sha256"]})
-    served_rows = [c for c in compared if c["served"]]
+                         "sha256": a["sha256"], "scratch_sha256": theirs, "equal": theirs == a["sha256"],
+                         "dp_covered": a["artifact"] in dp_covered})
+    served_rows = [c for c in compared if c["served"] and not c["dp_covered"]]
     return {
         "exact": bool(served_rows) and all(c["equal"] for c in served_rows),
         "served": len(served_rows),
         "served_equal": sum(c["equal"] for c in served_rows),
         "forgotten_samples": sum(len(v) for v in forgotten.values()),
+        "dp_covered": sorted(c["artifact"] for c in compared if c["served"] and c["dp_covered"]),
         "compared": compared,
         "reason": None if served_rows else "nothing is served; run `fedforget retrain` first",
     }

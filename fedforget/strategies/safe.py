@@ -1,0 +1,291 @@
+"""SAFE (and ProtoSISA / SISA on the same InCA adapters) through Flower: one artifact per clique.
+
+Training: every clique runs ``num-rounds`` FedAvg rounds among only the clients holding its cells;
+all cliques advance in the same Flower rounds (one message per client carries the blocks of its
+cliques), but each block is averaged on its own, weighted by that clique's sample counts, in
+partition order. Prototype sums come per cell (the ledger's unit), each one an artifact of its own.
+``action='retrain'``: clients delete forgotten samples for good, then only invalid cliques retrain
+(from their seeded init, same seeds and rounds) and only invalid cells resend prototype sums.
+SAFE-DP (``safe-dp=true``): one artifact per class node; see :mod:`fedforget.tasks.safe_dp_training`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from logging import INFO
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.serverapp import Grid
+from flwr.supercore import log
+
+from fedforget.core.config import RunConfig
+from fedforget.core.safe_dp import request_budget
+from fedforget.core.safe_graph import SafePlan, build_safe_plan
+from fedforget.core.seeds import derive_seed
+from fedforget.store.ledger import Ledger
+from fedforget.strategies.messaging import PARTITION_KEY, discover_partitions, exchange, to_numpy
+from fedforget.strategies.run_setup import ServerRun, open_server_run, prepare_server_run
+from fedforget.strategies.safe_client import PARAM_KEYS, SEP, frozen_backbone
+from fedforget.tasks.safe_adapters import ATTN_WIDTH, init_adapters
+
+TRAIN_MESSAGE = f"{MessageType.TRAIN}.safe"
+PROTO_MESSAGE = f"{MessageType.QUERY}.safeproto"
+FORGET_MESSAGE = f"{MessageType.QUERY}.safeforget"
+Arrays = dict[str, np.ndarray]
+
+
+def token_dim(cfg: RunConfig) -> int:
+    """Width of the backbone tokens (what queries live in)."""
+    from fedforget.tasks.registry import load_task_data
+    from fedforget.tasks.safe_features import compute_tokens
+
+    data = load_task_data(cfg)
+    backbone = frozen_backbone(cfg.task, cfg.hf_model, cfg.seed)
+    tokens, _ = compute_tokens(backbone.module, tuple(x[:1] for x in data.train.inputs))
+    return int(tokens.shape[-1])
+
+
+def make_plan(cfg: RunConfig, run: ServerRun) -> tuple[SafePlan, dict[int, dict[int, list[int]]]]:
+    """The graph from seeds and the partitions' labels only (digest §7.1)."""
+    labels = {}
+    for p in sorted(run.plan.slices):
+        ids = run.plan.partition_ids(p)
+        labels[p] = dict(zip(ids, run.data.train.by_ids(ids).labels.tolist(), strict=True))
+    mode = "uniform" if cfg.method == "protosisa" else cfg.coarse_by
+    k = request_budget(cfg.dp_epsilon, cfg.dp_delta, cfg.dp_alpha, cfg.dp_beta) if cfg.safe_dp else 0
+    return build_safe_plan(cfg.method, labels, run.data.num_classes, cfg.coarse, cfg.fine, mode, cfg.prototypes,
+                           cfg.seed, dp=cfg.safe_dp, dp_k=k)
+
+
+def _group_of(plan: SafePlan, partition: int) -> int | None:
+    """Option A: the coarse group a client belongs to (read off its cells)."""
+    cells = {int(u.split(":")[1]) for u in plan.sizes if int(u.split(":")[0]) == partition}
+    return min(cells) // plan.num_classes if cells else None
+
+
+def _plan_config(plan: SafePlan, partition: int) -> dict[str, object]:
+    out: dict[str, object] = {"mode": plan.mode, "coarse": plan.coarse, "fine": plan.fine}
+    group = _group_of(plan, partition) if plan.mode == "client" else None
+    if group is not None:
+        out["group"] = group
+    return out
+
+
+def _record(arrays: Arrays) -> ArrayRecord:
+    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+
+
+class SafeTrainer:
+    """Trains a set of adapter artifacts (cliques, or class nodes under SAFE-DP) over the Grid."""
+
+    def __init__(self, grid: Grid, run: ServerRun, plan: SafePlan, ledger: Ledger, watermark: int, dim: int) -> None:
+        self.grid, self.run, self.plan, self.ledger, self.watermark, self.dim = grid, run, plan, ledger, watermark, dim
+        self.cfg = run.cfg
+        self.rebuilt: list[str] = []
+        self.client_rounds = 0
+        self.samples_visited = 0
+
+    def specs(self, wanted: set[str] | None) -> list[dict[str, object]]:
+        """What each artifact trains: its classes and the units (cells) it reads."""
+        out = []
+        for cid, _, _, classes in self.plan.cliques():
+            units = self.plan.members[cid]
+            if self.plan.dp:
+                for adapter in self.plan.adapters(cid):
+                    k = int(adapter.rsplit("/k", 1)[1])
+                    out.append({"id": adapter, "classes": [k], "units": units, "dp": True,
+                                "lineage": self.plan.node_units(adapter)})
+            else:
+                out.append({"id": cid, "classes": classes, "units": units, "dp": False, "lineage": units})
+        return [s for s in out if wanted is None or s["id"] in wanted]
+
+    def train(self, specs: list[dict[str, object]]) -> None:
+        current = {str(s["id"]): self._init(s) for s in specs}
+        for server_round in range(1, self.cfg.num_rounds + 1):
+            current = self._round(specs, current, server_round)
+            log(INFO, "fedforget: safe round %d/%d: %d adapter artifact(s)", server_round, self.cfg.num_rounds,
+                len(specs))
+        for s in specs:
+            self._finish(s, current[str(s["id"])])
+
+    def _init(self, spec: dict[str, object]) -> Arrays:
+        classes = list(spec["classes"])  # type: ignore[arg-type]
+        params = init_adapters(self.dim, len(classes), derive_seed(self.cfg.seed, self.cfg.method, spec["id"], "init"),
+                               ATTN_WIDTH)
+        return {k: v.numpy() for k, v in params.items()}
+
+    def _round(self, specs: list[dict[str, object]], current: dict[str, Arrays],
+               server_round: int) -> dict[str, Arrays]:
+        by_node: dict[int, list[dict[str, object]]] = {}
+        for s in specs:
+            for p, cells in self.plan.participants(s["units"]).items():  # type: ignore[arg-type]
+                by_node.setdefault(p, []).append({"id": s["id"], "classes": s["classes"], "cells": cells,
+                                                  "dp": s["dp"]})
+        messages = []
+        for p, items in sorted(by_node.items()):
+            arrays = {f"{i['id']}{SEP}{k}": current[str(i["id"])][k] for i in items for k in PARAM_KEYS}
+            config = ConfigRecord({"cliques": json.dumps(items), "server-round": server_round,
+                                   **_plan_config(self.plan, p)})
+            messages.append(Message(RecordDict({"arrays": _record(arrays), "config": config}),
+                                    dst_node_id=self.run.nodes[p], message_type=TRAIN_MESSAGE))
+        started = time.monotonic()
+        replies = exchange(self.grid, messages, self.cfg.round_timeout)
+        replies = sorted(replies, key=lambda r: int(r.content["metrics"][PARTITION_KEY]))
+        contributions: dict[str, list[tuple[int, Arrays]]] = {}
+        losses = []
+        for reply in replies:
+            counts = json.loads(str(reply.content["info"]["counts"]))
+            losses += list(json.loads(str(reply.content["info"]["losses"])).values())
+            arrays = to_numpy(reply.content["arrays"])
+            for aid, n in counts.items():
+                if n > 0:
+                    contributions.setdefault(aid, []).append(
+                        (int(n), {k: arrays[f"{aid}{SEP}{k}"] for k in PARAM_KEYS}))
+                    self.samples_visited += int(n) * self.cfg.local_epochs
+        out = {}
+        for s in specs:
+            aid = str(s["id"])
+            out[aid] = fedavg(contributions[aid]) if aid in contributions else current[aid]
+        self.client_rounds += len(messages)
+        self.run.store.append_metrics({"round": server_round, "adapters": len(specs), "client-rounds": len(messages),
+                                       "train-loss": float(np.mean(losses)) if losses else 0.0,
+                                       "seconds": time.monotonic() - started, "action": self.cfg.action})
+        return out
+
+    def _finish(self, spec: dict[str, object], state: Arrays) -> None:
+        aid = str(spec["id"])
+        arrays = {**state, "classes": np.asarray(spec["classes"], dtype=np.int64)}
+        sha = self.run.store.put_arrays(arrays, {"artifact": aid, "method": self.cfg.method, "task": self.cfg.task})
+        self.ledger.record_artifact(aid, sha, "inca", spec["lineage"], self.watermark,  # type: ignore[arg-type]
+                                    {"classes": spec["classes"], "dp": spec["dp"]})
+        if spec["dp"]:
+            from fedforget.store.safe_budget import set_dp_exposure
+
+            exposed = sorted(set(spec["units"]) - set(spec["lineage"]))  # type: ignore[arg-type]
+            set_dp_exposure(self.ledger, aid, exposed, self.plan.dp_k)
+        self.rebuilt.append(aid)
+
+
+def fedavg(contributions: list[tuple[int, Arrays]]) -> Arrays:
+    """FedAvg of one block, weighted by that block's own sample counts, summed in the given order."""
+    total = float(sum(n for n, _ in contributions))
+    out: Arrays = {}
+    for key in contributions[0][1]:
+        acc = np.zeros_like(contributions[0][1][key], dtype=np.float64)
+        for n, arrays in contributions:
+            acc += arrays[key].astype(np.float64) * (n / total)
+        out[key] = acc.astype(contributions[0][1][key].dtype)
+    return out
+
+
+def collect_prototypes(grid: Grid, run: ServerRun, plan: SafePlan, ledger: Ledger, units: list[str],
+                       watermark: int, dim: int) -> list[str]:
+    """Ask the holders of ``units`` for their cells' prototype sums; one artifact per cell."""
+    if not units:
+        return []
+    by_node = plan.participants(units)
+    messages = [Message(RecordDict({"config": ConfigRecord({"cells": json.dumps(cells), "dim": dim,
+                                                             **_plan_config(plan, p)})}),
+                        dst_node_id=run.nodes[p], message_type=PROTO_MESSAGE) for p, cells in by_node.items()]
+    rebuilt = []
+    for reply in exchange(grid, messages, run.cfg.round_timeout):
+        p = int(reply.content["metrics"][PARTITION_KEY])
+        arrays = to_numpy(reply.content["arrays"])
+        for cell in by_node[p]:
+            unit = f"{p}:{cell}"
+            label = plan.split_cell(cell)[1]
+            state = {"sum": arrays[f"{cell}{SEP}sum"], "count": arrays[f"{cell}{SEP}count"],
+                     "label": np.asarray([label], dtype=np.int64)}
+            aid = plan.proto_id(unit)
+            sha = run.store.put_arrays(state, {"artifact": aid, "method": run.cfg.method, "task": run.cfg.task})
+            ledger.record_artifact(aid, sha, "prototype", [unit], watermark, {"label": label})
+            rebuilt.append(aid)
+    return sorted(rebuilt)
+
+
+def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> int:
+    """``query.safeforget``: clients tombstone the samples and drop their cached tokens."""
+    messages = [Message(RecordDict({"arrays": _record({"samples": np.asarray(ids, dtype=np.int64)})}),
+                        dst_node_id=run.nodes[p], message_type=FORGET_MESSAGE)
+                for p, ids in sorted(forgotten.items())]
+    return sum(int(r.content["info"]["deleted"]) for r in exchange(grid, messages, run.cfg.round_timeout))
+
+
+def evaluate_safe(run: ServerRun, ledger: Ledger) -> dict[str, float]:
+    from fedforget.strategies.safe_serve import safe_accuracy
+
+    serving = ledger.serving()
+    if not serving.get("available"):
+        return {"accuracy": float("nan"), "loss": float("nan"), "num-examples": 0}
+    result = safe_accuracy(run.cfg, run.store, ledger.plan(), serving, ledger.artifacts())
+    ledger.set_meta("accuracy", {"serving": sorted(serving["artifacts"]), **result})
+    return result
+
+
+def run_safe(grid: Grid, cfg: RunConfig) -> None:
+    """ServerApp entry for ``safe`` and ``protosisa`` (``action`` = train or retrain)."""
+    nodes = discover_partitions(grid, cfg.round_timeout)
+    if cfg.action == "retrain":
+        retrain_safe(grid, cfg, nodes)
+        return
+    run = prepare_server_run(cfg, nodes)
+    plan, cells = make_plan(cfg, run)
+    dim = token_dim(cfg)
+    ledger = run.store.ledger()
+    try:
+        width = plan.coarse * plan.num_classes
+        ledger.load_samples({p: [cells[p].get(c, []) for c in range(width)] for p in sorted(cells)})
+        ledger.set_plan(plan.to_json())
+        run.store.update_manifest(plan=plan.to_json(), cells={str(p): {str(c): v for c, v in cs.items()}
+                                                              for p, cs in cells.items()}, **{"token-dim": dim})
+        trainer = SafeTrainer(grid, run, plan, ledger, 0, dim)
+        trainer.train(trainer.specs(None))
+        units = sorted(u for u in plan.sizes if plan.sizes[u] > 0) if plan.prototypes else []
+        protos = collect_prototypes(grid, run, plan, ledger, units, 0, dim)
+        serving = ledger.refresh_serving()
+        result = evaluate_safe(run, ledger)
+        run.store.append_metrics({"final": True, "action": "train", "accuracy": result["accuracy"],
+                                  "loss": result["loss"], "rebuilt": trainer.rebuilt, "prototypes": len(protos),
+                                  "client-rounds": trainer.client_rounds, "samples-visited": trainer.samples_visited,
+                                  "served": serving["artifacts"]})
+        run.store.update_manifest(**{"rounds-done": cfg.num_rounds})
+        log(INFO, "fedforget: %s trained %d adapter artifact(s) over %d clique(s); serving accuracy %.4f",
+            cfg.method, len(trainer.rebuilt), len(plan.cliques()), result["accuracy"])
+        log(INFO, "fedforget: store written to %s", run.store.root)
+    finally:
+        ledger.close()
+
+
+def retrain_safe(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
+    run = open_server_run(cfg, nodes)
+    manifest = run.store.manifest()
+    plan = SafePlan.from_json(manifest["plan"])
+    dim = int(manifest["token-dim"])
+    ledger = run.store.ledger()
+    try:
+        watermark = ledger.last_request()
+        forgotten = ledger.forgotten_by_partition(watermark)
+        if forgotten:
+            send_forget(grid, run, forgotten)
+        valid = ledger.valid_artifacts()
+        trainer = SafeTrainer(grid, run, plan, ledger, watermark, dim)
+        invalid = [s for s in trainer.specs(None) if s["id"] not in valid]
+        started = time.monotonic()
+        if invalid:
+            trainer.train(invalid)
+        stale = [u for u in sorted(plan.sizes) if plan.sizes[u] > 0 and plan.prototypes
+                 and plan.proto_id(u) not in valid]
+        protos = collect_prototypes(grid, run, plan, ledger, stale, watermark, dim)
+        serving = ledger.finish_retrain(watermark, trainer.rebuilt + protos)
+        result = evaluate_safe(run, ledger)
+        run.store.append_metrics({"final": True, "action": "retrain", "accuracy": result["accuracy"],
+                                  "loss": result["loss"], "rebuilt": trainer.rebuilt, "prototypes": protos,
+                                  "watermark": watermark, "client-rounds": trainer.client_rounds,
+                                  "samples-visited": trainer.samples_visited,
+                                  "seconds": time.monotonic() - started, "served": serving["artifacts"]})
+        log(INFO, "fedforget: retrain rebuilt %d adapter artifact(s) and %d prototype cell(s) up to request %d; "
+            "serving accuracy %.4f", len(trainer.rebuilt), len(protos), watermark, result["accuracy"])
+    finally:
+        ledger.close()

@@ -1,0 +1,96 @@
+"""What a SAFE store serves: the mean logit of every valid adapter per class, mixed with prototypes.
+
+``SAFE(z) = (1 − λ)·M(G)(z) + λ·Proto(z)`` with ``λ = exp(−d|S|/100)`` fixed by the plan (paper §7).
+A class whose every adapter left the ensemble (instant forgetting) is scored by ``λ·Proto`` alone,
+or not at all without prototypes (digest A11).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedforget.core.config import RunConfig
+from fedforget.core.safe_graph import SafePlan
+from fedforget.store import Store
+from fedforget.strategies.safe_client import frozen_backbone, frozen_theta
+from fedforget.tasks.safe_adapters import PrototypeBank, normalised, predict_adapters
+from fedforget.tasks.safe_features import cached_tokens
+
+UNSCORED = -1e9
+
+
+def test_tokens(cfg: RunConfig, store: Store) -> tuple[torch.Tensor, np.ndarray, torch.Tensor]:
+    """Tokens, normalised pooled features and labels of the test split (cached in the store)."""
+    from fedforget.tasks.registry import load_task_data
+
+    data = load_task_data(cfg)
+    backbone = frozen_backbone(cfg.task, cfg.hf_model, cfg.seed)
+    ids = data.test.ids.tolist()
+    tokens, pooled = cached_tokens(store.root, f"test-{cfg.task}", backbone.weights_sha256, ids, backbone.module,
+                                   data.test.inputs)
+    return torch.from_numpy(tokens), normalised(torch.from_numpy(pooled)), data.test.labels
+
+
+def prototype_bank(plan: SafePlan, store: Store, shas: dict[str, str], served: list[str], dim: int) -> PrototypeBank:
+    """Class sums over the served cells, added in sorted artifact order (deterministic)."""
+    bank = PrototypeBank(plan.num_classes, dim)
+    for aid in sorted(a for a in served if "/proto/" in a):
+        arrays = store.get_arrays(shas[aid])
+        bank.add(int(arrays["label"][0]), arrays["sum"], int(arrays["count"][0]))
+    return bank
+
+
+def safe_scores(cfg: RunConfig, store: Store, plan_json: dict[str, Any], serving: dict[str, Any],
+                artifacts: list[dict[str, Any]], tokens: torch.Tensor, features: np.ndarray) -> np.ndarray:
+    """(N, K) scores of the served ensemble (argmax = prediction)."""
+    plan = SafePlan.from_json(plan_json)
+    shas = {a["artifact"]: a["sha256"] for a in artifacts}
+    served = list(serving["artifacts"])
+    theta = frozen_theta(int(tokens.shape[-1]), cfg.seed)
+    n, k = len(tokens), plan.num_classes
+    total, votes = np.zeros((n, k)), np.zeros(k)
+    for aid in sorted(a for a in served if "/proto/" not in a):
+        arrays = store.get_arrays(shas[aid])
+        params = {name: torch.from_numpy(np.array(arrays[name], copy=True)) for name in ("queries", "heads", "bias")}
+        logits = predict_adapters(theta, params, tokens)
+        for column, label in enumerate(arrays["classes"].tolist()):
+            total[:, label] += logits[:, column]
+            votes[label] += 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ensemble = np.where(votes > 0, total / np.maximum(votes, 1), np.nan)
+    if not plan.prototypes:
+        return np.where(np.isnan(ensemble), UNSCORED, ensemble)
+    bank = prototype_bank(plan, store, shas, served, features.shape[1])
+    proto = np.where(bank.counts > 0, bank.scores(features), np.nan)
+    lam = plan.lam
+    mixed = np.where(np.isnan(ensemble), lam * proto, (1 - lam) * ensemble + lam * np.nan_to_num(proto, nan=-1.0))
+    return np.where(np.isnan(mixed), UNSCORED, mixed)
+
+
+def safe_probabilities(cfg: RunConfig, store: Store, plan_json: dict[str, Any], serving: dict[str, Any],
+                       artifacts: list[dict[str, Any]], inputs: tuple[torch.Tensor, ...] | None = None,
+                       ) -> tuple[np.ndarray, torch.Tensor | None]:
+    """Softmax of the scores on ``inputs`` (default: the test split, with its labels)."""
+    labels = None
+    if inputs is None:
+        tokens, features, labels = test_tokens(cfg, store)
+    else:
+        from fedforget.tasks.safe_features import compute_tokens
+
+        raw, pooled = compute_tokens(frozen_backbone(cfg.task, cfg.hf_model, cfg.seed).module, inputs)
+        tokens, features = torch.from_numpy(raw), normalised(torch.from_numpy(pooled))
+    scores = safe_scores(cfg, store, plan_json, serving, artifacts, tokens, features)
+    return torch.softmax(torch.from_numpy(scores), dim=1).numpy(), labels
+
+
+def safe_accuracy(cfg: RunConfig, store: Store, plan_json: dict[str, Any], serving: dict[str, Any],
+                  artifacts: list[dict[str, Any]]) -> dict[str, float]:
+    probs, labels = safe_probabilities(cfg, store, plan_json, serving, artifacts)
+    assert labels is not None
+    y = labels.numpy()
+    picked = np.clip(probs[np.arange(len(y)), y], 1e-12, 1.0)
+    return {"accuracy": float((probs.argmax(1) == y).mean()), "loss": float(-np.log(picked).mean()),
+            "num-examples": int(len(y))}

@@ -1,0 +1,142 @@
+"""SAFE's own lightweight adapters: Open-InCA queries + heads on a frozen, seeded cross-attention.
+
+Not LoRA: an InCA adapter is one learnable query ``q`` and head ``(v, b)`` per (class, clique) that
+attends over frozen backbone tokens through a cross-attention whose weights θ come from a seed and
+never train (paper §6, App. E; digest §2.5). LayerNorms have no affine parameters, softmax runs over
+tokens, never over queries, so every query is computed independently (Eq. 4) and sigmoid BCE keeps
+each binary classifier's gradient to its own logit (App. A).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from fedforget.training.determinism import deterministic_torch, generator
+
+#: Width of the frozen attention (queries and tokens are projected to it); heads split it.
+ATTN_WIDTH = 128
+ATTN_HEADS = 4
+Params = dict[str, torch.Tensor]
+
+
+class FrozenCrossAttention(nn.Module):
+    """θ: seeded random W_q, W_k, W_v, W_o (buffers, never trained), identical on every node."""
+
+    def __init__(self, dim: int, seed: int, width: int = ATTN_WIDTH, heads: int = ATTN_HEADS) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(int(seed))
+        self.dim, self.width, self.heads = dim, width, heads
+        for name, fan_in, fan_out in (("wq", dim, width), ("wk", dim, width), ("wv", dim, width),
+                                      ("wo", width, width)):
+            self.register_buffer(name, torch.randn(fan_in, fan_out, generator=g) / math.sqrt(fan_in))
+
+    def forward(self, tokens: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+        """tokens (B, T, D), queries (M, D) → one output token per (sample, query): (B, M, W)."""
+        b, t, _ = tokens.shape
+        m = queries.shape[0]
+        h, dh = self.heads, self.width // self.heads
+        z = F.layer_norm(tokens, (self.dim,))
+        q = F.layer_norm(queries, (self.dim,))
+        keys = (z @ self.wk).view(b, t, h, dh)
+        values = (z @ self.wv).view(b, t, h, dh)
+        qh = (q @ self.wq).view(m, h, dh)
+        att = torch.softmax(torch.einsum("mhd,bthd->bhmt", qh, keys) / math.sqrt(dh), dim=-1)
+        out = torch.einsum("bhmt,bthd->bmhd", att, values).reshape(b, m, self.width) @ self.wo
+        return F.layer_norm(out, (self.width,))
+
+
+def init_adapters(dim: int, count: int, seed: int, width: int = ATTN_WIDTH) -> Params:
+    """Fresh queries (N(0, 1) before their LayerNorm), zero heads and biases, from the adapter's seed."""
+    g = torch.Generator().manual_seed(int(seed))
+    return {"queries": torch.randn(count, dim, generator=g), "heads": torch.zeros(count, width),
+            "bias": torch.zeros(count)}
+
+
+def adapter_logits(theta: FrozenCrossAttention, params: Params, tokens: torch.Tensor) -> torch.Tensor:
+    """(B, M) logits of M binary classifiers: ``<v_i, LN(CA_θ(z, q_i))> + b_i``."""
+    out = theta(tokens, params["queries"])
+    return (out * params["heads"]).sum(-1) + params["bias"]
+
+
+@dataclass(frozen=True)
+class AdapterSettings:
+    epochs: int
+    batch_size: int
+    lr: float
+    optimizer: str
+    seed: int
+
+
+def _optimizer(params: list[torch.Tensor], name: str, lr: float) -> torch.optim.Optimizer:
+    return torch.optim.Adam(params, lr=lr) if name == "adam" else torch.optim.SGD(params, lr=lr)
+
+
+def train_adapters(theta: FrozenCrossAttention, start: Params, tokens: torch.Tensor, labels: torch.Tensor,
+                   classes: list[int], settings: AdapterSettings) -> tuple[Params, float]:
+    """Sigmoid BCE of one clique's binary classifiers on that clique's samples only (fresh optimizer).
+
+    The loss is the mean over (sample, classifier) entries; the data order comes from the settings'
+    seed, so a clique replays bit for bit from its own data and seeds alone.
+    """
+    params = {k: v.detach().clone().requires_grad_(True) for k, v in start.items()}
+    targets = (labels[:, None] == torch.as_tensor(classes)[None, :]).float()
+    opt = _optimizer(list(params.values()), settings.optimizer, settings.lr)
+    losses: list[float] = []
+    with deterministic_torch():
+        g = generator(settings.seed)
+        for _ in range(settings.epochs):
+            order = torch.randperm(len(labels), generator=g)
+            for s in range(0, len(order), settings.batch_size):
+                idx = order[s : s + settings.batch_size]
+                loss = F.binary_cross_entropy_with_logits(adapter_logits(theta, params, tokens[idx]), targets[idx])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                losses.append(float(loss.detach()))
+    return {k: v.detach() for k, v in params.items()}, float(np.mean(losses)) if losses else 0.0
+
+
+def predict_adapters(theta: FrozenCrossAttention, params: Params, tokens: torch.Tensor, batch: int = 256) -> np.ndarray:
+    with deterministic_torch(), torch.no_grad():
+        chunks = [adapter_logits(theta, params, tokens[s : s + batch]) for s in range(0, len(tokens), batch)]
+    return torch.cat(chunks).double().numpy() if chunks else np.zeros((0, len(params["bias"])))
+
+
+# -- prototypes ---------------------------------------------------------------------------------
+def normalised(pooled: torch.Tensor) -> np.ndarray:
+    """Per-sample L2-normalised pooled features in float64 (what prototypes sum)."""
+    x = pooled.double().numpy()
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+class PrototypeBank:
+    """Per-class sums of normalised features and counts (float64): O(1) exact forgetting (paper §7)."""
+
+    def __init__(self, num_classes: int, dim: int) -> None:
+        self.sums = np.zeros((num_classes, dim))
+        self.counts = np.zeros(num_classes, dtype=np.int64)
+
+    def add(self, label: int, feature_sum: np.ndarray, count: int) -> None:
+        self.sums[label] += feature_sum
+        self.counts[label] += count
+
+    def forget(self, label: int, feature: np.ndarray) -> None:
+        """Remove one sample: ``p ↦ (N p − f(x)) / (N − 1)`` on the sums."""
+        self.sums[label] -= feature
+        self.counts[label] -= 1
+
+    def prototypes(self) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.sums / self.counts[:, None]
+
+    def scores(self, features: np.ndarray) -> np.ndarray:
+        """Cosine similarity to each class prototype (NaN for a class with no samples left)."""
+        protos = self.prototypes()
+        protos = protos / np.maximum(np.linalg.norm(protos, axis=1, keepdims=True), 1e-12)
+        return features @ protos.T
