@@ -22,7 +22,8 @@ theory_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exce
 app.add_typer(theory_app, name="theory")
 console = Console()
 
-FederationOpt = Annotated[str, typer.Option(help="SuperLink connection in $FLWR_HOME/config.toml.")]
+FederationOpt = Annotated[str, typer.Option(help="SuperLink connection in $FLWR_HOME/config.toml.",
+                                            envvar="FEDFORGET_FEDERATION")]
 RunConfigOpt = Annotated[str, typer.Option("--run-config", help="Flower run config, e.g. \"task='digits-mlp'\".")]
 StoreOpt = Annotated[str, typer.Option("--store", help="Store directory of a run (store= in the run config).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
