@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from fedforget.core.chains import compute_serving
+from fedforget.store.crash import CRASH_ENV as CRASH_ENV  # re-exported for tests
+from fedforget.store.crash import crash_point
 
 LEDGER = "ledger.sqlite"
 CHUNK = 500  # SQLite host parameters per statement stay well under its limit
-CRASH_ENV = "FEDFORGET_CRASH_POINT"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -50,12 +51,6 @@ CREATE TABLE IF NOT EXISTS retrains(id INTEGER PRIMARY KEY AUTOINCREMENT, at REA
 
 class LedgerUsageError(ValueError):
     """A request names something the store does not know; nothing was written."""
-
-
-def crash_point(name: str) -> None:
-    """Die here, like ``kill -9``, when the crash-injection variable names this point (tests only)."""
-    if os.environ.get(CRASH_ENV) == name:
-        os._exit(137)
 
 
 def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
@@ -157,6 +152,7 @@ class Ledger:
             db.execute("INSERT OR REPLACE INTO artifacts VALUES(?, ?, ?, ?, ?, ?)",
                        (artifact, sha256, kind, watermark, 0 if stale else 1, json.dumps(meta or {}, sort_keys=True)))
             db.execute("INSERT INTO history VALUES(?, ?, ?, ?)", (artifact, sha256, watermark, time.time()))
+            crash_point("ledger:record-artifact")
             return stale is None
 
     def refresh_serving(self) -> dict[str, Any]:
@@ -362,4 +358,6 @@ class Ledger:
         with self.transaction() as db:
             db.execute("INSERT INTO retrains(at, watermark, rebuilt) VALUES(?, ?, ?)",
                        (time.time(), watermark, json.dumps(rebuilt)))
-            return self._refresh_serving(db)
+            serving = self._refresh_serving(db)
+            crash_point("ledger:finish-retrain")
+            return serving

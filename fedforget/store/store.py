@@ -142,9 +142,8 @@ class Store:
         header = {METADATA_KEY: json.dumps(metadata or {}, sort_keys=True)}
         data = st_save({k: np.ascontiguousarray(v) for k, v in arrays.items()}, metadata=header)
         digest = hashlib.sha256(data).hexdigest()
-        path = self.artifact_path(digest)
-        if not path.exists():
-            atomic_write_bytes(path, data)
+        if not self.verify_artifact(digest):  # absent, or corrupt on disk: (re)write it
+            atomic_write_bytes(self.artifact_path(digest), data)
         return digest
 
     def get_arrays(self, sha256: str) -> dict[str, np.ndarray]:

@@ -28,6 +28,8 @@ from fedforget.core.grouping import group_units
 from fedforget.core.seeds import derive_seed, derive_seed32
 from fedforget.core.sequences import select_sequences
 from fedforget.core.slicing import UnitId
+from fedforget.store.check import corrupt_artifacts
+from fedforget.store.crash import crash_point
 from fedforget.store.ledger import Ledger
 from fedforget.strategies.chain_client import pack_prefix
 from fedforget.strategies.chain_model import default_module_init, fresh_module, initial_head, slot_name, split_state
@@ -245,6 +247,7 @@ class ChainTrainer:
             {"shard": s.chain.shard, "sequence": s.chain.index, "position": s.position, "slot": slot["slot"],
              "targets": slot["targets"], "order": list(s.chain.order)})
         self.rebuilt.append(artifact)
+        crash_point("chains:position-recorded")
 
     def _advance(self, s: ChainState, state: Arrays) -> ChainState:
         lora, head = split_state(state)
@@ -324,10 +327,13 @@ def retrain_chains(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
     try:
         watermark = ledger.last_request()
         send_forget(grid, run, ledger.forgotten_by_partition(watermark))
+        crash_point("retrain:forget-sent")
         plan = ChainPlan.from_json(run.store.manifest()["plan"])
-        start = rebuild_from(plan, ledger.valid_artifacts())
+        # a corrupt artifact is rebuilt like an invalid one (same inputs, so the same bytes come back)
+        start = rebuild_from(plan, ledger.valid_artifacts() - corrupt_artifacts(run.store, ledger))
         trainer = ChainTrainer(grid, run, plan, ledger, watermark)
         trainer.train(start)
+        crash_point("retrain:before-finish")
         serving = ledger.finish_retrain(watermark, trainer.rebuilt)
         result = evaluate_serving(run, ledger)
         run.store.append_metrics({"final": True, "action": "retrain", "accuracy": result["accuracy"],
