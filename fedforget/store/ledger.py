@@ -87,7 +87,8 @@ class ForgetResult:
 class Ledger:
     """A handle on ``ledger.sqlite``; every public method is one transaction."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, create: bool = True) -> None:
+        """``create=False``: the ledger of a finished store, which must already hold the tables."""
         self.path = Path(path)
         fresh = not self.path.exists()
         self.db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
@@ -95,6 +96,9 @@ class Ledger:
         self.db.execute("PRAGMA foreign_keys=ON")
         if fresh:
             os.chmod(self.path, 0o600)
+        if not create and self.db.execute("SELECT 1 FROM sqlite_master WHERE name='requests'").fetchone() is None:
+            self.db.close()
+            raise sqlite3.DatabaseError("it holds no fedforget tables")
         self.db.executescript(SCHEMA)
 
     def close(self) -> None:
@@ -247,6 +251,10 @@ class Ledger:
         clients = sorted({int(c) for c in clients})
         if not (samples or slices or clients):
             raise LedgerUsageError("name something to forget: --sample ID, --slice P:S or --client P")
+        negative = [i for i in (*samples, *clients) if not 0 <= i < 2**63]  # ids are SQLite int64, never < 0
+        if negative:
+            raise LedgerUsageError(f"unknown id(s) {', '.join(map(str, negative[:5]))}: sample and client ids "
+                                   "are non-negative integers (`fedforget status` lists the partitions)")
         with self.transaction() as db:
             plan = self._plan(db)
             units_named = self._resolve_units(db, slices, clients)
