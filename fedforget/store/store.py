@@ -182,7 +182,10 @@ class Store:
             raise StoreError(f"artifact {sha256} is missing from {path.parent}") from None
         if hashlib.sha256(data).hexdigest() != sha256:
             raise StoreError(f"artifact {sha256} is corrupt (its bytes no longer match its sha256)")
-        return st_load(data)
+        try:
+            return st_load(data)  # safetensors only: a planted pickle is data, never code
+        except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
+            raise StoreError(f"artifact {sha256} is not a safetensors file ({type(exc).__name__})") from None
 
     def verify_artifact(self, sha256: str) -> bool:
         path = self.artifact_path(sha256)
