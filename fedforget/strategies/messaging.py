@@ -47,6 +47,12 @@ def send_with_retries(grid: Grid, messages: Sequence[Message], timeout: float,
 
     Returns one reply per message that answered before ``timeout`` (error replies included).
     """
+    return [a for a in send_slots(grid, messages, timeout, attempts) if a is not None]
+
+
+def send_slots(grid: Grid, messages: Sequence[Message], timeout: float,
+               attempts: int = MAX_ATTEMPTS) -> list[Message | None]:
+    """:func:`send_with_retries`, answer by answer in message order (None: no reply before ``timeout``)."""
     if not messages:
         return []
     start = time.monotonic()
@@ -94,7 +100,7 @@ def send_with_retries(grid: Grid, messages: Sequence[Message], timeout: float,
             if a is None and tries[slot] < attempts and now - sent_at[slot] > patience:
                 resend(slot, f"no reply for {now - sent_at[slot]:.0f} s")
         time.sleep(POLL_SECONDS)
-    return [a for a in answer if a is not None]
+    return answer
 
 
 #: Never re-send a silent message sooner than this, however fast its peers answered.
