@@ -53,10 +53,10 @@ bench: setup
 	@$(ACTIVATE) && python benchmarks/runtime_overhead.py && python benchmarks/unlearning_service.py \
 		&& python benchmarks/forget_scale.py
 
-# crash campaign, node-failure recovery, concurrent forget throughput, TLS cost (issue 7)
+# crash campaign, concurrent forget throughput, TLS cost (issue 7)
 bench-ops: setup
 	@$(ACTIVATE) && python benchmarks/crash_campaign.py && python benchmarks/ops_concurrency.py \
-		&& python benchmarks/ops_node_failure.py && python benchmarks/ops_tls_cost.py
+		&& python benchmarks/ops_tls_cost.py
 
 clean-runs:
 	rm -rf runs
