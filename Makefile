@@ -6,8 +6,11 @@ ACTIVATE := source $(VENV)/bin/activate
 DEMO_STORE ?= runs/demo
 DEMO_CONFIG ?= method='fedsgt' task='fmnist-cnn' groups=5 budget=5 seed=1
 PYTEST_ARGS ?=
+# `make deploy-up TLS=1 AUTH=1`: TLS on the SuperLink and SuperNode authentication (AUTH implies TLS)
+TLS ?= 0
+AUTH ?= 0
 
-.PHONY: setup demo test test-fast lint deploy-up deploy-down deploy-status bench clean-runs
+.PHONY: setup demo test test-fast lint lint-deploy deploy-up deploy-down deploy-status bench bench-ops clean-runs
 
 setup:
 	@bash tools/setup.sh
@@ -33,8 +36,12 @@ test-fast: setup
 lint: setup
 	@$(ACTIVATE) && ruff check .
 
+# the compose files (docker compose config, no engine needed) and the Dockerfile (hadolint)
+lint-deploy: setup
+	@$(ACTIVATE) && python -m pytest -q tests/unit/test_deploy_files.py
+
 deploy-up: setup
-	@$(ACTIVATE) && deploy/loopback.sh up
+	@$(ACTIVATE) && FEDFORGET_DEPLOY_TLS=$(TLS) FEDFORGET_DEPLOY_AUTH=$(AUTH) deploy/loopback.sh up
 
 deploy-down:
 	@bash deploy/loopback.sh down
@@ -45,6 +52,11 @@ deploy-status:
 bench: setup
 	@$(ACTIVATE) && python benchmarks/runtime_overhead.py && python benchmarks/unlearning_service.py \
 		&& python benchmarks/forget_scale.py
+
+# crash campaign, concurrent forget throughput, TLS cost (issue 7)
+bench-ops: setup
+	@$(ACTIVATE) && python benchmarks/crash_campaign.py && python benchmarks/ops_concurrency.py \
+		&& python benchmarks/ops_tls_cost.py
 
 clean-runs:
 	rm -rf runs

@@ -3,12 +3,20 @@
 # each SuperNode with its own partition (--node-config) and state dir. Logs, pids and state live in
 # $FEDFORGET_DEPLOY_DIR (default .deploy/, git-ignored).
 #   deploy/loopback.sh up | down | status
+# FEDFORGET_DEPLOY_TLS=1: TLS on the SuperLink (a private CA from deploy/certs.sh in $DIR/certs);
+# FEDFORGET_DEPLOY_AUTH=1: SuperNode authentication (keys from deploy/keys.sh in $DIR/keys, each
+# registered with the SuperLink before its SuperNode starts); flwr requires TLS for it, so AUTH
+# implies TLS. `make deploy-up TLS=1 AUTH=1` sets both.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DIR=${FEDFORGET_DEPLOY_DIR:-$ROOT/.deploy}
 PORT=${FEDFORGET_DEPLOY_PORT:-39200}
 NODES=${FEDFORGET_DEPLOY_NODES:-3}
 NODE_PORT_BASE=${FEDFORGET_DEPLOY_NODE_PORT_BASE:-$((PORT + 10))}
+AUTH=${FEDFORGET_DEPLOY_AUTH:-0}
+TLS=${FEDFORGET_DEPLOY_TLS:-$AUTH}
+[ "$AUTH" = 1 ] && TLS=1
+PYTHON=${PYTHON:-python3}
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1
 
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
@@ -17,21 +25,35 @@ up() {
   mkdir -p "$DIR"
   if alive "$DIR/superlink.pid"; then echo "deploy: already up (pid $(cat "$DIR/superlink.pid")); run 'make deploy-down' first" >&2; exit 2; fi
   rm -rf "$DIR"/state.db "$DIR"/node* "$DIR"/home-*
+  local link_tls=(--insecure) node_tls=(--insecure) scheme=http
+  if [ "$TLS" = 1 ]; then
+    bash "$ROOT/deploy/certs.sh" "$DIR/certs" "$NODES" >/dev/null
+    link_tls=(--ssl-ca-certfile "$DIR/certs/ca.crt" --ssl-certfile "$DIR/certs/server.pem"
+              --ssl-keyfile "$DIR/certs/server.key")
+    node_tls=(--root-certificates "$DIR/certs/ca.crt")
+    scheme=https
+  fi
+  [ "$AUTH" = 1 ] && link_tls+=(--enable-supernode-auth)
+  write_cli_config
   # in-memory link state (no --database): under load the SQLite state answers "database is locked"
   # to a SuperNode's reply upload, and that SuperNode then drops the reply
-  FLWR_HOME="$DIR/home-superlink" setsid flower-superlink --insecure --host 127.0.0.1 --port "$PORT" \
+  FLWR_HOME="$DIR/home-superlink" setsid flower-superlink "${link_tls[@]}" --host 127.0.0.1 --port "$PORT" \
     --disable-runtime-dependency-installation \
     >"$DIR/superlink.log" 2>&1 < /dev/null &
   echo $! > "$DIR/superlink.pid"
   for _ in $(seq 1 300); do
-    python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/health', timeout=1)" \
+    "$PYTHON" -c "import ssl, urllib.request; urllib.request.urlopen('$scheme://127.0.0.1:$PORT/health', timeout=1,
+      context=ssl.create_default_context(cafile='$DIR/certs/ca.crt') if '$scheme' == 'https' else None)" \
       >/dev/null 2>&1 && break
     alive "$DIR/superlink.pid" || { echo "deploy: superlink exited; see $DIR/superlink.log" >&2; exit 1; }
     sleep 0.2
   done
+  local auth=()
+  [ "$AUTH" = 1 ] && { register_keys || exit 1; }
   for i in $(seq 0 $((NODES - 1))); do
-    mkdir -p "$DIR/node$i"
-    FLWR_HOME="$DIR/home-node$i" setsid flower-supernode --insecure --superlink "127.0.0.1:$PORT" \
+    mkdir -p -m 700 "$DIR/node$i"
+    [ "$AUTH" = 1 ] && auth=(--auth-supernode-private-key "$DIR/keys/supernode-$i")
+    FLWR_HOME="$DIR/home-node$i" setsid flower-supernode "${node_tls[@]}" "${auth[@]}" --superlink "127.0.0.1:$PORT" \
       --host 127.0.0.1 --port $((NODE_PORT_BASE + i)) \
       --node-config "partition-id=$i num-partitions=$NODES state-dir=\"$DIR/node$i\"" \
       >"$DIR/supernode$i.log" 2>&1 < /dev/null &
@@ -44,7 +66,27 @@ up() {
     sleep 0.2
   done
   [ "${n:-0}" -ge "$NODES" ] || { echo "deploy: only ${n:-0} of $NODES supernodes registered; see $DIR/*.log" >&2; exit 1; }
-  echo "deploy: superlink on 127.0.0.1:$PORT, $NODES supernodes online (logs and state in $DIR)"
+  echo "deploy: superlink on 127.0.0.1:$PORT ($([ "$TLS" = 1 ] && echo TLS || echo insecure)$([ "$AUTH" = 1 ] \
+    && echo ', node auth')), $NODES supernodes online (logs and state in $DIR; flwr connection: $DIR/home-cli)"
+}
+
+# A Flower CLI home whose default connection is this deployment (TLS: trusts the private CA).
+write_cli_config() {
+  mkdir -p "$DIR/home-cli"
+  {
+    printf '[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\naddress = "127.0.0.1:%s"\n' "$PORT"
+    if [ "$TLS" = 1 ]; then printf 'root-certificates = "%s"\n' "$DIR/certs/ca.crt"; else printf 'insecure = true\n'; fi
+  } > "$DIR/home-cli/config.toml"
+}
+
+# Register every SuperNode's public key with the SuperLink; its node id is fixed from now on.
+register_keys() {
+  bash "$ROOT/deploy/keys.sh" "$DIR/keys" "$NODES" >/dev/null
+  for i in $(seq 0 $((NODES - 1))); do
+    FLWR_HOME="$DIR/home-cli" flwr supernode register "$DIR/keys/supernode-$i.pub" loopback \
+      --name "supernode-$i" >>"$DIR/register.log" 2>&1 \
+      || { echo "deploy: could not register supernode-$i; see $DIR/register.log" >&2; return 1; }
+  done
 }
 
 down() {

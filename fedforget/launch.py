@@ -127,19 +127,24 @@ def simulation_federation(home: Path, num_nodes: int) -> Iterator[FlowerHome]:
 
 
 @contextmanager
-def loopback_deployment(folder: Path, num_nodes: int, ready_timeout: float = 120.0) -> Iterator[FlowerHome]:
-    """One SuperLink and ``num_nodes`` SuperNodes as processes on 127.0.0.1 (deploy/loopback.sh)."""
+def loopback_deployment(folder: Path, num_nodes: int, ready_timeout: float = 120.0, tls: bool = False,
+                        auth: bool = False) -> Iterator[FlowerHome]:
+    """One SuperLink and ``num_nodes`` SuperNodes as processes on 127.0.0.1 (deploy/loopback.sh);
+    ``tls``: TLS with a private CA, ``auth``: SuperNode authentication (implies TLS)."""
     folder.mkdir(parents=True, exist_ok=True)
     port = free_port_block(num_nodes + 11)
     home = folder / "cli-home"
     home.mkdir(exist_ok=True)
+    tls = tls or auth
+    trust = f'root-certificates = "{folder / "deploy" / "certs" / "ca.crt"}"' if tls else "insecure = true"
     (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "deploy"\n\n[superlink.deploy]\naddress = "127.0.0.1:{port}"\ninsecure = true\n',
+        f'[superlink]\ndefault = "deploy"\n\n[superlink.deploy]\naddress = "127.0.0.1:{port}"\n{trust}\n',
         encoding="utf-8",
     )
     env = _base_env(home)
     env.update({"FEDFORGET_DEPLOY_DIR": str(folder / "deploy"), "FEDFORGET_DEPLOY_PORT": str(port),
-                "FEDFORGET_DEPLOY_NODES": str(num_nodes)})
+                "FEDFORGET_DEPLOY_NODES": str(num_nodes), "FEDFORGET_DEPLOY_TLS": str(int(tls)),
+                "FEDFORGET_DEPLOY_AUTH": str(int(auth))})
     script = str(app_dir() / LOOPBACK_SCRIPT)
     fed = FlowerHome(home, "deploy", env)
     try:

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from fedforget.core.chains import compute_serving
+from fedforget.store.crash import CRASH_ENV as CRASH_ENV  # re-exported for tests
+from fedforget.store.crash import crash_point
 
 LEDGER = "ledger.sqlite"
 CHUNK = 500  # SQLite host parameters per statement stay well under its limit
-CRASH_ENV = "FEDFORGET_CRASH_POINT"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -50,12 +51,6 @@ CREATE TABLE IF NOT EXISTS retrains(id INTEGER PRIMARY KEY AUTOINCREMENT, at REA
 
 class LedgerUsageError(ValueError):
     """A request names something the store does not know; nothing was written."""
-
-
-def crash_point(name: str) -> None:
-    """Die here, like ``kill -9``, when the crash-injection variable names this point (tests only)."""
-    if os.environ.get(CRASH_ENV) == name:
-        os._exit(137)
 
 
 def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
@@ -93,7 +88,8 @@ class ForgetResult:
 class Ledger:
     """A handle on ``ledger.sqlite``; every public method is one transaction."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, create: bool = True) -> None:
+        """``create=False``: the ledger of a finished store, which must already hold the tables."""
         self.path = Path(path)
         fresh = not self.path.exists()
         self.db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
@@ -101,6 +97,9 @@ class Ledger:
         self.db.execute("PRAGMA foreign_keys=ON")
         if fresh:
             os.chmod(self.path, 0o600)
+        if not create and self.db.execute("SELECT 1 FROM sqlite_master WHERE name='requests'").fetchone() is None:
+            self.db.close()
+            raise sqlite3.DatabaseError("it holds no fedforget tables")
         self.db.executescript(SCHEMA)
 
     def close(self) -> None:
@@ -158,6 +157,7 @@ class Ledger:
             db.execute("INSERT OR REPLACE INTO artifacts VALUES(?, ?, ?, ?, ?, ?)",
                        (artifact, sha256, kind, watermark, 0 if stale else 1, json.dumps(meta or {}, sort_keys=True)))
             db.execute("INSERT INTO history VALUES(?, ?, ?, ?)", (artifact, sha256, watermark, time.time()))
+            crash_point("ledger:record-artifact")
             return stale is None
 
     def refresh_serving(self) -> dict[str, Any]:
@@ -260,6 +260,10 @@ class Ledger:
         clients = sorted({int(c) for c in clients})
         if not (samples or slices or clients):
             raise LedgerUsageError("name something to forget: --sample ID, --slice P:S or --client P")
+        negative = [i for i in (*samples, *clients) if not 0 <= i < 2**63]  # ids are SQLite int64, never < 0
+        if negative:
+            raise LedgerUsageError(f"unknown id(s) {', '.join(map(str, negative[:5]))}: sample and client ids "
+                                   "are non-negative integers (`fedforget status` lists the partitions)")
         with self.transaction() as db:
             plan = self._plan(db)
             units_named = self._resolve_units(db, slices, clients)
@@ -374,4 +378,6 @@ class Ledger:
         with self.transaction() as db:
             db.execute("INSERT INTO retrains(at, watermark, rebuilt) VALUES(?, ?, ?)",
                        (time.time(), watermark, json.dumps(rebuilt)))
-            return self._refresh_serving(db)
+            serving = self._refresh_serving(db)
+            crash_point("ledger:finish-retrain")
+            return serving

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,14 @@ METRICS = "metrics.jsonl"
 ARTIFACTS = "artifacts"
 CLIENTS = "clients"
 FORMAT_VERSION = 1
+SQLITE_MAGIC = b"SQLite format 3\x00"
 METADATA_KEY = "fedforget"
+
+
+def _no_file():  # noqa: ANN202 - a readable empty stream, for a missing file
+    import io
+
+    return io.BytesIO(b"")
 
 
 class StoreError(Exception):
@@ -43,8 +51,10 @@ def resolve_store_path(path: str | os.PathLike[str]) -> Path:
 class Store:
     """A handle on an existing store directory."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, existing: bool = False) -> None:
         self.root = Path(root)
+        #: opened as a finished store: its ledger must already be there (never silently recreated)
+        self.existing = existing
 
     # -- life cycle ---------------------------------------------------------------------------
     @classmethod
@@ -79,18 +89,33 @@ class Store:
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Store:
         """Open an existing store, or raise :class:`StoreError` saying what is wrong."""
-        root = resolve_store_path(path)
-        if not root.is_dir():
-            raise StoreError(f"{root} is not a store (no such directory); pass the store= path of a run")
-        if not (root / MANIFEST).is_file():
-            raise StoreError(f"{root} is not a store (no {MANIFEST}); pass the store= path of a run")
-        store = cls(root)
-        store.manifest()  # parse now so a corrupt manifest is reported here
+        try:
+            root = resolve_store_path(path)
+            if not root.is_dir():
+                raise StoreError(f"{root} is not a store (no such directory); pass the store= path of a run")
+            if not (root / MANIFEST).is_file():
+                raise StoreError(f"{root} is not a store (no {MANIFEST}); pass the store= path of a run")
+            store = cls(root, existing=True)
+            store.manifest()  # parse now so a corrupt manifest is reported here
+        except (OSError, ValueError) as exc:  # a name too long, a permission denied, an embedded NUL ...
+            raise StoreError(f"cannot open {str(path)[:120]!r} as a store: {exc.__class__.__name__}: "
+                             f"{getattr(exc, 'strerror', None) or exc}") from None
         return store
 
     def ledger(self) -> Ledger:
-        """The store's ledger (created on first use); close it when done."""
-        return Ledger(self.root / LEDGER)
+        """The store's ledger (created on first use by training); close it when done."""
+        path = self.root / LEDGER
+        if self.existing:
+            with open(path, "rb") if path.is_file() else _no_file() as fh:
+                header = fh.read(16)
+            if header != SQLITE_MAGIC:
+                raise StoreError(f"{path} is missing, empty or not a SQLite file: the training run did not finish, "
+                                 "or the store is damaged; re-run training into a new store")
+        try:
+            return Ledger(path, create=not self.existing)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.root / LEDGER} is not a readable ledger ({exc}); restore it from a backup "
+                             "or re-run training into a new store") from None
 
     # -- manifest, metrics ---------------------------------------------------------
     def _read_json(self, name: str) -> Any:
@@ -101,6 +126,8 @@ class Store:
             raise StoreError(f"{path} is missing; the store is incomplete") from None
         except json.JSONDecodeError as exc:
             raise StoreError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        except UnicodeDecodeError:
+            raise StoreError(f"{path} is not UTF-8 text; the store is corrupt") from None
 
     def manifest(self) -> dict[str, Any]:
         data = self._read_json(MANIFEST)
@@ -142,9 +169,8 @@ class Store:
         header = {METADATA_KEY: json.dumps(metadata or {}, sort_keys=True)}
         data = st_save({k: np.ascontiguousarray(v) for k, v in arrays.items()}, metadata=header)
         digest = hashlib.sha256(data).hexdigest()
-        path = self.artifact_path(digest)
-        if not path.exists():
-            atomic_write_bytes(path, data)
+        if not self.verify_artifact(digest):  # absent, or corrupt on disk: (re)write it
+            atomic_write_bytes(self.artifact_path(digest), data)
         return digest
 
     def get_arrays(self, sha256: str) -> dict[str, np.ndarray]:
@@ -156,7 +182,10 @@ class Store:
             raise StoreError(f"artifact {sha256} is missing from {path.parent}") from None
         if hashlib.sha256(data).hexdigest() != sha256:
             raise StoreError(f"artifact {sha256} is corrupt (its bytes no longer match its sha256)")
-        return st_load(data)
+        try:
+            return st_load(data)  # safetensors only: a planted pickle is data, never code
+        except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
+            raise StoreError(f"artifact {sha256} is not a safetensors file ({type(exc).__name__})") from None
 
     def verify_artifact(self, sha256: str) -> bool:
         path = self.artifact_path(sha256)

@@ -28,10 +28,13 @@ from fedforget.core.grouping import group_units
 from fedforget.core.seeds import derive_seed, derive_seed32
 from fedforget.core.sequences import select_sequences
 from fedforget.core.slicing import UnitId
+from fedforget.store.check import corrupt_artifacts
+from fedforget.store.crash import crash_point
 from fedforget.store.ledger import Ledger
 from fedforget.strategies.chain_client import pack_prefix
 from fedforget.strategies.chain_model import default_module_init, fresh_module, initial_head, slot_name, split_state
-from fedforget.strategies.messaging import PARTITION_KEY, discover_partitions, exchange, to_numpy
+from fedforget.strategies.failover import check_chain_reply, exchange_redo_or_exclude
+from fedforget.strategies.messaging import PARTITION_KEY, NodeFailure, discover_partitions, to_numpy
 from fedforget.strategies.run_setup import ServerRun, open_server_run, prepare_server_run
 from fedforget.strategies.serve import load_tensors, serving_accuracy
 from fedforget.tasks.partitioning import PartitionPlan
@@ -139,6 +142,9 @@ class ChainTrainer:
         self.num_classes = run.data.num_classes
         self.rebuilt: list[str] = []
         self.wave = 0
+        #: partitions lost in this run and the positions left unbuilt because they needed one (issue 7)
+        self.excluded: set[int] = set()
+        self.unbuilt: list[str] = []
 
     def _artifact_state(self, artifact: str) -> Arrays:
         sha = next(a["sha256"] for a in self.ledger.artifacts() if a["artifact"] == artifact)
@@ -184,6 +190,7 @@ class ChainTrainer:
             current = {id(s): s.start for s in states}
             for server_round in range(1, self.plan.rounds_per_phase + 1):
                 current = self._round(states, current, server_round)
+                states = self._drop_excluded(states, current)
             for s in states:
                 self._finish(s, current[id(s)])
                 done += 1
@@ -191,9 +198,21 @@ class ChainTrainer:
             states = [self._advance(s, current[id(s)]) for s in states
                       if s.position < self.plan.phases(s.chain)]
 
+    def _drop_excluded(self, states: list[ChainState], current: dict[int, Arrays]) -> list[ChainState]:
+        """States that lost a participant stop here: their position (and the rest of the chain) stays unbuilt."""
+        kept = []
+        for s in states:
+            if id(s) in current and not set(self._participants(s.chain, s.position)) & self.excluded:
+                kept.append(s)
+                continue
+            for position in range(s.position, self.plan.phases(s.chain) + 1):
+                self.unbuilt.append(self.plan.artifact_id(s.chain, position))
+        return kept
+
     def _round(self, states: list[ChainState], current: dict[int, Arrays], server_round: int) -> dict[int, Arrays]:
-        messages, owners = [], []
+        messages, owners, partitions, shapes = [], [], [], []
         bytes_down = 0
+        states = [s for s in states if not set(self._participants(s.chain, s.position)) & self.excluded]
         for s in states:
             artifact = self.plan.artifact_id(s.chain, s.position)
             prefix = pack_prefix(s.prefix) if s.prefix else {}
@@ -208,15 +227,24 @@ class ChainTrainer:
                     content["prefix"] = _record(prefix)
                 messages.append(Message(content, dst_node_id=self.run.nodes[partition], message_type=CHAIN_MESSAGE))
                 owners.append(id(s))
+                partitions.append(partition)
+                shapes.append(current[id(s)])
                 bytes_down += _nbytes(current[id(s)]) + _nbytes(prefix)
         started = time.monotonic()
-        replies = exchange(self.grid, messages, self.cfg.round_timeout)
+        replies, lost = exchange_redo_or_exclude(
+            self.grid, self.run.nodes, messages, partitions, self.cfg.round_timeout,
+            lambda reply, i: check_chain_reply(reply, partitions[i], shapes[i],
+                                               len(self.run.plan.partition_ids(partitions[i]))))
+        self.excluded |= lost
         self.wave += 1
         by_owner: dict[int, list[Message]] = {}
-        for owner, reply in zip(owners, replies, strict=True):  # exchange answers in message order
-            by_owner.setdefault(owner, []).append(reply)
+        for owner, reply in zip(owners, replies, strict=True):  # answers in message order
+            if reply is not None:
+                by_owner.setdefault(owner, []).append(reply)
         out, bytes_up, examples, losses = {}, 0, 0, []
         for s in states:
+            if set(self._participants(s.chain, s.position)) & self.excluded:
+                continue  # dropped by _drop_excluded
             ordered = sorted(by_owner.get(id(s), []), key=lambda r: int(r.content["metrics"][PARTITION_KEY]))
             bytes_up += sum(_nbytes(to_numpy(r.content["arrays"])) for r in ordered)
             useful = [r.content for r in ordered if int(r.content["metrics"]["num-examples"]) > 0]
@@ -245,6 +273,7 @@ class ChainTrainer:
             {"shard": s.chain.shard, "sequence": s.chain.index, "position": s.position, "slot": slot["slot"],
              "targets": slot["targets"], "order": list(s.chain.order)})
         self.rebuilt.append(artifact)
+        crash_point("chains:position-recorded")
 
     def _advance(self, s: ChainState, state: Arrays) -> ChainState:
         lora, head = split_state(state)
@@ -282,7 +311,12 @@ def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> 
         for p, ids in sorted(forgotten.items())
     ]
     deleted = {}
-    for reply in exchange(grid, messages, run.cfg.round_timeout):
+    parts = sorted(forgotten)
+    replies, lost = exchange_redo_or_exclude(grid, run.nodes, messages, parts, run.cfg.round_timeout)
+    if lost:
+        raise NodeFailure(f"partition(s) {sorted(lost)} did not confirm deleting their forgotten samples; the "
+                          "retrain stops (nothing half-done is served); run `fedforget retrain` when they are back")
+    for reply in replies:
         info = reply.content["info"]
         deleted[int(info[PARTITION_KEY])] = int(info["deleted"])
     log(INFO, "fedforget: clients deleted %d sample(s) for good (%s)", sum(deleted.values()),
@@ -306,6 +340,7 @@ def run_chains(grid: Grid, cfg: RunConfig) -> None:
         run.store.update_manifest(plan=plan.to_json())
         trainer = ChainTrainer(grid, run, plan, ledger, watermark=0)
         trainer.train({c.key: 1 for c in plan.chains()})
+        ledger.set_meta("unbuilt", {"artifacts": trainer.unbuilt, "partitions": sorted(trainer.excluded)})
         serving = ledger.refresh_serving()
         result = evaluate_serving(run, ledger)
         run.store.append_metrics({"final": True, "action": "train", "accuracy": result["accuracy"],
@@ -324,10 +359,14 @@ def retrain_chains(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
     try:
         watermark = ledger.last_request()
         send_forget(grid, run, ledger.forgotten_by_partition(watermark))
+        crash_point("retrain:forget-sent")
         plan = ChainPlan.from_json(run.store.manifest()["plan"])
-        start = rebuild_from(plan, ledger.valid_artifacts())
+        # a corrupt artifact is rebuilt like an invalid one (same inputs, so the same bytes come back)
+        start = rebuild_from(plan, ledger.valid_artifacts() - corrupt_artifacts(run.store, ledger))
         trainer = ChainTrainer(grid, run, plan, ledger, watermark)
         trainer.train(start)
+        ledger.set_meta("unbuilt", {"artifacts": trainer.unbuilt, "partitions": sorted(trainer.excluded)})
+        crash_point("retrain:before-finish")
         serving = ledger.finish_retrain(watermark, trainer.rebuilt)
         result = evaluate_serving(run, ledger)
         run.store.append_metrics({"final": True, "action": "retrain", "accuracy": result["accuracy"],

@@ -53,7 +53,7 @@ from fedforget.core.seeds import derive_seed
 from fedforget.store.ledger import Ledger
 from fedforget.strategies.chain_model import default_module_init, initial_head
 from fedforget.strategies.chains import CHAIN_MESSAGE, evaluate_serving, send_forget
-from fedforget.strategies.messaging import PARTITION_KEY, discover_partitions, send_each, to_numpy, to_record
+from fedforget.strategies.messaging import PARTITION_KEY, discover_partitions, send_slots, to_numpy, to_record
 from fedforget.strategies.run_setup import ServerRun, open_server_run, prepare_server_run
 from fedforget.strategies.serve import load_tensors
 
@@ -128,7 +128,7 @@ class ShardTrainer:
                     messages.append(self._message(s, p, current[s.index], server_round))
                     owners.append((s.index, p))
             started = time.monotonic()
-            replies = send_each(self.grid, messages, self.cfg.round_timeout)
+            replies = send_slots(self.grid, messages, self.cfg.round_timeout)
             answered = dict(zip(owners, replies, strict=True))
             examples, losses = 0, []
             for s in active:

@@ -39,12 +39,12 @@ def _resend_copy(msg: Message) -> Message:
 
 def send_with_retries(grid: Grid, messages: Sequence[Message], timeout: float,
                       attempts: int = MAX_ATTEMPTS) -> list[Message]:
-    """:func:`send_each`, keeping only the messages that were answered (in message order)."""
-    return [a for a in send_each(grid, messages, timeout, attempts) if a is not None]
+    """:func:`send_slots`, keeping only the messages that were answered (in message order)."""
+    return [a for a in send_slots(grid, messages, timeout, attempts) if a is not None]
 
 
-def send_each(grid: Grid, messages: Sequence[Message], timeout: float,
-              attempts: int = MAX_ATTEMPTS) -> list[Message | None]:
+def send_slots(grid: Grid, messages: Sequence[Message], timeout: float,
+               attempts: int = MAX_ATTEMPTS) -> list[Message | None]:
     """Push ``messages`` and pull their replies, polling every 50 ms (``HttpGrid.send_and_receive``
     sleeps 3 s per pull). A message is sent again, up to ``attempts`` times in all, when its reply
     carries a :data:`RETRYABLE` error, or when it has waited much longer than its peers (a SuperNode

@@ -22,7 +22,8 @@ theory_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exce
 app.add_typer(theory_app, name="theory")
 console = Console()
 
-FederationOpt = Annotated[str, typer.Option(help="SuperLink connection in $FLWR_HOME/config.toml.")]
+FederationOpt = Annotated[str, typer.Option(help="SuperLink connection in $FLWR_HOME/config.toml.",
+                                            envvar="FEDFORGET_FEDERATION")]
 RunConfigOpt = Annotated[str, typer.Option("--run-config", help="Flower run config, e.g. \"task='digits-mlp'\".")]
 StoreOpt = Annotated[str, typer.Option("--store", help="Store directory of a run (store= in the run config).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
@@ -279,6 +280,12 @@ def run(
     """Train through `flwr run` with a progress bar, then print where the store is."""
     if "store=" in run_config.replace(" ", ""):
         fail("pass the store with --store, not inside --run-config")
+    from fedforget.unlearning.run_config import check_run_config
+
+    try:
+        check_run_config(run_config)
+    except ValueError as exc:
+        fail(str(exc))
     existing = resolve_store_path(store)
     if (existing / "ledger.sqlite").is_file():
         ledger = Store(existing).ledger()
@@ -297,8 +304,22 @@ def run(
     console.print(f"[bold green]done[/]: accuracy {info['accuracy']:.4f}; store written to [bold]{info['store']}[/]")
 
 
-def main() -> None:
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """The ``fedforget`` entry point: a usage error is one line on stderr and exit code 2 (no usage
+    box, no traceback), like every other error the user must fix."""
+    import click
+
+    try:
+        code = app(args=argv, prog_name="fedforget", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        print(exc.ctx.get_help() if exc.ctx else "fedforget --help")
+        raise SystemExit(2) from None
+    except click.ClickException as exc:
+        where = f" (see `{exc.ctx.command_path} --help`)" if getattr(exc, "ctx", None) else ""
+        fail(" ".join(exc.format_message().split()) + where, code=2)
+    except click.exceptions.Abort:
+        fail("aborted", code=130)
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,11 @@ class UsageError(Exception):
     """Bad input: the message is the one line the user sees."""
 
 
+def one_line(message: str) -> str:
+    """Escape newlines and other unprintable characters (a path may hold any), so it stays one line."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in message)
+
+
 def fail(message: str, code: int = USAGE_EXIT) -> NoReturn:
-    print(f"fedforget: error: {message}", file=sys.stderr)
+    print(f"fedforget: error: {one_line(message)}", file=sys.stderr)
     raise SystemExit(code)

@@ -40,7 +40,8 @@ def flwr_run(federation: str, run_config: str, store: str, console: Console) -> 
     cmd = ["flwr", "run", str(app_dir()), federation, "--stream", "--run-config", config]
     env = {**os.environ, "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
     console.print(f"[dim]$ {' '.join(shlex.quote(c) for c in cmd)}[/]")
-    with open(log_path, "w", encoding="utf-8") as log, Progress(
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the store stays owner-only
+    with open(fd, "w", encoding="utf-8") as log, Progress(
         TextColumn("[bold blue]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
         TextColumn("{task.fields[acc]}"), TimeElapsedColumn(), console=console,
     ) as progress:

@@ -33,6 +33,7 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
         requests = ledger.requests()
         cached = ledger.get_meta("accuracy")
         forgotten = ledger.forgotten_count()
+        unbuilt = ledger.get_meta("unbuilt") or {"artifacts": [], "partitions": []}
     finally:
         ledger.close()
     acc = None
@@ -63,6 +64,7 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
                      "forgotten_samples": forgotten},
         "artifacts": artifacts,
         "corrupt": corrupt,
+        "unbuilt": unbuilt,
         "backbone": {"source": backbone.get("source"), "weights_sha256": backbone.get("weights-sha256"),
                      "artifact": backbone.get("artifact")},
         "complete": bool(served) and not corrupt,
@@ -123,6 +125,10 @@ def print_status(status: dict[str, Any], console: Console) -> None:
         console.print("[bold red]retrain required[/]: no valid model is left to serve; run `fedforget retrain`")
     elif not status["serving"]:
         console.print("[yellow]nothing is served yet: the run did not finish[/]")
+    if status.get("unbuilt", {}).get("artifacts"):
+        u = status["unbuilt"]
+        console.print(f"[yellow]{len(u['artifacts'])} artifact(s) unbuilt[/]: partition(s) {u['partitions']} were lost "
+                      "mid-run; `fedforget retrain` builds them when the nodes are back")
     if status["corrupt"]:
         console.print(f"[bold red]corrupt artifacts are never served[/]: {', '.join(status['corrupt'])}")
 

@@ -1,0 +1,1 @@
+"""Fault injection for the crash-safety tests and benchmarks (issue 7)."""

@@ -1,0 +1,32 @@
+"""Check a ``--run-config`` string before Flower sees it, so a typo fails in a second with one line
+instead of after starting a SuperLink run."""
+
+from __future__ import annotations
+
+from fedforget.core.config import ConfigError, parse_run_config
+from fedforget.inprocess import default_run_config
+
+
+def parse_flwr_run_config(text: str) -> dict[str, object]:
+    """``k=v k2="s"`` as ``flwr run --run-config`` reads it (TOML values, space separated)."""
+    from flwr.common.config import parse_config_args
+
+    if not text.strip():
+        return {}
+    try:
+        parsed = dict(parse_config_args([text]))
+    except (ValueError, TypeError, OSError) as exc:  # tomli's TOMLDecodeError is a ValueError
+        raise ConfigError(f"--run-config is not key=value TOML ({' '.join(str(exc).split())[:200]}); "
+                          "e.g. \"task='digits-mlp' groups=5\"") from None
+    if not parsed:
+        raise ConfigError(f"--run-config {text[:80]!r} has no key=value pair; e.g. \"task='digits-mlp' groups=5\"")
+    return parsed
+
+
+def check_run_config(text: str) -> None:
+    """Raise :class:`ConfigError` (one line) for an unknown key or a bad value."""
+    overrides = parse_flwr_run_config(text)
+    for key, value in overrides.items():
+        if isinstance(value, dict):
+            raise ConfigError(f"run-config {key!r} must be a plain value, not a table")
+    parse_run_config({**default_run_config(), **overrides})

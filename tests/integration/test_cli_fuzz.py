@@ -1,0 +1,158 @@
+"""Every CLI command fed bad input by hypothesis (ids, slices, clients, paths, run configs, numbers,
+corrupt JSON and SQLite): exit code 2, exactly one line on stderr, no traceback, nothing on stdout,
+and the store's bytes unchanged."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import shutil
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fedforget.store import Store
+from fedforget.unlearning.cli import main
+
+from .helpers import train_in_process
+
+FUZZ = settings(max_examples=25, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
+STORE_COMMANDS = ["status", "forget", "evaluate", "retrain", "verify", "audit"]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("fuzz") / "s"
+    train_in_process(root, 3, method="fedsgt", groups=2, budget=2, **{"slices-per-client": 2, "local-epochs": 1})
+    return root
+
+
+def digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        h.update(str(path.relative_to(root)).encode())
+        if path.is_file():
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def invoke(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            main(argv)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return code, out.getvalue(), err.getvalue()
+
+
+def assert_refused(argv: list[str], store: Path | None = None) -> None:
+    before = digest(store) if store else None
+    code, out, err = invoke(argv)
+    lines = err.strip().splitlines()
+    assert code == 2, (argv, code, out[-500:], err[-2000:])
+    assert len(lines) == 1 and lines[0].startswith("fedforget: error: "), (argv, err[-2000:])
+    assert "Traceback" not in err and out == "", (argv, out[-500:])
+    if store:
+        assert digest(store) == before, f"{argv} changed the store"
+
+
+unknown_ids = st.one_of(st.integers(max_value=-1), st.integers(min_value=10**6, max_value=2**63 - 1))
+not_int = st.text(min_size=0, max_size=12).filter(lambda s: not s.strip().lstrip("+-").isdigit())
+text_arg = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=300)
+
+
+@FUZZ
+@given(samples=st.lists(unknown_ids, min_size=1, max_size=4), clients=st.lists(st.integers(3, 10**9), max_size=2))
+def test_forget_unknown_samples_or_clients(store, samples, clients):
+    argv = ["forget", "--store", str(store)] + [f"--sample={s}" for s in samples] + [f"--client={c}" for c in clients]
+    assert_refused(argv, store)
+
+
+@FUZZ
+@given(slices=st.lists(text_arg.filter(lambda s: s not in {"0:0", "0:1", "1:0", "1:1", "2:0", "2:1"}),
+                       min_size=1, max_size=3))
+def test_forget_malformed_or_unknown_slices(store, slices):
+    assert_refused(["forget", "--store", str(store)] + [f"--slice={s}" for s in slices], store)
+
+
+@FUZZ
+@given(value=not_int, option=st.sampled_from(["--sample", "--client"]))
+def test_forget_non_integer_ids(store, value, option):
+    assert_refused(["forget", "--store", str(store), f"{option}={value}"], store)
+
+
+def test_forget_with_nothing_named(store):
+    assert_refused(["forget", "--store", str(store)], store)
+
+
+@FUZZ
+@given(command=st.sampled_from(STORE_COMMANDS), name=text_arg.filter(lambda s: s.strip() not in {"", ".", ".."}))
+def test_every_store_command_with_a_path_that_is_not_a_store(store, tmp_path, command, name):
+    extra = ["--sample", "1"] if command == "forget" else []
+    assert_refused([command, "--store", str(tmp_path / "missing" / name), *extra])
+    assert_refused([command, "--store", str(store / "manifest.json"), *extra], store)
+
+
+@FUZZ
+@given(garbage=st.binary(max_size=200), command=st.sampled_from(["status", "forget", "evaluate", "verify", "audit"]),
+       victim=st.sampled_from(["manifest.json", "ledger.sqlite"]))
+def test_every_store_command_on_a_corrupt_manifest_or_ledger(store, tmp_path_factory, garbage, command, victim):
+    root = tmp_path_factory.mktemp("corrupt") / "s"
+    shutil.copytree(store, root)
+    (root / victim).write_bytes(garbage if victim == "ledger.sqlite" else b"{" + garbage)
+    extra = ["--sample", str(Store.open(store).manifest()["partitions"]["0"][0][0])] if command == "forget" else []
+    assert_refused([command, "--store", str(root), *extra], root)
+
+
+bad_run_config = st.one_of(
+    st.builds(lambda k, v: f"zz-{k}={v}", st.from_regex(r"[a-z]{1,8}", fullmatch=True), st.integers()),
+    st.builds(lambda k, v: f"{k}={v}", st.sampled_from(["groups", "budget", "num-rounds", "local-epochs", "lr"]),
+              st.integers(max_value=0)),
+    st.builds(lambda k, v: f"{k}={v!r}", st.sampled_from(["groups", "seed", "lr", "num-rounds"]),
+              st.text(min_size=1, max_size=8).filter(lambda s: "'" not in s)),
+    st.sampled_from(["method='nope'", "task=\"no-such-task\"", "groups=", "a b c", "x=[1,", "fraction-train=2.0"]),
+)
+
+
+@FUZZ
+@given(config=bad_run_config)
+def test_run_refuses_a_bad_run_config_before_starting_flower(tmp_path, config):
+    assert_refused(["run", "--store", str(tmp_path / "new"), "--federation", "no-such-connection",
+                    "--run-config", config])
+    assert not (tmp_path / "new").exists()
+
+
+@FUZZ
+@given(command=st.sampled_from(["deletion-rate", "sequences"]), option=st.sampled_from(["--groups", "--budget"]),
+       value=st.integers(min_value=-10**6, max_value=0))
+def test_theory_refuses_non_positive_sizes(command, option, value):
+    assert_refused(["theory", command, f"{option}={value}"])
+
+
+@FUZZ
+@given(argv=st.lists(text_arg, min_size=1, max_size=4).filter(lambda a: a[0] not in {"--help", "-h"}),
+       command=st.sampled_from([*STORE_COMMANDS, "run", "theory"]))
+def test_unknown_options_and_stray_arguments(argv, command):
+    if not argv[0].startswith("--"):
+        argv = ["--no-such-option", *argv]
+    elif argv[0].split("=")[0] in {"--store", "--json", "--sample", "--slice", "--client", "--federation",
+                                   "--run-config", "--all"}:
+        argv = ["--no-such-option", *argv]
+    assert_refused([command, *argv])
+
+
+def test_a_valid_request_still_works_and_prints_its_result(store, tmp_path):
+    """Control: the same entry point accepts good input (exit 0, output, the store changes)."""
+    root = tmp_path / "s"
+    shutil.copytree(store, root)
+    before = digest(root)
+    sample = Store.open(root).manifest()["partitions"]["0"][0][0]
+    code, out, err = invoke(["forget", "--store", str(root), "--sample", str(sample), "--json"])
+    assert code == 0 and '"request": 1' in out, err
+    assert digest(root) != before

