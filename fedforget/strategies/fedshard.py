@@ -50,6 +50,7 @@ from fedforget.core.fedshard import (
     variance,
 )
 from fedforget.core.seeds import derive_seed
+from fedforget.store.check import corrupt_artifacts
 from fedforget.store.ledger import Ledger
 from fedforget.strategies.chain_model import default_module_init, initial_head
 from fedforget.strategies.chains import CHAIN_MESSAGE, evaluate_serving, send_forget
@@ -296,7 +297,8 @@ def retrain_fedshard(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
         watermark = ledger.last_request()
         send_forget(grid, run, ledger.forgotten_by_partition(watermark))
         tree = ShardTree.from_json(run.store.manifest()["plan"])
-        valid = ledger.valid_artifacts()
+        # a corrupt cached shard is rebuilt like an invalid one (same inputs, so the same bytes come back)
+        valid = ledger.valid_artifacts() - corrupt_artifacts(run.store, ledger)
         stored = {a["artifact"]: a for a in ledger.artifacts()}
         trainer = ShardTrainer(grid, run, ledger, watermark, gone=set(ledger.exhausted_partitions()))
         results: dict[int, ShardResult] = {}

@@ -176,3 +176,16 @@ def test_status_and_fairness_json_describe_the_tree_costs_and_fallback(fedshard_
     fairness = json.loads(runner.invoke(app, ["fairness", "--store", str(store.root), "--json"]).output)
     assert fairness["mp"] is None and fairness["me-client-rounds"] == 0.0  # K = R^P, constant rounds
     assert fairness["training-client-rounds"] == training_cost(_tree(store))
+
+
+def test_a_corrupt_cached_shard_is_rebuilt_by_retrain_with_the_same_bytes(fedshard_store, tmp_path):
+    store = _copy(fedshard_store, tmp_path)
+    before = _shas(store)
+    victim = _tree(store).shard(1, 1).artifact
+    path = store.artifact_path(before[victim])
+    path.chmod(0o600)
+    path.write_bytes(path.read_bytes()[:-8] + b"\0" * 8)
+    assert victim in store_status(store, accuracy=False)["corrupt"]
+    final = _retrain(store)
+    assert final["rebuilt"] == [victim]
+    assert _shas(store) == before and store.verify_artifact(before[victim])
