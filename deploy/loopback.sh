@@ -2,7 +2,9 @@
 # A real Flower deployment on 127.0.0.1: one flower-superlink and N flower-supernode processes,
 # each SuperNode with its own partition (--node-config) and state dir. Logs, pids and state live in
 # $FEDFORGET_DEPLOY_DIR (default .deploy/, git-ignored).
-#   deploy/loopback.sh up | down | status
+#   deploy/loopback.sh up | down | status | kill-node I | restart-node I
+# kill-node: kill -9 SuperNode I and its ClientApp processes (a crash); restart-node: start it again with
+# the same partition and state dir (it gets a new node id) and wait until the SuperLink activates it.
 # FEDFORGET_DEPLOY_TLS=1: TLS on the SuperLink (a private CA from deploy/certs.sh in $DIR/certs);
 # FEDFORGET_DEPLOY_AUTH=1: SuperNode authentication (keys from deploy/keys.sh in $DIR/keys, each
 # registered with the SuperLink before its SuperNode starts); flwr requires TLS for it, so AUTH
@@ -24,13 +26,12 @@ alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 up() {
   mkdir -p "$DIR"
   if alive "$DIR/superlink.pid"; then echo "deploy: already up (pid $(cat "$DIR/superlink.pid")); run 'make deploy-down' first" >&2; exit 2; fi
-  rm -rf "$DIR"/state.db "$DIR"/node* "$DIR"/home-*
-  local link_tls=(--insecure) node_tls=(--insecure) scheme=http
+  rm -rf "$DIR"/state.db "$DIR"/node* "$DIR"/home-* "$DIR"/supernode*.log
+  local link_tls=(--insecure) scheme=http
   if [ "$TLS" = 1 ]; then
     bash "$ROOT/deploy/certs.sh" "$DIR/certs" "$NODES" >/dev/null
     link_tls=(--ssl-ca-certfile "$DIR/certs/ca.crt" --ssl-certfile "$DIR/certs/server.pem"
               --ssl-keyfile "$DIR/certs/server.key")
-    node_tls=(--root-certificates "$DIR/certs/ca.crt")
     scheme=https
   fi
   [ "$AUTH" = 1 ] && link_tls+=(--enable-supernode-auth)
@@ -48,26 +49,60 @@ up() {
     alive "$DIR/superlink.pid" || { echo "deploy: superlink exited; see $DIR/superlink.log" >&2; exit 1; }
     sleep 0.2
   done
-  local auth=()
   [ "$AUTH" = 1 ] && { register_keys || exit 1; }
-  for i in $(seq 0 $((NODES - 1))); do
-    mkdir -p -m 700 "$DIR/node$i"
-    [ "$AUTH" = 1 ] && auth=(--auth-supernode-private-key "$DIR/keys/supernode-$i")
-    FLWR_HOME="$DIR/home-node$i" setsid flower-supernode "${node_tls[@]}" "${auth[@]}" --superlink "127.0.0.1:$PORT" \
-      --host 127.0.0.1 --port $((NODE_PORT_BASE + i)) \
-      --node-config "partition-id=$i num-partitions=$NODES state-dir=\"$DIR/node$i\"" \
-      >"$DIR/supernode$i.log" 2>&1 < /dev/null &
-    echo $! > "$DIR/supernode$i.pid"
-  done
-  # ready when the SuperLink has activated every SuperNode
-  for _ in $(seq 1 600); do
-    n=$(grep -c "Fleet.ActivateNode\] Activated" "$DIR/superlink.log" 2>/dev/null || true)
-    [ "${n:-0}" -ge "$NODES" ] && break
-    sleep 0.2
-  done
-  [ "${n:-0}" -ge "$NODES" ] || { echo "deploy: only ${n:-0} of $NODES supernodes registered; see $DIR/*.log" >&2; exit 1; }
+  for i in $(seq 0 $((NODES - 1))); do start_supernode "$i"; done
+  wait_activated "$NODES" || { echo "deploy: only $(activated) of $NODES supernodes registered; see $DIR/*.log" >&2; exit 1; }
   echo "deploy: superlink on 127.0.0.1:$PORT ($([ "$TLS" = 1 ] && echo TLS || echo insecure)$([ "$AUTH" = 1 ] \
     && echo ', node auth')), $NODES supernodes online (logs and state in $DIR; flwr connection: $DIR/home-cli)"
+}
+
+# Start SuperNode $1 (partition $1, state dir $DIR/node$1, Runtime API port NODE_PORT_BASE+$1) in its own
+# session; a restart reuses the partition, state dir and key, and the SuperLink gives it a new node id.
+start_supernode() {
+  local i=$1 node_tls=(--insecure) auth=()
+  [ "$TLS" = 1 ] && node_tls=(--root-certificates "$DIR/certs/ca.crt")
+  [ "$AUTH" = 1 ] && auth=(--auth-supernode-private-key "$DIR/keys/supernode-$i")
+  mkdir -p -m 700 "$DIR/node$i"
+  FLWR_HOME="$DIR/home-node$i" setsid flower-supernode "${node_tls[@]}" "${auth[@]}" --superlink "127.0.0.1:$PORT" \
+    --host 127.0.0.1 --port $((NODE_PORT_BASE + i)) \
+    --node-config "partition-id=$i num-partitions=$NODES state-dir=\"$DIR/node$i\"" \
+    >>"$DIR/supernode$i.log" 2>&1 < /dev/null &
+  echo $! > "$DIR/supernode$i.pid"
+}
+
+# How many SuperNode activations the SuperLink has logged (a restarted SuperNode counts again).
+activated() { grep -c "Fleet.ActivateNode\] Activated" "$DIR/superlink.log" 2>/dev/null || true; }
+
+# Wait (up to 120 s) until the SuperLink has logged at least $1 activations.
+wait_activated() {
+  local n
+  for _ in $(seq 1 600); do
+    n=$(activated)
+    [ "${n:-0}" -ge "$1" ] && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
+# kill -9 SuperNode $1 with everything in its session (its SuperExec and ClientApp processes): a crash,
+# not a shutdown, so the SuperLink only notices when the node's heartbeats stop.
+kill_node() {
+  local f="$DIR/supernode$1.pid"
+  [ -f "$f" ] || { echo "deploy: no supernode $1" >&2; exit 2; }
+  kill -KILL -- "-$(cat "$f")" 2>/dev/null || true
+  for _ in $(seq 1 50); do kill -0 "$(cat "$f")" 2>/dev/null || break; sleep 0.1; done
+  echo "deploy: supernode $1 killed"
+}
+
+# Start SuperNode $1 again (after kill-node) and wait until the SuperLink has activated it.
+restart_node() {
+  [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -lt "$NODES" ] || { echo "deploy: no supernode $1" >&2; exit 2; }
+  if alive "$DIR/supernode$1.pid"; then echo "deploy: supernode $1 is running" >&2; exit 2; fi
+  local before
+  before=$(activated)
+  start_supernode "$1"
+  wait_activated $((${before:-0} + 1)) || { echo "deploy: supernode $1 did not come back; see $DIR/supernode$1.log" >&2; exit 1; }
+  echo "deploy: supernode $1 back (pid $(cat "$DIR/supernode$1.pid"))"
 }
 
 # A Flower CLI home whose default connection is this deployment (TLS: trusts the private CA).
@@ -113,5 +148,7 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   status) status ;;
-  *) echo "usage: deploy/loopback.sh up|down|status" >&2; exit 2 ;;
+  kill-node) kill_node "${2:?node index}" ;;
+  restart-node) restart_node "${2:?node index}" ;;
+  *) echo "usage: deploy/loopback.sh up|down|status|kill-node I|restart-node I" >&2; exit 2 ;;
 esac

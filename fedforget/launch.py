@@ -84,13 +84,17 @@ class FlowerHome:
     connection: str
     env: dict[str, str]
 
+    def run_command(self, run_config: str, extra: list[str] | None = None) -> list[str]:
+        """The ``flwr run --stream`` command line for this connection (run it from :func:`app_dir`)."""
+        return ["flwr", "run", str(app_dir()), self.connection, "--stream", "--run-config", run_config, *(extra or [])]
+
     def flwr_run(self, run_config: str, timeout: float, extra: list[str] | None = None) -> subprocess.CompletedProcess:
         """``flwr run --stream``; tried once more if Flower gave up on starting its local SuperLink.
 
         flwr waits a hard-coded 15 s for the managed SuperLink, which a loaded 2-core machine can
         exceed; the SuperLink usually comes up moments later, and the second try finds it.
         """
-        cmd = ["flwr", "run", str(app_dir()), self.connection, "--stream", "--run-config", run_config, *(extra or [])]
+        cmd = self.run_command(run_config, extra)
         for attempt in (1, 2):
             proc = subprocess.run(cmd, env=self.env, cwd=app_dir(), capture_output=True, text=True,
                                   timeout=timeout, check=False)
@@ -98,6 +102,33 @@ class FlowerHome:
                 return proc
             time.sleep(LOCAL_SUPERLINK_GRACE_S)
         return proc
+
+
+@dataclass
+class LoopbackDeployment(FlowerHome):
+    """A running ``deploy/loopback.sh`` deployment: its CLI connection, plus crashing and restarting
+    one SuperNode the way an operator's machine would (for the node-failure test and benchmark)."""
+
+    deploy_dir: Path
+    script: str
+
+    def _node(self, action: str, index: int) -> None:
+        proc = subprocess.run(["bash", self.script, action, str(index)], env=self.env, capture_output=True,
+                              text=True, timeout=180, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"loopback.sh {action} {index}: {proc.stderr.strip() or proc.stdout.strip()}")
+
+    def kill_node(self, index: int) -> None:
+        """``kill -9`` SuperNode ``index`` with its SuperExec and ClientApp processes (its whole session)."""
+        self._node("kill-node", index)
+
+    def restart_node(self, index: int) -> None:
+        """Start SuperNode ``index`` again (same partition and state dir, new node id); returns once the
+        SuperLink has activated it."""
+        self._node("restart-node", index)
+
+    def node_log(self, index: int) -> Path:
+        return self.deploy_dir / f"supernode{index}.log"
 
 
 def _base_env(home: Path) -> dict[str, str]:
@@ -128,7 +159,7 @@ def simulation_federation(home: Path, num_nodes: int) -> Iterator[FlowerHome]:
 
 @contextmanager
 def loopback_deployment(folder: Path, num_nodes: int, ready_timeout: float = 120.0, tls: bool = False,
-                        auth: bool = False) -> Iterator[FlowerHome]:
+                        auth: bool = False) -> Iterator[LoopbackDeployment]:
     """One SuperLink and ``num_nodes`` SuperNodes as processes on 127.0.0.1 (deploy/loopback.sh);
     ``tls``: TLS with a private CA, ``auth``: SuperNode authentication (implies TLS)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -146,7 +177,7 @@ def loopback_deployment(folder: Path, num_nodes: int, ready_timeout: float = 120
                 "FEDFORGET_DEPLOY_NODES": str(num_nodes), "FEDFORGET_DEPLOY_TLS": str(int(tls)),
                 "FEDFORGET_DEPLOY_AUTH": str(int(auth))})
     script = str(app_dir() / LOOPBACK_SCRIPT)
-    fed = FlowerHome(home, "deploy", env)
+    fed = LoopbackDeployment(home, "deploy", env, folder / "deploy", script)
     try:
         subprocess.run(["bash", script, "up"], env=env, check=True, capture_output=True, text=True, timeout=120)
         wait_for_nodes(fed, num_nodes, ready_timeout)

@@ -1,0 +1,77 @@
+"""A real SuperNode killed mid-round on the loopback deployment (issue 7): ``kill -9`` of its whole
+process session while it holds a ``train.chain`` message, then a restart with the same partition and
+state dir (a new node id). The run must finish, re-map the partition to the new node and redo its
+work, and serve exactly the bytes of an uninterrupted in-process run."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from fedforget.launch import LoopbackDeployment, kill_tree, loopback_deployment
+from fedforget.store import Store
+from fedforget.unlearning.flwr_runner import app_dir
+
+from ..integration.helpers import flwr_run_config, train_in_process
+
+pytestmark = pytest.mark.e2e
+
+NODES = 3
+VICTIM = 1
+CONFIG = {"method": "fedsgt", "task": "digits-mlp", "groups": 2, "budget": 2, "slices-per-client": 1, "lr": 0.02,
+          "local-epochs": 2, "seed": 5}
+
+
+def _artifacts(store: Store) -> tuple[dict[str, str], list[str]]:
+    """(sha256 of every recorded artifact, the served ones)."""
+    ledger = store.ledger()
+    try:
+        return {a["artifact"]: a["sha256"] for a in ledger.artifacts()}, sorted(ledger.serving()["artifacts"])
+    finally:
+        ledger.close()
+
+
+def _in_flight(log: Path) -> tuple[int, int]:
+    """(messages received, replies sent) by a SuperNode, from its log."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return text.count("Received successfully"), text.count("Sent successfully")
+
+
+def kill_while_training(fed: LoopbackDeployment, node: int, run: subprocess.Popen, timeout: float = 300) -> None:
+    """Kill -9 ``node`` as soon as it holds a training message it has not answered (past the partition
+    query, which is its first message), and check that the reply was indeed still outstanding."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and run.poll() is None:
+        received, sent = _in_flight(fed.node_log(node))
+        if received >= 2 and received > sent:
+            fed.kill_node(node)
+            received_after, sent_after = _in_flight(fed.node_log(node))
+            assert sent_after < received_after, "the node answered before it was killed"
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"node {node} never held a training message; run exit code {run.poll()}")
+
+
+def test_supernode_killed_mid_round_is_remapped_after_restart_and_serves_exact_bytes(tmp_path):
+    store_path = tmp_path / "s"
+    out = tmp_path / "flwr-run.out"
+    with loopback_deployment(tmp_path / "deploy", NODES) as fed, open(out, "w") as sink:
+        run = subprocess.Popen(fed.run_command(flwr_run_config(CONFIG, store_path)), env=fed.env, cwd=app_dir(),
+                               stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            kill_while_training(fed, VICTIM, run)
+            fed.restart_node(VICTIM)
+            code = run.wait(timeout=600)
+        finally:
+            kill_tree(run.pid)
+    log = out.read_text(errors="replace")
+    assert code == 0 and "store written to" in log, log[-3000:]
+    assert f"partition {VICTIM} is back on node" in log, log[-3000:]  # re-mapped by the redo rule
+    assert "excluded" not in log
+    shas, served = _artifacts(Store.open(store_path))
+    reference, reference_served = _artifacts(train_in_process(tmp_path / "inproc", NODES, **CONFIG))
+    assert served and served == reference_served  # everything built and served, nothing left out
+    assert shas == reference  # the same bytes as the uninterrupted in-process run
