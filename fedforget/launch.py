@@ -12,7 +12,7 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,6 +129,30 @@ class LoopbackDeployment(FlowerHome):
 
     def node_log(self, index: int) -> Path:
         return self.deploy_dir / f"supernode{index}.log"
+
+    def node_messages(self, index: int) -> tuple[int, int]:
+        """(messages received, replies sent) by SuperNode ``index`` so far, from its log."""
+        log = self.node_log(index)
+        text = log.read_text(errors="replace") if log.exists() else ""
+        return text.count("Received successfully"), text.count("Sent successfully")
+
+    def kill_node_mid_round(self, index: int, running: Callable[[], bool], after: int = 1,
+                            timeout: float = 600.0) -> float:
+        """``kill -9`` SuperNode ``index`` as soon as it holds a message it has not answered, past its
+        first ``after`` messages (the partition query is the first); returns the monotonic kill time.
+        Raises if the reply was already sent when the kill landed, or ``running()`` turns false first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and running():
+            received, sent = self.node_messages(index)
+            if received > after and received > sent:
+                self.kill_node(index)
+                killed = time.monotonic()
+                received, sent = self.node_messages(index)
+                if sent >= received:
+                    raise RuntimeError(f"SuperNode {index} answered before the kill landed")
+                return killed
+            time.sleep(0.05)
+        raise RuntimeError(f"SuperNode {index} never held a message to kill it on")
 
 
 def _base_env(home: Path) -> dict[str, str]:

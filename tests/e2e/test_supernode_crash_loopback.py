@@ -6,12 +6,10 @@ work, and serve exactly the bytes of an uninterrupted in-process run."""
 from __future__ import annotations
 
 import subprocess
-import time
-from pathlib import Path
 
 import pytest
 
-from fedforget.launch import LoopbackDeployment, kill_tree, loopback_deployment
+from fedforget.launch import kill_tree, loopback_deployment
 from fedforget.store import Store
 from fedforget.unlearning.flwr_runner import app_dir
 
@@ -34,27 +32,6 @@ def _artifacts(store: Store) -> tuple[dict[str, str], list[str]]:
         ledger.close()
 
 
-def _in_flight(log: Path) -> tuple[int, int]:
-    """(messages received, replies sent) by a SuperNode, from its log."""
-    text = log.read_text(errors="replace") if log.exists() else ""
-    return text.count("Received successfully"), text.count("Sent successfully")
-
-
-def kill_while_training(fed: LoopbackDeployment, node: int, run: subprocess.Popen, timeout: float = 300) -> None:
-    """Kill -9 ``node`` as soon as it holds a training message it has not answered (past the partition
-    query, which is its first message), and check that the reply was indeed still outstanding."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and run.poll() is None:
-        received, sent = _in_flight(fed.node_log(node))
-        if received >= 2 and received > sent:
-            fed.kill_node(node)
-            received_after, sent_after = _in_flight(fed.node_log(node))
-            assert sent_after < received_after, "the node answered before it was killed"
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"node {node} never held a training message; run exit code {run.poll()}")
-
-
 def test_supernode_killed_mid_round_is_remapped_after_restart_and_serves_exact_bytes(tmp_path):
     store_path = tmp_path / "s"
     out = tmp_path / "flwr-run.out"
@@ -62,7 +39,7 @@ def test_supernode_killed_mid_round_is_remapped_after_restart_and_serves_exact_b
         run = subprocess.Popen(fed.run_command(flwr_run_config(CONFIG, store_path)), env=fed.env, cwd=app_dir(),
                                stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            kill_while_training(fed, VICTIM, run)
+            fed.kill_node_mid_round(VICTIM, lambda: run.poll() is None)  # past its partition query
             fed.restart_node(VICTIM)
             code = run.wait(timeout=600)
         finally:

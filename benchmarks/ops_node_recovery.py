@@ -1,0 +1,154 @@
+"""How long a round takes when a SuperNode dies in it (issue 7), on the loopback deployment with real
+processes: a normal run; runs where one SuperNode is ``kill -9``-ed while it holds a training message
+and restarted at once (redo path: its partition is re-mapped to the new node id and its work redone);
+and a run where it stays dead (exclude path, after ``FEDFORGET_NODE_REJOIN_S``). The SuperLink only
+notices a dead SuperNode when its heartbeats stop (flwr 1.42: 30 s interval, patience 2, not
+configurable), so that delay is measured too.
+
+    python benchmarks/ops_node_recovery.py [--reps 2] [--rejoin 15]
+Writes docs/results/ops_node_recovery.{json,png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from bench_common import machine_info  # noqa: E402
+from rich.progress import Progress  # noqa: E402
+
+from fedforget.launch import kill_tree, loopback_deployment  # noqa: E402
+from fedforget.store import Store  # noqa: E402
+from fedforget.strategies.failover import REJOIN_ENV  # noqa: E402
+from fedforget.unlearning.flwr_runner import app_dir  # noqa: E402
+
+OUT = Path(__file__).resolve().parent.parent / "docs" / "results"
+NODES = 3
+VICTIM = 1
+CONFIG = "method='fedsgt' task='digits-mlp' groups=2 budget=2 slices-per-client=1 lr=0.02 local-epochs=1 seed=6"
+
+
+def _waves(store: Path) -> list[float]:
+    """Seconds of each finished wave (round) so far, from the store's metrics.jsonl."""
+    try:
+        return [m["seconds"] for m in Store.open(store).metrics() if "wave" in m and "seconds" in m]
+    except Exception:  # noqa: BLE001 - the store is not created yet
+        return []
+
+
+def _first(lines: list[tuple[float, str]], needle: str) -> float | None:
+    return next((t for t, line in lines if needle in line), None)
+
+
+def one(folder: Path, scenario: str, rejoin: float) -> dict:
+    """One run; ``scenario`` is ``normal``, ``redo`` (kill, restart at once) or ``exclude`` (kill only)."""
+    store = folder / "s"
+    os.environ[REJOIN_ENV] = str(rejoin)  # reaches the ServerApp through the SuperLink's environment
+    lines: list[tuple[float, str]] = []
+    row: dict = {"scenario": scenario}
+    with loopback_deployment(folder / "deploy", NODES) as fed:
+        start = time.monotonic()
+        run = subprocess.Popen(fed.run_command(f'{CONFIG} store="{store}"'), env=fed.env, cwd=app_dir(),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        reader = threading.Thread(target=lambda: lines.extend((time.monotonic(), ln) for ln in run.stdout),
+                                  daemon=True)
+        reader.start()
+        try:
+            if scenario != "normal":
+                killed = fed.kill_node_mid_round(VICTIM, lambda: run.poll() is None)
+                done_before = len(_waves(store))
+                if scenario == "redo":
+                    fed.restart_node(VICTIM)
+                    row["restart-s"] = time.monotonic() - killed
+                while len(_waves(store)) <= done_before and run.poll() is None:
+                    time.sleep(0.1)
+                row["kill-to-round-done-s"] = time.monotonic() - killed
+                row["killed-in-wave"] = done_before + 1
+            code = run.wait(timeout=1800)
+        finally:
+            kill_tree(run.pid)
+        reader.join(timeout=10)
+    row["run-wall-s"] = time.monotonic() - start
+    text = "".join(line for _, line in lines)
+    if code != 0 or "store written to" not in text:
+        raise RuntimeError(f"{scenario} run failed ({code}):\n{text[-3000:]}")
+    row["wave-s"] = _waves(store)
+    if scenario != "normal":
+        noticed = _first(lines, f"partition {VICTIM}: ")
+        row["kill-to-noticed-s"] = None if noticed is None else noticed - killed
+        back = _first(lines, f"partition {VICTIM} is back on node")
+        row["kill-to-remapped-s"] = None if back is None else back - killed
+        row["excluded"] = "excluded from this run" in text
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=2, help="redo-path repetitions")
+    parser.add_argument("--rejoin", type=float, default=15.0, help="FEDFORGET_NODE_REJOIN_S for every run")
+    args = parser.parse_args()
+    plan = ["normal"] + ["redo"] * args.reps + ["exclude"]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="fedforget-recovery-") as tmp, Progress() as progress:
+        task = progress.add_task("loopback runs", total=len(plan))
+        for i, scenario in enumerate(plan):
+            progress.update(task, description=f"{scenario} run ({i + 1}/{len(plan)})")
+            rows.append(one(Path(tmp) / f"{i}-{scenario}", scenario, args.rejoin))
+            progress.advance(task)
+    normal = statistics.median(rows[0]["wave-s"])
+    redo = [r for r in rows if r["scenario"] == "redo"]
+    exclude = [r for r in rows if r["scenario"] == "exclude"]
+    for r in redo + exclude:
+        r["round-s"] = r["wave-s"][r["killed-in-wave"] - 1]
+        r["round-vs-normal"] = r["round-s"] / normal
+        r["recovery-vs-normal"] = r["kill-to-round-done-s"] / normal
+    summary = {
+        "normal-round-median-s": normal,
+        "redo-kill-to-round-done-s": [r["kill-to-round-done-s"] for r in redo],
+        "redo-kill-to-noticed-s": [r["kill-to-noticed-s"] for r in redo],
+        "redo-round-vs-normal": [r["round-vs-normal"] for r in redo],
+        "exclude-kill-to-round-done-s": [r["kill-to-round-done-s"] for r in exclude],
+        "exclude-round-vs-normal": [r["round-vs-normal"] for r in exclude],
+        "rejoin-window-s": args.rejoin,
+    }
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "ops_node_recovery.json").write_text(json.dumps(
+        {"machine": machine_info(), "config": CONFIG, "nodes": NODES, "victim-partition": VICTIM,
+         "rejoin-window-s": args.rejoin, "summary": summary, "runs": rows}, indent=2) + "\n")
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    labels = ["normal round", "killed + restarted\n(redo)", f"killed, not back\n(exclude, rejoin {args.rejoin:.0f} s)"]
+    groups = [rows[0]["wave-s"], [r["round-s"] for r in redo], [r["round-s"] for r in exclude]]
+    colors = ["#4c72b0", "#55a868", "#c44e52"]
+    for i, (vals, color) in enumerate(zip(groups, colors, strict=True)):
+        ax.bar(i, statistics.mean(vals), color=color, alpha=0.8)
+        ax.scatter([i] * len(vals), vals, color="black", s=12, zorder=3)
+        ax.text(i, max(vals), f"{statistics.mean(vals):.0f} s\n({statistics.mean(vals) / normal:.1f}x)",
+                ha="center", va="bottom", fontsize=8)
+    noticed = [r["kill-to-noticed-s"] for r in redo + exclude if r["kill-to-noticed-s"] is not None]
+    if noticed:
+        ax.axhline(statistics.mean(noticed), color="grey", ls="--", lw=1)
+        ax.text(2.45, statistics.mean(noticed), "kill → SuperLink notices", ha="right", va="bottom", fontsize=7,
+                color="grey")
+    ax.set_xticks(range(3), labels, fontsize=8)
+    ax.set_ylabel("round (wave) time, s")
+    ax.set_ylim(0, max(max(g) for g in groups) * 1.3)
+    ax.set_title(f"SuperNode killed mid-round, loopback, {NODES} SuperNodes", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(OUT / "ops_node_recovery.png", dpi=120)
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()
