@@ -56,7 +56,7 @@ bench: setup
 # crash campaign, concurrent forget throughput, TLS cost (issue 7)
 bench-ops: setup
 	@$(ACTIVATE) && python benchmarks/crash_campaign.py && python benchmarks/ops_concurrency.py \
-		&& python benchmarks/ops_tls_cost.py
+		&& python benchmarks/ops_tls_cost.py && python benchmarks/ops_node_recovery.py
 
 clean-runs:
 	rm -rf runs
