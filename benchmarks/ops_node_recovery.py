@@ -138,6 +138,8 @@ def main() -> None:
     groups = [rows[0]["wave-s"], [r["round-s"] for r in redo], [r["round-s"] for r in exclude]]
     colors = ["#4c72b0", "#55a868", "#c44e52"]
     for i, (vals, color) in enumerate(zip(groups, colors, strict=True)):
+        if not vals:
+            continue
         ax.bar(i, statistics.mean(vals), color=color, alpha=0.8)
         ax.scatter([i] * len(vals), vals, color="black", s=12, zorder=3)
         ax.text(i, max(vals), f"{statistics.mean(vals):.0f} s\n({statistics.mean(vals) / normal:.1f}x)",
@@ -149,7 +151,7 @@ def main() -> None:
                 color="grey")
     ax.set_xticks(range(3), labels, fontsize=8)
     ax.set_ylabel("round (wave) time, s")
-    ax.set_ylim(0, max(max(g) for g in groups) * 1.3)
+    ax.set_ylim(0, max(max(g) for g in groups if g) * 1.3)
     ax.set_title(f"SuperNode killed mid-round, loopback, {NODES} SuperNodes", fontsize=10)
     fig.tight_layout()
     fig.savefig(OUT / "ops_node_recovery.png", dpi=120)
