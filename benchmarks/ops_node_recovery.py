@@ -6,7 +6,7 @@ keep the default window). The SuperLink only
 notices a dead SuperNode when its heartbeats stop (flwr 1.42: 30 s interval, patience 2, not
 configurable), so that delay is measured too.
 
-    python benchmarks/ops_node_recovery.py [--reps 2] [--rejoin 15]
+    python benchmarks/ops_node_recovery.py [--reps 2] [--rejoin 15] [--replot]
 Writes docs/results/ops_node_recovery.{json,png}.
 """
 
@@ -98,7 +98,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=2, help="redo-path repetitions")
     parser.add_argument("--rejoin", type=float, default=15.0, help="FEDFORGET_NODE_REJOIN_S for the exclude run")
+    parser.add_argument("--replot", action="store_true", help="only redo the summary and plot from the JSON")
     args = parser.parse_args()
+    if args.replot:
+        replot()
+        return
     plan = ["normal"] + ["redo"] * args.reps + ["exclude"]
     rows = []
     with tempfile.TemporaryDirectory(prefix="fedforget-recovery-") as tmp, Progress() as progress:
@@ -110,45 +114,59 @@ def main() -> None:
             rejoin = args.rejoin if scenario == "exclude" else DEFAULT_REJOIN_S
             rows.append(one(Path(tmp) / f"{i}-{scenario}", scenario, rejoin))
             progress.advance(task)
-    normal = statistics.median(rows[0]["wave-s"])
+    report(rows, args.rejoin, machine_info())
+
+
+def report(rows: list[dict], rejoin: float, machine: dict) -> None:
+    """Ratios against the same wave of the normal run (waves differ in work), then the JSON and plot."""
+    normal = rows[0]
     redo = [r for r in rows if r["scenario"] == "redo" and not r["excluded"]]
     exclude = [r for r in rows if r["scenario"] == "exclude"]
     for r in redo + exclude:
+        same = normal["wave-s"][r["killed-in-wave"] - 1]
+        r["normal-same-wave-s"] = same
         r["round-s"] = r["wave-s"][r["killed-in-wave"] - 1]
-        r["round-vs-normal"] = r["round-s"] / normal
-        r["recovery-vs-normal"] = r["kill-to-round-done-s"] / normal
+        r["round-vs-normal"] = r["round-s"] / same
+        r["recovery-vs-normal"] = r["kill-to-round-done-s"] / same
     summary = {
-        "normal-round-median-s": normal,
+        "normal-wave-s": normal["wave-s"],
         "redo-kill-to-round-done-s": [r["kill-to-round-done-s"] for r in redo],
         "redo-kill-to-noticed-s": [r["kill-to-noticed-s"] for r in redo],
+        "redo-kill-to-remapped-s": [r["kill-to-remapped-s"] for r in redo],
+        "redo-round-s": [r["round-s"] for r in redo],
         "redo-round-vs-normal": [r["round-vs-normal"] for r in redo],
         "exclude-kill-to-round-done-s": [r["kill-to-round-done-s"] for r in exclude],
+        "exclude-kill-to-noticed-s": [r["kill-to-noticed-s"] for r in exclude],
+        "exclude-round-s": [r["round-s"] for r in exclude],
         "exclude-round-vs-normal": [r["round-vs-normal"] for r in exclude],
-        "exclude-rejoin-window-s": args.rejoin,
+        "exclude-rejoin-window-s": rejoin,
         "redo-rejoin-window-s": DEFAULT_REJOIN_S,
         "redo-runs-excluded-instead": sum(r["scenario"] == "redo" and r["excluded"] for r in rows),
     }
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "ops_node_recovery.json").write_text(json.dumps(
-        {"machine": machine_info(), "config": CONFIG, "nodes": NODES, "victim-partition": VICTIM,
+        {"machine": machine, "config": CONFIG, "nodes": NODES, "victim-partition": VICTIM,
          "summary": summary, "runs": rows}, indent=2) + "\n")
 
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    labels = ["normal round", "killed + restarted\n(redo)", f"killed, not back\n(exclude, rejoin {args.rejoin:.0f} s)"]
-    groups = [rows[0]["wave-s"], [r["round-s"] for r in redo], [r["round-s"] for r in exclude]]
+    fig, ax = plt.subplots(figsize=(6.8, 3.9))
+    labels = ["normal round\n(same wave)", "killed + restarted\n(redo)",
+              f"killed, not back\n(exclude, rejoin {rejoin:.0f} s)"]
+    groups = [[r["normal-same-wave-s"] for r in redo + exclude][:1], [r["round-s"] for r in redo],
+              [r["round-s"] for r in exclude]]
     colors = ["#4c72b0", "#55a868", "#c44e52"]
+    base = groups[0][0] if groups[0] else 1.0
     for i, (vals, color) in enumerate(zip(groups, colors, strict=True)):
         if not vals:
             continue
         ax.bar(i, statistics.mean(vals), color=color, alpha=0.8)
         ax.scatter([i] * len(vals), vals, color="black", s=12, zorder=3)
-        ax.text(i, max(vals), f"{statistics.mean(vals):.0f} s\n({statistics.mean(vals) / normal:.1f}x)",
+        ax.text(i, max(vals), f"{statistics.mean(vals):.0f} s\n({statistics.mean(vals) / base:.1f}x)",
                 ha="center", va="bottom", fontsize=8)
     noticed = [r["kill-to-noticed-s"] for r in redo + exclude if r["kill-to-noticed-s"] is not None]
     if noticed:
         ax.axhline(statistics.mean(noticed), color="grey", ls="--", lw=1)
-        ax.text(2.45, statistics.mean(noticed), "kill → SuperLink notices", ha="right", va="bottom", fontsize=7,
-                color="grey")
+        ax.text(2.45, statistics.mean(noticed), "kill → SuperLink reports the node gone", ha="right", va="bottom",
+                fontsize=7, color="grey")
     ax.set_xticks(range(3), labels, fontsize=8)
     ax.set_ylabel("round (wave) time, s")
     ax.set_ylim(0, max(max(g) for g in groups if g) * 1.3)
@@ -156,6 +174,12 @@ def main() -> None:
     fig.tight_layout()
     fig.savefig(OUT / "ops_node_recovery.png", dpi=120)
     print(json.dumps(summary, indent=2))
+
+
+def replot() -> None:
+    """Recompute the summary and plot from the JSON of the last run (no new runs)."""
+    data = json.loads((OUT / "ops_node_recovery.json").read_text())
+    report(data["runs"], data["summary"]["exclude-rejoin-window-s"], data["machine"])
 
 
 if __name__ == "__main__":
