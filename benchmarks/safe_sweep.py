@@ -37,7 +37,8 @@ def main() -> None:
     args = parser.parse_args()
     root = Path(args.work).resolve()
     cache = Path(args.cache).resolve() if args.cache else None
-    rows = json.loads(Path(args.out).read_text(encoding="utf-8")) if Path(args.out).exists() else []
+    old = json.loads(Path(args.out).read_text(encoding="utf-8")) if Path(args.out).exists() else []
+    rows = old["rows"] if isinstance(old, dict) else old
     for point in args.points.split(","):
         series, rounds, epochs, lr = point.split(":")
         config = {**SERIES[series], "num-rounds": int(rounds), "local-epochs": int(epochs), "lr": float(lr),
@@ -52,7 +53,8 @@ def main() -> None:
         print(json.dumps(row), flush=True)
         if cache is None:
             cache = store.root
-        Path(args.out).write_text(json.dumps(rows, indent=2), encoding="utf-8")
+        report = {**old, "rows": rows} if isinstance(old, dict) else rows
+        Path(args.out).write_text(json.dumps(report, indent=2), encoding="utf-8")
 
 
 if __name__ == "__main__":
