@@ -5,6 +5,13 @@ of each node (and of the test split) are computed once and copied into each new 
 would keep them in its state dir. Writes ``docs/results/safe_bench.json`` and ``safe_*.png``.
 
     python benchmarks/safe_bench.py [--shards 8,16,32,64] [--nodes 5]
+
+On a busy machine the shard counts can run as parallel parts, then be merged (same numbers, each run is
+independent and seeded; the part holding ``--cost-n`` measures drops and forget cost):
+
+    python benchmarks/safe_bench.py --shards 8,16 --part /tmp/a.json &
+    python benchmarks/safe_bench.py --shards 32,64 --part /tmp/b.json --work runs/safe-bench-b
+    python benchmarks/safe_bench.py --merge /tmp/a.json,/tmp/b.json
 """
 
 from __future__ import annotations
@@ -25,7 +32,11 @@ from fedforget.store import Store
 from fedforget.unlearning.forget import forget_request
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "results"
-BASE = {"task": "fmnist-effnet", "num-rounds": 2, "local-epochs": 5, "lr": 0.01, "batch-size": 32, "seed": 1}
+#: One training budget for every method and shard count: 10 passes over each adapter's data (2 rounds x 5
+#: local epochs), lr 0.01 annealed to 0 by the cosine schedule over each adapter's own run (the default
+#: ``safe-schedule``; see docs/design-decisions.md, SAFE, "Training budget").
+BASE = {"task": "fmnist-effnet", "num-rounds": 2, "local-epochs": 5, "lr": 0.01, "batch-size": 32, "seed": 1,
+        "safe-schedule": "cosine"}
 FINE = {8: 2, 16: 4, 32: 4, 64: 4}  # SAFE's (n_c, n_f) per n: n_f grows with n, at most K = 10 classes
 SERIES = {
     "SAFE": lambda n: {"method": "safe", "coarse": n // FINE[n], "fine": FINE[n]},
@@ -141,7 +152,13 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=5)
     parser.add_argument("--work", default="runs/safe-bench")
     parser.add_argument("--cost-n", type=int, default=16)
+    parser.add_argument("--cache", default="", help="a store whose cached tokens to copy into the first run")
+    parser.add_argument("--part", default="", help="write this part's report here (no plots)")
+    parser.add_argument("--merge", default="", help="comma-separated part reports: merge, write, plot")
     args = parser.parse_args()
+    if args.merge:
+        merge([Path(p) for p in args.merge.split(",")])
+        return
     shards = [int(x) for x in args.shards.split(",")]
     root = Path(args.work).resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -152,7 +169,7 @@ def main() -> None:
     with Progress() as progress:
         bar = progress.add_task("SAFE benchmark", total=1 + len(SERIES) * len(shards) + 3)
         flat, secs = train(root, "no-sharding", {"method": "safe", "coarse": 1, "fine": 1, "prototypes": False},
-                           args.nodes, None)
+                           args.nodes, Path(args.cache).resolve() if args.cache else None)
         cache = flat.root
         report["no-sharding"] = final(flat)["accuracy"]
         report["no-sharding-seconds"] = secs
@@ -167,6 +184,9 @@ def main() -> None:
                 progress.console.print(f"{name} n={n}: accuracy {final(store)['accuracy']:.4f} ({secs:.0f} s)")
                 progress.advance(bar)
         n = args.cost_n if args.cost_n in shards else shards[0]
+        if args.part and args.cost_n not in shards:
+            write_part(Path(args.part), report)
+            return
         drops = [0, 1, 2, 4, 8][: 1 + sum(1 for d in (1, 2, 4, 8) if d < n)]
         report["drops"] = {"n": n, "dropped": drops, "accuracy": {
             name: drop_curve(stores[(name, n)], drops, seed=7) for name in ("SAFE", "SISA", "ProtoSISA")}}
@@ -176,10 +196,35 @@ def main() -> None:
         for name in ("SAFE", "SISA"):
             report["forget-cost"][name] = forget_cost(stores[(name, n)], args.nodes)
             progress.advance(bar)
+    if args.part:
+        write_part(Path(args.part), report)
+        return
+    publish(report)
+
+
+def write_part(path: Path, report: dict[str, Any]) -> None:
+    path.write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
+
+
+def publish(report: dict[str, Any]) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "safe_bench.json").write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
     plots(report)
     print(json.dumps({k: report[k] for k in ("accuracy", "no-sharding", "forget-cost")}, indent=2, default=str))
+
+
+def merge(paths: list[Path]) -> None:
+    """Parts of one benchmark (disjoint shard counts) into one report, shards in increasing order."""
+    parts = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
+    shards = sorted(n for r in parts for n in r["shards"])
+    where = {n: (r, r["shards"].index(n)) for r in parts for n in r["shards"]}
+    main_part = next(r for r in parts if "drops" in r)
+    report = {**main_part, "shards": shards, "fine": {str(n): FINE[n] for n in shards},
+              "parts": [{"shards": r["shards"], "machine": r["machine"], "no-sharding": r["no-sharding"],
+                         "no-sharding-seconds": r["no-sharding-seconds"]} for r in parts]}
+    for key in ("accuracy", "train-seconds"):
+        report[key] = {name: [where[n][0][key][name][where[n][1]] for n in shards] for name in SERIES}
+    publish(report)
 
 
 if __name__ == "__main__":

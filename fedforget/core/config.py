@@ -83,6 +83,7 @@ class RunConfig:
     dp_alpha: float = 30.0
     dp_beta: float = 1.0
     dp_clip: float = 1.0
+    safe_schedule: str = "cosine"
 
     def to_dict(self) -> dict[str, Any]:
         """Flower-style keys (``num-rounds``), as stored in the manifest."""
@@ -100,6 +101,7 @@ _CHOICES = {
     "merge": ("a1", "random"),
     "rounds_rule": ("intent", "literal", "constant"),
     "fallback": ("last-valid", "refuse"),
+    "safe_schedule": ("cosine", "constant"),
 }
 _MIN = {
     "seed": 0,

@@ -99,7 +99,7 @@ def train_cliques(msg: Message, context: Context) -> Message:
             theta = frozen_theta(int(tokens.shape[-1]), cfg.seed)
             settings = AdapterSettings(cfg.local_epochs, cfg.batch_size, cfg.lr, cfg.optimizer,
                                        derive_seed(cfg.seed, cfg.method, clique, server_round, site.partition,
-                                                   "order"))
+                                                   "order"), cfg.safe_schedule, server_round, cfg.num_rounds)
             if spec.get("dp"):
                 from fedforget.tasks.safe_dp_training import train_dp_adapter
 

@@ -71,6 +71,18 @@ class AdapterSettings:
     lr: float
     optimizer: str
     seed: int
+    #: ``cosine``: the lr anneals to 0 over the clique's whole run (``rounds`` rounds of ``epochs`` passes
+    #: over this node's clique data), the paper's schedule; ``constant``: ``lr`` throughout.
+    schedule: str = "constant"
+    server_round: int = 1
+    rounds: int = 1
+
+
+def step_lr(settings: AdapterSettings, step: int, total: int) -> float:
+    """lr of the ``step``-th (0-based) of ``total`` optimizer steps of this clique on this node in the run."""
+    if settings.schedule != "cosine" or total <= 0:
+        return settings.lr
+    return settings.lr * 0.5 * (1.0 + math.cos(math.pi * step / total))
 
 
 def _optimizer(params: list[torch.Tensor], name: str, lr: float) -> torch.optim.Optimizer:
@@ -88,12 +100,18 @@ def train_adapters(theta: FrozenCrossAttention, start: Params, tokens: torch.Ten
     targets = (labels[:, None] == torch.as_tensor(classes)[None, :]).float()
     opt = _optimizer(list(params.values()), settings.optimizer, settings.lr)
     losses: list[float] = []
+    per_epoch = math.ceil(len(labels) / settings.batch_size)
+    step = (settings.server_round - 1) * settings.epochs * per_epoch
+    total = settings.rounds * settings.epochs * per_epoch
     with deterministic_torch():
         g = generator(settings.seed)
         for _ in range(settings.epochs):
             order = torch.randperm(len(labels), generator=g)
             for s in range(0, len(order), settings.batch_size):
                 idx = order[s : s + settings.batch_size]
+                for group in opt.param_groups:
+                    group["lr"] = step_lr(settings, step, total)
+                step += 1
                 loss = F.binary_cross_entropy_with_logits(adapter_logits(theta, params, tokens[idx]), targets[idx])
                 opt.zero_grad()
                 loss.backward()
