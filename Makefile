@@ -51,7 +51,7 @@ deploy-status:
 
 bench: setup
 	@$(ACTIVATE) && python benchmarks/runtime_overhead.py && python benchmarks/unlearning_service.py \
-		&& python benchmarks/forget_scale.py
+		&& python benchmarks/forget_scale.py && python benchmarks/fedshard_bench.py && python benchmarks/safe_bench.py
 
 # crash campaign, concurrent forget throughput, TLS cost (issue 7)
 bench-ops: setup
