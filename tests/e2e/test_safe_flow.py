@@ -4,7 +4,6 @@ leaves the ensemble), `fedforget retrain` retrains only that clique through Flow
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
@@ -12,7 +11,7 @@ from fedforget.launch import loopback_deployment, simulation_federation
 from fedforget.store import Store
 from fedforget.store.tombstones import load_tombstones
 
-from ..integration.helpers import flwr_run_config, train_in_process
+from ..integration.helpers import artifact_shas, fedforget_cli, flwr_run_config, train_in_process
 
 pytestmark = pytest.mark.e2e
 
@@ -21,35 +20,21 @@ CONFIG = {"method": "safe", "task": "digits-mlp", "coarse": 2, "fine": 2, "num-r
           "lr": 0.02, "seed": 5}
 
 
-def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run(["fedforget", *args], env={**env, "COLUMNS": "200"}, capture_output=True, text=True,
-                          timeout=900, check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc
-
-
-def _shas(store: Store) -> dict[str, str]:
-    ledger = store.ledger()
-    try:
-        return {a["artifact"]: a["sha256"] for a in ledger.artifacts()}
-    finally:
-        ledger.close()
-
-
 def _flow(fed, store_path, state_dir_of) -> None:  # noqa: ANN001
     proc = fed.flwr_run(flwr_run_config(CONFIG, store_path), timeout=900)
     assert proc.returncode == 0 and "store written to" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     store = Store.open(store_path)
-    trained = _shas(store)
-    assert trained == _shas(train_in_process(store_path.parent / "inproc", NODES, **CONFIG))
+    trained = artifact_shas(store)
+    assert trained == artifact_shas(train_in_process(store_path.parent / "inproc", NODES, **CONFIG))
     sample = store.manifest()["partitions"]["1"][0][0]
-    forgot = json.loads(_cli(fed.env, "forget", "--store", str(store_path), "--sample", str(sample), "--json").stdout)
+    forgot = json.loads(fedforget_cli(fed.env, "forget", "--store", str(store_path), "--sample", str(sample),
+                                      "--json").stdout)
     assert len(forgot["safe"]["cliques"]) == 1 and forgot["serving"]["available"]
-    _cli(fed.env, "retrain", "--store", str(store_path), "--federation", fed.connection)
+    fedforget_cli(fed.env, "retrain", "--store", str(store_path), "--federation", fed.connection)
     assert sample in load_tombstones(state_dir_of(1), "digits-mlp")
-    retrained = _shas(store)
+    retrained = artifact_shas(store)
     assert {a for a in trained if trained[a] != retrained[a]} == set(forgot["invalidated"])
-    verdict = json.loads(_cli(fed.env, "verify", "--store", str(store_path), "--json").stdout)
+    verdict = json.loads(fedforget_cli(fed.env, "verify", "--store", str(store_path), "--json").stdout)
     assert verdict["exact"] and verdict["served"] == len(trained)
 
 

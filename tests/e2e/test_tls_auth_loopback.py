@@ -16,21 +16,13 @@ from fedforget.launch import kill_tree, loopback_deployment, wait_for_nodes
 from fedforget.store import Store
 from fedforget.unlearning.flwr_runner import app_dir
 
-from ..integration.helpers import flwr_run_config, train_in_process
+from ..integration.helpers import artifact_shas, flwr_run_config, train_in_process
 
 pytestmark = pytest.mark.e2e
 
 NODES = 2
 CONFIG = {"method": "fedsgt", "task": "digits-mlp", "groups": 2, "budget": 1, "slices-per-client": 1, "lr": 0.02,
           "local-epochs": 1, "seed": 6}
-
-
-def _shas(store: Store) -> dict[str, str]:
-    ledger = store.ledger()
-    try:
-        return {a["artifact"]: a["sha256"] for a in ledger.artifacts()}
-    finally:
-        ledger.close()
 
 
 def _address(fed) -> str:  # noqa: ANN001
@@ -51,8 +43,8 @@ def test_tls_and_node_auth_on_loopback_train_exactly_and_refuse_an_unregistered_
         store_path = tmp_path / "s"
         proc = fed.flwr_run(flwr_run_config(CONFIG, store_path), timeout=900)
         assert proc.returncode == 0 and "store written to" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
-        reference = _shas(train_in_process(tmp_path / "inproc", NODES, **CONFIG))
-        assert _shas(Store.open(store_path)) == reference
+        reference = artifact_shas(train_in_process(tmp_path / "inproc", NODES, **CONFIG))
+        assert artifact_shas(Store.open(store_path)) == reference
 
         rogue_keys = tmp_path / "rogue-keys"
         subprocess.run(["bash", str(app_dir() / "deploy" / "keys.sh"), str(rogue_keys), "1"], check=True,

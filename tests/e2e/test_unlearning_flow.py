@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
@@ -12,28 +11,13 @@ from fedforget.launch import loopback_deployment, simulation_federation
 from fedforget.store import Store
 from fedforget.store.tombstones import load_tombstones
 
-from ..integration.helpers import flwr_run_config, train_in_process
+from ..integration.helpers import artifact_shas, fedforget_cli, flwr_run_config, train_in_process
 
 pytestmark = pytest.mark.e2e
 
 NODES = 3
 CONFIG = {"method": "fedsgt", "task": "digits-mlp", "groups": 2, "budget": 2, "slices-per-client": 1, "lr": 0.02,
           "local-epochs": 2, "seed": 5}
-
-
-def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run(["fedforget", *args], env={**env, "COLUMNS": "200"}, capture_output=True, text=True,
-                          timeout=900, check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc
-
-
-def _shas(store: Store) -> dict[str, str]:
-    ledger = store.ledger()
-    try:
-        return {a["artifact"]: a["sha256"] for a in ledger.artifacts()}
-    finally:
-        ledger.close()
 
 
 FEDSHARD = {"method": "fedshard", "task": "digits-mlp", "fanout": 2, "rounds-min": 1, "rounds-max": 2, "lr": 0.02,
@@ -45,18 +29,18 @@ def _flow(fed, store_path, state_dir_of, config: dict = CONFIG) -> None:  # noqa
     proc = fed.flwr_run(flwr_run_config(config, store_path), timeout=900)
     assert proc.returncode == 0 and "store written to" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     store = Store.open(store_path)
-    trained = _shas(store)
-    reference = _shas(train_in_process(store_path.parent / "inproc", NODES, **config))
+    trained = artifact_shas(store)
+    reference = artifact_shas(train_in_process(store_path.parent / "inproc", NODES, **config))
     assert trained == reference  # same artifacts as the in-process run, bit for bit
     sample = store.manifest()["partitions"]["1"][0][0]
     what = ["--client", "1"] if config["method"] == "fedshard" else ["--sample", str(sample)]
-    forgot = json.loads(_cli(fed.env, "forget", "--store", str(store_path), *what, "--json").stdout)
+    forgot = json.loads(fedforget_cli(fed.env, "forget", "--store", str(store_path), *what, "--json").stdout)
     assert forgot["invalidated"] and forgot["serving"]["available"]
-    _cli(fed.env, "retrain", "--store", str(store_path), "--federation", fed.connection)
+    fedforget_cli(fed.env, "retrain", "--store", str(store_path), "--federation", fed.connection)
     assert sample in load_tombstones(state_dir_of(1), "digits-mlp")
-    retrained = _shas(store)
+    retrained = artifact_shas(store)
     assert {a for a in trained if trained[a] != retrained[a]} == set(forgot["invalidated"])
-    verdict = json.loads(_cli(fed.env, "verify", "--store", str(store_path), "--json").stdout)
+    verdict = json.loads(fedforget_cli(fed.env, "verify", "--store", str(store_path), "--json").stdout)
     assert verdict["exact"] and verdict["served"] == (1 if config["method"] == "fedshard" else len(trained))
 
 

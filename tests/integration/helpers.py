@@ -52,3 +52,30 @@ def finished_store(proc, store: Path) -> Store:  # noqa: ANN001
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "store written to" in proc.stdout, proc.stdout[-3000:]
     return Store.open(store)
+
+
+def artifact_shas(store: Store) -> dict[str, str]:
+    """Every recorded artifact id → its sha256."""
+    ledger = store.ledger()
+    try:
+        return {a["artifact"]: a["sha256"] for a in ledger.artifacts()}
+    finally:
+        ledger.close()
+
+
+def copy_store(src: Path, parent: Path, name: str = "store") -> Store:
+    """A private copy of a (module-scoped) trained store, so a test can forget and retrain freely."""
+    import shutil
+
+    shutil.copytree(src, parent / name)
+    return Store.open(parent / name)
+
+
+def fedforget_cli(env: dict[str, str], *args: str):  # noqa: ANN201
+    """Run the installed ``fedforget`` command and require exit 0."""
+    import subprocess
+
+    proc = subprocess.run(["fedforget", *args], env={**env, "COLUMNS": "200"}, capture_output=True, text=True,
+                          timeout=900, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc

@@ -3,8 +3,6 @@ forget is exact at once, retrain rebuilds only what is invalid, and verify catch
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 from flwr.app import Context, RecordDict
 
@@ -16,7 +14,7 @@ from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.status import store_status
 from fedforget.unlearning.verify import verify_store
 
-from .helpers import train_in_process
+from .helpers import copy_store, train_in_process
 
 NODES = 3
 FEDSGT = {"method": "fedsgt", "groups": 3, "budget": 3, "slices-per-client": 2}
@@ -27,12 +25,6 @@ def fedsgt_store(tmp_path_factory):
     path = tmp_path_factory.mktemp("fedsgt") / "store"
     train_in_process(path, NODES, **FEDSGT)
     return path
-
-
-def _copy(src, tmp_path) -> Store:
-    dst = tmp_path / "store"
-    shutil.copytree(src, dst)
-    return Store.open(dst)
 
 
 def _retrain(store: Store) -> None:
@@ -53,7 +45,7 @@ def _artifacts(store: Store) -> dict[str, dict]:
 
 
 def test_forget_is_exact_at_once_and_every_artifact_that_saw_the_sample_fails_verify(fedsgt_store, tmp_path):
-    store = _copy(fedsgt_store, tmp_path)
+    store = copy_store(fedsgt_store, tmp_path)
     before = _artifacts(store)
     result = forget_request(store, samples=[_first_sample(store, 1)])
     assert result.invalidated and result.serving["available"]
@@ -67,7 +59,7 @@ def test_forget_is_exact_at_once_and_every_artifact_that_saw_the_sample_fails_ve
 
 
 def test_retrain_rebuilds_only_invalid_artifacts_and_clients_drop_the_data_for_good(fedsgt_store, tmp_path):
-    store = _copy(fedsgt_store, tmp_path)
+    store = copy_store(fedsgt_store, tmp_path)
     sample = _first_sample(store, 2)
     first = forget_request(store, slices=["0:1"])
     second = forget_request(store, samples=[sample])

@@ -4,8 +4,6 @@ on the same plan, for one leaver, two sequential and two simultaneous ones."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
@@ -20,7 +18,7 @@ from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.status import store_status
 from fedforget.unlearning.verify import verify_store
 
-from .helpers import served_sha, train_in_process
+from .helpers import artifact_shas, copy_store, served_sha, train_in_process
 
 NODES = 8
 FEDSHARD = {"method": "fedshard", "fanout": 2, "rounds-min": 1, "rounds-max": 2, "local-epochs": 1}
@@ -33,23 +31,9 @@ def fedshard_store(tmp_path_factory):
     return path
 
 
-def _copy(src, tmp_path, name: str = "store") -> Store:
-    dst = tmp_path / name
-    shutil.copytree(src, dst)
-    return Store.open(dst)
-
-
 def _retrain(store: Store, nodes: int = NODES) -> dict:
     run_in_process({**store.manifest()["config"], "store": str(store.root), "action": "retrain"}, nodes)
     return [m for m in store.metrics() if m.get("final")][-1]
-
-
-def _shas(store: Store) -> dict[str, str]:
-    ledger = store.ledger()
-    try:
-        return {a["artifact"]: a["sha256"] for a in ledger.artifacts()}
-    finally:
-        ledger.close()
 
 
 def _tree(store: Store) -> ShardTree:
@@ -57,7 +41,7 @@ def _tree(store: Store) -> ShardTree:
 
 
 def test_forgetting_a_client_invalidates_exactly_its_path_and_serving_falls_back(fedshard_store, tmp_path):
-    store = _copy(fedshard_store, tmp_path)
+    store = copy_store(fedshard_store, tmp_path)
     tree = _tree(store)
     result = forget_request(store, clients=[5])
     assert sorted(result.invalidated) == sorted(s.artifact for s in tree.path(5))
@@ -72,15 +56,15 @@ def test_forgetting_a_client_invalidates_exactly_its_path_and_serving_falls_back
 
 
 def test_retrain_after_one_leaver_rebuilds_only_the_path_and_is_bit_identical_to_scratch(fedshard_store, tmp_path):
-    store = _copy(fedshard_store, tmp_path)
+    store = copy_store(fedshard_store, tmp_path)
     tree = _tree(store)
-    before = _shas(store)
+    before = artifact_shas(store)
     forget_request(store, clients=[2])
     final = _retrain(store)
     path = [s.artifact for s in tree.path(2)]
     assert final["rebuilt"] == path
     assert final["client-rounds"] == unlearning_cost(tree, [2])["participating-rounds"]
-    after = _shas(store)
+    after = artifact_shas(store)
     assert {a: after[a] for a in before if a not in path} == {a: before[a] for a in before if a not in path}
     assert all(after[a] != before[a] for a in path)
     report = verify_store(store, include_all=True)
@@ -90,15 +74,15 @@ def test_retrain_after_one_leaver_rebuilds_only_the_path_and_is_bit_identical_to
 
 
 def test_two_sequential_leavers_equal_two_simultaneous_ones_and_scratch(fedshard_store, tmp_path):
-    sequential = _copy(fedshard_store, tmp_path, "sequential")
+    sequential = copy_store(fedshard_store, tmp_path, "sequential")
     forget_request(sequential, clients=[1])
     _retrain(sequential)
     forget_request(sequential, clients=[6])
     _retrain(sequential)
-    simultaneous = _copy(fedshard_store, tmp_path, "simultaneous")
+    simultaneous = copy_store(fedshard_store, tmp_path, "simultaneous")
     forget_request(simultaneous, clients=[1, 6])
     joint = _retrain(simultaneous)
-    assert _shas(sequential) == _shas(simultaneous)
+    assert artifact_shas(sequential) == artifact_shas(simultaneous)
     tree = _tree(simultaneous)
     assert joint["client-rounds"] == unlearning_cost(tree, [1, 6])["participating-rounds"]
     report = verify_store(simultaneous)
@@ -155,7 +139,7 @@ def test_a_node_dying_in_a_shards_round_does_not_stall_the_stage(fedshard_store,
         ledger.close()
     assert meta[victim.artifact]["excluded"] == [[1, partition]]
     assert all(not m["excluded"] for a, m in meta.items() if a != victim.artifact)
-    same, other = _shas(store), _shas(clean)
+    same, other = artifact_shas(store), artifact_shas(clean)
     untouched = [s.artifact for s in tree.shards() if s.stage == 1 or (s.stage == 2 and s.index != 0)]
     assert {a: same[a] for a in untouched} == {a: other[a] for a in untouched}
     assert same[victim.artifact] != other[victim.artifact]
@@ -168,7 +152,7 @@ def test_status_and_fairness_json_describe_the_tree_costs_and_fallback(fedshard_
 
     from fedforget.unlearning.cli import app
 
-    store = _copy(fedshard_store, tmp_path)
+    store = copy_store(fedshard_store, tmp_path)
     runner = CliRunner()
     status = json.loads(runner.invoke(app, ["status", "--store", str(store.root), "--json"]).output)
     assert [len(s) for s in status["tree"]["stages"]] == [4, 2, 1] and status["tree"]["cached"] == 7
@@ -179,8 +163,8 @@ def test_status_and_fairness_json_describe_the_tree_costs_and_fallback(fedshard_
 
 
 def test_a_corrupt_cached_shard_is_rebuilt_by_retrain_with_the_same_bytes(fedshard_store, tmp_path):
-    store = _copy(fedshard_store, tmp_path)
-    before = _shas(store)
+    store = copy_store(fedshard_store, tmp_path)
+    before = artifact_shas(store)
     victim = _tree(store).shard(1, 1).artifact
     path = store.artifact_path(before[victim])
     path.chmod(0o600)
@@ -188,4 +172,4 @@ def test_a_corrupt_cached_shard_is_rebuilt_by_retrain_with_the_same_bytes(fedsha
     assert victim in store_status(store, accuracy=False)["corrupt"]
     final = _retrain(store)
     assert final["rebuilt"] == [victim]
-    assert _shas(store) == before and store.verify_artifact(before[victim])
+    assert artifact_shas(store) == before and store.verify_artifact(before[victim])

@@ -18,7 +18,7 @@ from fedforget.server_app import app as server_app
 from fedforget.store import Store
 from fedforget.strategies.failover import REJOIN_ENV
 
-from .helpers import train_in_process
+from .helpers import artifact_shas, train_in_process
 
 CONFIG = {"task": "digits-mlp", "lr": 0.02, "local-epochs": 1, "method": "fedsgt", "groups": 2, "budget": 2,
           "slices-per-client": 1, "seed": 4}
@@ -93,29 +93,21 @@ def run_with(grid_kwargs: dict, store, action: str = "train", nodes: int = 3) ->
     return Store.open(store)
 
 
-def shas(store: Store) -> dict[str, str]:
-    ledger = store.ledger()
-    try:
-        return {a["artifact"]: a["sha256"] for a in ledger.artifacts()}
-    finally:
-        ledger.close()
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> dict[str, str]:
-    return shas(train_in_process(tmp_path_factory.mktemp("ref") / "s", 3, **CONFIG))
+    return artifact_shas(train_in_process(tmp_path_factory.mktemp("ref") / "s", 3, **CONFIG))
 
 
 def test_a_node_that_restarts_with_a_new_id_is_remapped_and_its_work_redone_exactly(reference, tmp_path):
     store = run_with({"die": {1: True}}, tmp_path / "s")
-    assert shas(store) == reference
+    assert artifact_shas(store) == reference
     assert store.ledger().get_meta("unbuilt") == {"artifacts": [], "partitions": []}
 
 
 def test_a_node_that_stays_dead_is_excluded_by_rule_and_what_is_served_is_exact(reference, tmp_path, monkeypatch):
     monkeypatch.setenv(REJOIN_ENV, "1")
     store = run_with({"die": {2: False}}, tmp_path / "s")
-    built = shas(store)
+    built = artifact_shas(store)
     unbuilt = store.ledger().get_meta("unbuilt")
     assert unbuilt["partitions"] == [2] and unbuilt["artifacts"]
     assert built and set(built).isdisjoint(unbuilt["artifacts"])
@@ -125,13 +117,13 @@ def test_a_node_that_stays_dead_is_excluded_by_rule_and_what_is_served_is_exact(
     assert served and set(served) <= set(built)
     # the node is back: a retrain builds exactly what was missing
     run_in_process({**CONFIG, "store": str(tmp_path / "s"), "action": "retrain"}, 3)
-    assert shas(store) == reference
+    assert artifact_shas(store) == reference
 
 
 @pytest.mark.parametrize("how", ["nan", "oversized", "shape"])
 def test_malformed_or_oversized_client_replies_are_rejected_without_crashing_the_run(reference, tmp_path, how):
     store = run_with({"tamper": {0: how}}, tmp_path / "s")
-    built = shas(store)
+    built = artifact_shas(store)
     unbuilt = store.ledger().get_meta("unbuilt")
     assert unbuilt["partitions"] == [0]
     assert all(built[a] == reference[a] for a in built)

@@ -4,8 +4,6 @@ equal a recomputation, and SAFE-DP charges neighbours' budgets instead of retrai
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
 import torch
@@ -15,7 +13,7 @@ from fedforget.store import Store
 from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.verify import verify_store
 
-from .helpers import train_in_process
+from .helpers import copy_store, train_in_process
 
 NODES = 3
 SAFE = {"method": "safe", "coarse": 2, "fine": 2, "num-rounds": 2, "local-epochs": 1}
@@ -26,11 +24,6 @@ def safe_store(tmp_path_factory):
     path = tmp_path_factory.mktemp("safe") / "store"
     train_in_process(path, NODES, **SAFE)
     return path
-
-
-def _copy(src, tmp_path) -> Store:
-    shutil.copytree(src, tmp_path / "store")
-    return Store.open(tmp_path / "store")
 
 
 def _artifacts(store: Store) -> dict[str, dict]:
@@ -47,7 +40,7 @@ def _retrain(store: Store, nodes: int = NODES) -> dict:
 
 
 def test_one_forgotten_sample_retrains_exactly_one_clique_and_verify_is_bit_exact(safe_store, tmp_path):
-    store = _copy(safe_store, tmp_path)
+    store = copy_store(safe_store, tmp_path)
     before = _artifacts(store)
     sample = store.manifest()["partitions"]["1"][0][0]
     result = forget_request(store, samples=[sample])
@@ -68,7 +61,7 @@ def test_one_forgotten_sample_retrains_exactly_one_clique_and_verify_is_bit_exac
 
 
 def test_verify_fails_for_a_clique_trained_with_the_forgotten_sample(safe_store, tmp_path):
-    store = _copy(safe_store, tmp_path)
+    store = copy_store(safe_store, tmp_path)
     sample = store.manifest()["partitions"]["2"][0][0]
     result = forget_request(store, samples=[sample])
     report = verify_store(store, include_all=True)  # negative control: compare the invalid ones too
@@ -85,7 +78,7 @@ def test_prototypes_after_retrain_equal_a_recomputation_without_the_sample(safe_
     from fedforget.tasks.safe_features import compute_tokens
     from fedforget.unlearning.evaluate import stored_config
 
-    store = _copy(safe_store, tmp_path)
+    store = copy_store(safe_store, tmp_path)
     manifest = store.manifest()
     gone = manifest["partitions"]["0"][0][:2]
     forget_request(store, samples=gone)
