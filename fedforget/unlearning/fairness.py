@@ -67,11 +67,11 @@ def fairness_of_store(store: Store) -> dict[str, Any]:
     if len(angles) != tree.num_clients:
         raise UsageError("this store has no per-client angles (trained before they were recorded); train it again")
     report = fairness_report(tree, angles, leavers, eps0=MP_EPSILON)
+    retrains = [m for m in store.metrics() if m.get("final") and m.get("action") == "retrain"]
     report.update({"method": "fedshard", "clients": tree.num_clients, "stages": len(tree.stages),
                    "training-client-rounds": training_cost(tree), "client-costs": client_costs(tree),
-                   "requests": [m for m in store.metrics() if m.get("final") and m.get("action") == "retrain"]})
-    report["requests"] = [{"rebuilt": len(m.get("rebuilt", [])), "client-rounds": m.get("client-rounds"),
-                           "watermark": m.get("watermark")} for m in report["requests"]]
+                   "requests": [{"rebuilt": len(m.get("rebuilt", [])), "client-rounds": m.get("client-rounds"),
+                                 "watermark": m.get("watermark")} for m in retrains]})
     if not leavers or not serving.get("available"):
         report["mp"] = None
         report["mp-note"] = "no client has left yet" if not leavers else "nothing is served; run `fedforget retrain`"
