@@ -41,6 +41,7 @@ class RunConfig:
     dirichlet_alpha: float = 0.5
     slices_per_client: int = 2
     fraction_train: float = 1.0
+    head_only: bool = False
     train_size: int = 0
     test_size: int = 0
     round_timeout: float = 900.0
@@ -191,6 +192,8 @@ def parse_run_config(raw: Mapping[str, object]) -> RunConfig:
         raise ConfigError(f"method {cfg.method!r} cannot retrain a store after forgetting; "
                           f"retrain methods: {', '.join(RETRAINABLE)}")
     _check_split(cfg)
+    if cfg.head_only and cfg.method != "fedavg":
+        raise ConfigError(f"head-only=true (a linear probe) needs method='fedavg', got {cfg.method!r}")
     if cfg.rounds_min > cfg.rounds_max:
         raise ConfigError(f"run-config 'rounds-min'={cfg.rounds_min} exceeds 'rounds-max'={cfg.rounds_max}")
     _check_safe(cfg)
