@@ -223,3 +223,25 @@ def describe_invalidation(plan_json: dict[str, Any] | None, invalidated: Collect
     sequences = [{"shard": s, "sequence": q, "prefix": p - 1} for (s, q), p in sorted(first.items())]
     groups = sorted({(s, plan_json["sequences"][s][q][p - 1]) for (s, q), p in first.items()})
     return {"groups": [{"shard": s, "group": g} for s, g in groups], "sequences": sequences}
+
+
+def shard_vote_weights(plan_json: dict[str, Any], serving: dict[str, Any],
+                       metas: dict[str, dict[str, Any]]) -> list[float]:
+    """How much each served shard's mixture counts in the ensemble, in ``serving["shards"]`` order.
+
+    FedCIO's clusters are as unequal as k-means makes them, so a cluster votes with the examples its
+    served model was trained on (recorded in the artifact's meta; a retrain on less data records less,
+    exactly as a run from scratch would). S3T and SISA shards are equal by construction and vote
+    equally. Shards with nothing served get 0. Weights sum to 1 over the served shards.
+    """
+    served = [s for s in serving["shards"] if s["members"]]
+    if not served:
+        return []
+    if plan_json.get("method") != "fedcio":
+        return [1.0 / len(served)] * len(served)
+    sizes = [float(sum(metas.get(m["artifacts"][-1], {}).get("train-examples", 0) * m["weight"]
+                       for m in s["members"])) for s in served]
+    total = sum(sizes)
+    if total <= 0:  # artifacts from before sizes were recorded: equal votes
+        return [1.0 / len(served)] * len(served)
+    return [x / total for x in sizes]

@@ -145,6 +145,8 @@ class ChainTrainer:
         #: partitions lost in this run and the positions left unbuilt because they needed one (issue 7)
         self.excluded: set[int] = set()
         self.unbuilt: list[str] = []
+        #: examples each position's last round trained on: FedCIO weighs its clusters' votes by it
+        self.trained_on: dict[int, int] = {}
 
     def _artifact_state(self, artifact: str) -> Arrays:
         sha = next(a["sha256"] for a in self.ledger.artifacts() if a["artifact"] == artifact)
@@ -248,7 +250,8 @@ class ChainTrainer:
             ordered = sorted(by_owner.get(id(s), []), key=lambda r: int(r.content["metrics"][PARTITION_KEY]))
             bytes_up += sum(_nbytes(to_numpy(r.content["arrays"])) for r in ordered)
             useful = [r.content for r in ordered if int(r.content["metrics"]["num-examples"]) > 0]
-            examples += sum(int(r["metrics"]["num-examples"]) for r in useful)
+            self.trained_on[id(s)] = sum(int(r["metrics"]["num-examples"]) for r in useful)
+            examples += self.trained_on[id(s)]
             losses += [float(r["metrics"]["train-loss"]) for r in useful]
             if useful:
                 out[id(s)] = {k: np.ascontiguousarray(v) for k, v in
@@ -271,7 +274,8 @@ class ChainTrainer:
         self.ledger.record_artifact(
             artifact, sha, "lora+head", self.plan.lineage(s.chain, s.position), self.watermark,
             {"shard": s.chain.shard, "sequence": s.chain.index, "position": s.position, "slot": slot["slot"],
-             "targets": slot["targets"], "order": list(s.chain.order)})
+             "targets": slot["targets"], "order": list(s.chain.order),
+             "train-examples": self.trained_on.get(id(s), 0)})
         self.rebuilt.append(artifact)
         crash_point("chains:position-recorded")
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedforget.core.chains import ChainPlan
+from fedforget.core.chains import ChainPlan, shard_vote_weights
 from fedforget.core.config import RunConfig
 from fedforget.store import Store
 from fedforget.strategies.chain_model import Module, assemble, split_state
@@ -69,6 +69,7 @@ def serving_probabilities(cfg: RunConfig, num_classes: int, store: Store, plan_j
             probs.append(_softmax(predict_logits(model, inputs)))
         return np.mean(np.stack(probs), axis=0)
     plan = ChainPlan.from_json(plan_json)
+    votes = shard_vote_weights(plan_json, serving, metas)
     mixtures = []
     for shard in serving["shards"]:
         if not shard["members"]:
@@ -79,7 +80,7 @@ def serving_probabilities(cfg: RunConfig, num_classes: int, store: Store, plan_j
             probs = member["weight"] * _softmax(predict_logits(model, inputs))
             mix = probs if mix is None else mix + probs
         mixtures.append(mix)
-    return np.mean(np.stack(mixtures), axis=0)
+    return np.sum(np.stack([w * m for w, m in zip(votes, mixtures, strict=True)]), axis=0)
 
 
 def serving_accuracy(cfg: RunConfig, num_classes: int, store: Store, plan_json: dict[str, Any],

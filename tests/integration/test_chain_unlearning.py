@@ -101,7 +101,7 @@ def test_truncating_a_sequence_equals_training_only_its_first_phases(fedsgt_stor
     {"method": "sisa", "groups": 2, "shards": 2},
     {"method": "fedcio", "clusters": 2, "num-rounds": 2},
 ], ids=["s3t", "sisa", "fedcio"])
-def test_each_sequence_sharded_method_forgets_exactly(tmp_path, overrides):
+def test_each_sequence_sharded_method_forgets_and_retrains_exactly(tmp_path, overrides):
     store = train_in_process(tmp_path / "store", NODES, **{"slices-per-client": 2, **overrides})
     result = forget_request(store, samples=[_first_sample(store, 0)])
     assert result.invalidated
@@ -111,6 +111,10 @@ def test_each_sequence_sharded_method_forgets_exactly(tmp_path, overrides):
     report = verify_store(store, include_all=True)
     assert report["exact"] == result.serving["available"]
     assert all(row["equal"] == (row["artifact"] not in result.invalidated) for row in report["compared"])
+    _retrain(store)
+    after = verify_store(store)
+    assert after["exact"] and after["served_equal"] == after["served"] > 0
+    assert store_status(store, accuracy=False)["available"]
 
 
 def test_fedavg_needs_a_retrain_after_any_forget_and_retrains_exactly(tmp_path):

@@ -104,3 +104,17 @@ def test_property_serving_weights_sum_to_one_over_live_sequences(case):
     if strategy == "minseq":  # the cover reaches every group some active prefix reaches
         reach = {g for s, a in zip(sequences, prefixes, strict=True) for g in s[:a]}
         assert {g for i in indices for g in sequences[i][: prefixes[i]]} == reach
+
+
+def test_fedcio_clusters_vote_with_the_examples_their_served_model_saw():
+    from fedforget.core.chains import shard_vote_weights
+
+    serving = {"shards": [
+        {"members": [{"artifacts": ["c0"], "weight": 1.0}]},
+        {"members": []},  # a cluster with nothing valid left does not vote
+        {"members": [{"artifacts": ["c2"], "weight": 1.0}]},
+    ]}
+    metas = {"c0": {"train-examples": 300}, "c2": {"train-examples": 100}}
+    assert shard_vote_weights({"method": "fedcio"}, serving, metas) == [0.75, 0.25]
+    assert shard_vote_weights({"method": "sisa"}, serving, metas) == [0.5, 0.5]
+    assert shard_vote_weights({"method": "fedcio"}, serving, {}) == [0.5, 0.5]  # stores without sizes
