@@ -5,12 +5,13 @@ and the deployment) with only the keys named here; everything else is the user's
 (`fedforget/core/defaults.py`), because "defaults that learn" is what is measured. Per (task,
 partitioning) it reports mean ± std over seeds, the **paired** difference against `fedavg` on the same
 partition and seed, the training cost taken from the real messages (client-rounds, bytes down and up,
-wall seconds), and two reference rows on every task: `probe` (frozen backbone, head only, FedAvg: the
+wall seconds; FedSGT and S3T stores are also scored under every serving strategy, ``fedsgt@longseq``,
+at no extra training), and two reference rows on every task: `probe` (frozen backbone, head only, FedAvg: the
 floor) and `central` (LoRA + head on all training data in one client, same optimiser steps per sample:
 the ceiling).
 
     python benchmarks/utility.py --tasks fmnist-cnn --partitions iid,dir0.3 --seeds 1,2,3 \\
-        --methods fedavg,fedsgt,fedsgt-longseq,fedshard --train-size 4000 --test-size 1000
+        --methods fedavg,fedsgt,s3t,fedshard --train-size 4000 --test-size 1000
     python benchmarks/utility.py --variant "fedsgt-r16=method='fedsgt' lora-r=16" --methods fedavg,fedsgt-r16
     python benchmarks/utility.py --replot docs/results/utility_fmnist-cnn.json
 
@@ -43,6 +44,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from fedforget.core.chains import compute_serving
 from fedforget.inprocess import run_in_process
 from fedforget.store import Store
 from fedforget.unlearning.evaluate import evaluate_store
@@ -56,7 +58,6 @@ VARIANTS: dict[str, dict[str, object]] = {
     "probe": {"method": "fedavg", "head-only": True},
     "central": {"method": "fedavg"},  # one client holding everything (see run_one)
     "fedsgt": {"method": "fedsgt", "serving": "allseq"},
-    "fedsgt-longseq": {"method": "fedsgt", "serving": "longseq"},
     "s3t": {"method": "s3t", "shards": 2},
     "sisa": {"method": "sisa", "shards": 2},
     "fedcio": {"method": "fedcio"},
@@ -96,6 +97,41 @@ def training_cost(store: Store) -> dict[str, int]:
     return cost
 
 
+def other_servings(store: Store) -> dict[str, float]:
+    """The same trained store served other ways, no retraining: FedSGT/S3T under each serving strategy,
+    FedCIO with equal cluster votes instead of votes by examples."""
+    from fedforget.core.serving import STRATEGIES
+    from fedforget.strategies.serve import serving_accuracy
+    from fedforget.tasks.registry import load_task_data
+    from fedforget.unlearning.evaluate import stored_config
+
+    ledger = store.ledger()
+    try:
+        plan, artifacts = ledger.plan(), ledger.artifacts()
+    finally:
+        ledger.close()
+    if plan.get("kind") != "chains" or plan.get("method") not in ("fedsgt", "s3t", "fedcio"):
+        return {}
+    cfg = stored_config(store)
+    data = load_task_data(cfg)
+    valid = {a["artifact"] for a in artifacts if a["valid"]}
+    alternatives = {"equal-votes": {**plan, "method": "equal-votes"}} if plan["method"] == "fedcio" else {
+        strategy: {**plan, "serving": strategy} for strategy in STRATEGIES}
+    return {name: serving_accuracy(cfg, data.num_classes, store, alt, compute_serving(alt, valid), artifacts,
+                                   data.test.inputs, data.test.labels)["accuracy"]
+            for name, alt in alternatives.items()}
+
+
+def expand_servings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows plus one derived row per other serving strategy (``fedsgt@longseq``), same cost."""
+    out = list(rows)
+    for r in rows:
+        for strategy, acc in r.get("serving", {}).items():
+            if strategy != r["config"].get("serving"):
+                out.append({**r, "method": f"{r['method']}@{strategy}", "accuracy": acc, "serving": {}})
+    return out
+
+
 def run_one(task: str, partition: str, seed: int, variant: str, args: argparse.Namespace) -> dict[str, Any]:
     """Train one configuration in process; its served accuracy and training cost."""
     config: dict[str, object] = {"task": task, "seed": seed, "train-size": args.train_size,
@@ -117,13 +153,14 @@ def run_one(task: str, partition: str, seed: int, variant: str, args: argparse.N
         resolved = store.manifest()["config"]
         return {"task": task, "partition": partition, "seed": seed, "method": variant,
                 "accuracy": float(result["accuracy"]), "wall-s": round(wall, 2), **training_cost(store),
-                "config": {k: resolved[k] for k in sorted(resolved) if k != "store"}}
+                "serving": other_servings(store), "config": {k: resolved[k] for k in sorted(resolved) if k != "store"}}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mean ± std per (task, partition, method) and the paired difference against fedavg."""
+    rows = expand_servings(rows)
     fedavg = {(r["task"], r["partition"], r["seed"]): r["accuracy"] for r in rows if r["method"] == "fedavg"}
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     partitions = {r["task"]: sorted({q["partition"] for q in rows if q["task"] == r["task"]}) for r in rows}
@@ -211,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tasks", default="fmnist-cnn")
     parser.add_argument("--partitions", default="iid,dir0.3")
     parser.add_argument("--seeds", default="1,2,3")
-    parser.add_argument("--methods", default="fedavg,fedsgt,fedsgt-longseq")
+    parser.add_argument("--methods", default="fedavg,fedsgt")
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--train-size", type=int, default=0, help="0 = the task's default")
     parser.add_argument("--test-size", type=int, default=0)
