@@ -71,6 +71,7 @@ class RunConfig:
     rounds_min: int = 2
     rounds_max: int = 4
     merge: str = "a1"
+    lora_merge: str = "product"
     rounds_rule: str = "intent"
     fallback: str = "last-valid"
     flat: bool = False
@@ -108,6 +109,7 @@ _CHOICES = {
     "placement": PLACEMENTS,
     "action": ACTIONS,
     "merge": ("a1", "random"),
+    "lora_merge": ("product", "factors"),
     "rounds_rule": ("intent", "literal", "constant"),
     "fallback": ("last-valid", "refuse"),
     "safe_schedule": ("cosine", "constant"),

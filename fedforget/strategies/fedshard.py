@@ -49,6 +49,7 @@ from fedforget.core.fedshard import (
     num_stages,
     variance,
 )
+from fedforget.core.lora_merge import merge_lora
 from fedforget.core.seeds import derive_seed
 from fedforget.store.check import corrupt_artifacts
 from fedforget.store.ledger import Ledger
@@ -64,18 +65,6 @@ SLOTS = json.dumps([{"slot": "default", "targets": None}])
 
 def _flat(arrays: Arrays) -> np.ndarray:
     return np.concatenate([arrays[k].ravel().astype(np.float64) for k in sorted(arrays)])
-
-
-def aggregate(states: Sequence[Arrays], weights: Sequence[float]) -> Arrays:
-    """Eq. 9: the weighted mean of child models, in the order given (float32, like Flower's)."""
-    total = float(sum(weights))
-    out = {}
-    for key in states[0]:
-        acc = np.zeros_like(states[0][key], dtype=np.float32)
-        for state, w in zip(states, weights, strict=True):
-            acc += state[key] * np.float32(w / total)
-        out[key] = np.ascontiguousarray(acc)
-    return out
 
 
 @dataclass
@@ -248,13 +237,15 @@ def _train_tree(trainer: ShardTrainer, cfg: RunConfig, partitions: list[int], re
 
 def _inits(trainer: ShardTrainer, stage: Sequence[ShardNode], below: Sequence[ShardNode] | None,
            results: dict[int, ShardResult]) -> dict[int, Arrays]:
-    """θ^0 at stage 1; else the re-aggregation of each shard's non-empty children (Eq. 9)."""
+    """θ^0 at stage 1; else the re-aggregation of each shard's non-empty children (Eq. 9), weighted by
+    their examples, with LoRA factors merged by ``lora-merge`` (core/lora_merge.py)."""
     if below is None:
         return {s.index: dict(trainer.theta0) for s in stage}
     out = {}
     for s in stage:
         kids = [results[j] for j in s.children if results[j].weight > 0]
-        out[s.index] = aggregate([k.state for k in kids], [k.weight for k in kids]) if kids else dict(trainer.theta0)
+        out[s.index] = (merge_lora([k.state for k in kids], [k.weight for k in kids], trainer.cfg.lora_merge)
+                        if kids else dict(trainer.theta0))
     return out
 
 
