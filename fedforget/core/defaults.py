@@ -36,8 +36,9 @@ TASK_DEFAULTS: dict[str, dict[str, Value]] = {
 #: Method-wide adjustments (before any task-specific one).
 METHOD_DEFAULTS: dict[str, dict[str, Value]] = {
     # a chain position trains its module in rounds-per-phase FedAvg rounds on its prefix's data only
-    "fedsgt": {"rounds-per-phase": 2},
-    "s3t": {"rounds-per-phase": 2},
+    "fedsgt": {"rounds-per-phase": 3},
+    "s3t": {"rounds-per-phase": 3},
+    "sisa": {"rounds-per-phase": 3},
 }
 
 #: Method and task together, where the pair needs its own value.
