@@ -118,6 +118,10 @@ def exchange_redo_or_exclude(grid: Grid, nodes: dict[int, int], messages: Sequen
     return replies, excluded
 
 
+#: Bytes a serialised array may add to its tensor data (its name, dtype and shape header).
+FRAMING_PER_TENSOR = 512
+
+
 def check_chain_reply(reply: Message, partition: int, sent: dict[str, np.ndarray], max_examples: int) -> str | None:
     """Why a client's ``train.chain`` reply cannot be aggregated (None if it can): it must come from the
     partition asked, carry exactly the tensors sent (names, shapes, dtypes, finite values), no more bytes
@@ -127,7 +131,7 @@ def check_chain_reply(reply: Message, partition: int, sent: dict[str, np.ndarray
         return "malformed reply: no arrays or metrics"
     expected = sum(int(v.nbytes) for v in sent.values())
     size = content["arrays"].count_bytes()
-    if size > expected + 4096:
+    if size > expected + 4096 + FRAMING_PER_TENSOR * len(sent):  # serialised arrays carry name + header each
         return f"oversized reply: {size} bytes of arrays, {expected} expected"
     metrics = content["metrics"]
     try:
