@@ -115,11 +115,15 @@ def other_servings(store: Store) -> dict[str, float]:
     cfg = stored_config(store)
     data = load_task_data(cfg)
     valid = {a["artifact"] for a in artifacts if a["valid"]}
-    alternatives = {"equal-votes": {**plan, "method": "equal-votes"}} if plan["method"] == "fedcio" else {
-        strategy: {**plan, "serving": strategy} for strategy in STRATEGIES}
-    return {name: serving_accuracy(cfg, data.num_classes, store, alt, compute_serving(alt, valid), artifacts,
+    if plan["method"] == "fedcio":  # same served modules; only the vote rule reads the renamed method
+        alternatives = {"equal-votes": ({**plan, "method": "equal-votes"}, compute_serving(plan, valid))}
+    else:
+        alternatives = {strategy: ({**plan, "serving": strategy}, compute_serving({**plan, "serving": strategy},
+                                                                                  valid))
+                        for strategy in STRATEGIES}
+    return {name: serving_accuracy(cfg, data.num_classes, store, alt, serving, artifacts,
                                    data.test.inputs, data.test.labels)["accuracy"]
-            for name, alt in alternatives.items()}
+            for name, (alt, serving) in alternatives.items()}
 
 
 def expand_servings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
