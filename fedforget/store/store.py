@@ -173,8 +173,8 @@ class Store:
             atomic_write_bytes(self.artifact_path(digest), data)
         return digest
 
-    def get_arrays(self, sha256: str) -> dict[str, np.ndarray]:
-        """Load an artifact, refusing one whose bytes no longer match its name."""
+    def artifact_bytes(self, sha256: str) -> bytes:
+        """An artifact's file bytes, refusing one whose bytes no longer match its name."""
         path = self.artifact_path(sha256)
         try:
             data = path.read_bytes()
@@ -182,6 +182,11 @@ class Store:
             raise StoreError(f"artifact {sha256} is missing from {path.parent}") from None
         if hashlib.sha256(data).hexdigest() != sha256:
             raise StoreError(f"artifact {sha256} is corrupt (its bytes no longer match its sha256)")
+        return data
+
+    def get_arrays(self, sha256: str) -> dict[str, np.ndarray]:
+        """Load an artifact, refusing one whose bytes no longer match its name."""
+        data = self.artifact_bytes(sha256)
         try:
             return st_load(data)  # safetensors only: a planted pickle is data, never code
         except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types

@@ -31,10 +31,19 @@ from fedforget.core.slicing import UnitId
 from fedforget.store.check import corrupt_artifacts
 from fedforget.store.crash import crash_point
 from fedforget.store.ledger import Ledger
-from fedforget.strategies.chain_client import pack_prefix
 from fedforget.strategies.chain_model import default_module_init, fresh_module, initial_head, slot_name, split_state
 from fedforget.strategies.failover import check_chain_reply, exchange_redo_or_exclude
 from fedforget.strategies.messaging import PARTITION_KEY, NodeFailure, discover_partitions, to_numpy
+from fedforget.strategies.module_shipping import (
+    INIT_SEED_KEY,
+    KEEP_KEY,
+    MODULES_KEY,
+    NEED_KEY,
+    PREFIX_KEY,
+    ModuleShipping,
+    check_need_reply,
+    need_of,
+)
 from fedforget.strategies.run_setup import ServerRun, open_server_run, prepare_server_run
 from fedforget.strategies.serve import load_tensors, serving_accuracy
 from fedforget.tasks.partitioning import PartitionPlan
@@ -122,13 +131,18 @@ def _nbytes(arrays: dict[str, np.ndarray]) -> int:
     return int(sum(v.nbytes for v in arrays.values()))
 
 
+def _payload_bytes(content: RecordDict) -> int:
+    """Tensor bytes a message really carries (every ArrayRecord in it)."""
+    return sum(_nbytes(to_numpy(record)) for record in content.array_records.values())
+
+
 @dataclass
 class ChainState:
     """Where one chain stands while positions are being (re)trained."""
 
     chain: Chain
     position: int  # the position being trained (1-based)
-    prefix: list[Arrays] = field(default_factory=list)  # frozen LoRA modules before it (new stacking)
+    prefix: list[str] = field(default_factory=list)  # artifact sha256 of each frozen module before it (new stacking)
     start: Arrays = field(default_factory=dict)  # LoRA + head the position starts from
 
 
@@ -147,10 +161,16 @@ class ChainTrainer:
         self.unbuilt: list[str] = []
         #: examples each position's last round trained on: FedCIO weighs its clusters' votes by it
         self.trained_on: dict[int, int] = {}
+        self.shipping = ModuleShipping(run.store)
+        self.stored: dict[str, str] = {}  # artifact -> sha256, as recorded in this run
+
+    def _artifact_sha(self, artifact: str) -> str:
+        if artifact not in self.stored:
+            self.stored[artifact] = next(a["sha256"] for a in self.ledger.artifacts() if a["artifact"] == artifact)
+        return self.stored[artifact]
 
     def _artifact_state(self, artifact: str) -> Arrays:
-        sha = next(a["sha256"] for a in self.ledger.artifacts() if a["artifact"] == artifact)
-        return _numpy(load_tensors(self.run.store, sha))
+        return _numpy(load_tensors(self.run.store, self._artifact_sha(artifact)))
 
     def _begin(self, chain: Chain, position: int) -> ChainState:
         """The starting point of ``position``: prefix modules and head from the stored valid prefix."""
@@ -161,15 +181,19 @@ class ChainTrainer:
             previous = self._artifact_state(self.plan.artifact_id(chain, p))
             lora, head = split_state(previous)
             if self.plan.stacking == "new":
-                state.prefix.append(lora)
+                state.prefix.append(self._artifact_sha(self.plan.artifact_id(chain, p)))
         if self.plan.stacking == "continue":
             lora = split_state(previous)[0] if previous else _numpy(default_module_init(self.cfg, self.num_classes))
         else:
             artifact = self.plan.artifact_id(chain, position)
             lora = _numpy(fresh_module(self.cfg, self.num_classes, slot_name(position), self.targets[position - 1],
-                                       derive_seed(self.cfg.seed, self.cfg.method, artifact)))
+                                       self._init_seed(artifact)))
         state.start = {**lora, **head}
         return state
+
+    def _init_seed(self, artifact: str) -> int:
+        """The seed of a new module's initial weights (the node derives nothing: it is sent)."""
+        return derive_seed(self.cfg.seed, self.cfg.method, artifact)
 
     def _slots(self, position: int) -> list[dict[str, object]]:
         if self.plan.stacking == "continue":
@@ -211,33 +235,71 @@ class ChainTrainer:
                 self.unbuilt.append(self.plan.artifact_id(s.chain, position))
         return kept
 
+    def _message(self, s: ChainState, partition: int, slices: list[int], start: Arrays, server_round: int,
+                 again: bool = False) -> Message:
+        """One node's ``train.chain`` message: frozen modules by sha256 (bytes only where the node may
+        lack them), and the start state, unless the node can rebuild it from its seed."""
+        artifact = self.plan.artifact_id(s.chain, s.position)
+        config = ConfigRecord({"artifact": artifact, "server-round": server_round, "stacking": self.plan.stacking,
+                               "slices": slices, "slots": json.dumps(self._slots(s.position)),
+                               KEEP_KEY: self.shipping.enabled})
+        content = RecordDict({"config": config})
+        if s.prefix:
+            config[PREFIX_KEY] = list(s.prefix)
+            modules = self.shipping.carry(partition, s.prefix, everything=again)
+            if modules:
+                content[MODULES_KEY] = _record(modules)
+        if self.shipping.enabled and self.plan.stacking == "new" and server_round == 1:
+            config[INIT_SEED_KEY] = self._init_seed(artifact)
+        else:
+            content["arrays"] = _record(start)
+        return Message(content, dst_node_id=self.run.nodes[partition], message_type=CHAIN_MESSAGE)
+
+    def _exchange(self, messages: list[Message], partitions: list[int], shapes: list[Arrays],
+                  rebuild: list[tuple]) -> tuple[list[Message | None], int, int]:
+        """Send, then send again with the bytes to every node that asked for modules it lacks;
+        return the replies, the bytes really sent down and how many nodes asked."""
+        def valid_reply(reply: Message, i: int) -> str | None:
+            return check_chain_reply(reply, partitions[i], shapes[i], len(self.run.plan.partition_ids(partitions[i])))
+
+        def valid_or_need(reply: Message, i: int) -> str | None:
+            if not reply.has_error() and NEED_KEY in reply.content:
+                return check_need_reply(reply, partitions[i], list(messages[i].content["config"][PREFIX_KEY]))
+            return valid_reply(reply, i)
+
+        bytes_down = sum(_payload_bytes(m.content) for m in messages)
+        replies, lost = exchange_redo_or_exclude(self.grid, self.run.nodes, messages, partitions,
+                                                 self.cfg.round_timeout, valid_or_need)
+        needy = [i for i, r in enumerate(replies) if r is not None and need_of(r) is not None]
+        if needy:
+            log(INFO, "fedforget: %d node(s) lack cached modules; sending them again with the bytes", len(needy))
+            for i in needy:
+                self.shipping.lost(partitions[i])
+            again = [self._message(*rebuild[i], again=True) for i in needy]
+            bytes_down += sum(_payload_bytes(m.content) for m in again)
+            answers, more = exchange_redo_or_exclude(
+                self.grid, self.run.nodes, again, [partitions[i] for i in needy], self.cfg.round_timeout,
+                lambda reply, j: valid_reply(reply, needy[j]))
+            for i, answer in zip(needy, answers, strict=True):
+                replies[i] = answer
+            lost |= more
+        self.excluded |= lost
+        return replies, bytes_down, len(needy)
+
     def _round(self, states: list[ChainState], current: dict[int, Arrays], server_round: int) -> dict[int, Arrays]:
-        messages, owners, partitions, shapes = [], [], [], []
-        bytes_down = 0
+        messages, owners, partitions, shapes, rebuild = [], [], [], [], []
         states = [s for s in states if not set(self._participants(s.chain, s.position)) & self.excluded]
         for s in states:
-            artifact = self.plan.artifact_id(s.chain, s.position)
-            prefix = pack_prefix(s.prefix) if s.prefix else {}
             for partition, slices in self._participants(s.chain, s.position).items():
-                content = RecordDict({
-                    "arrays": _record(current[id(s)]),
-                    "config": ConfigRecord({"artifact": artifact, "server-round": server_round,
-                                            "stacking": self.plan.stacking, "slices": slices,
-                                            "slots": json.dumps(self._slots(s.position))}),
-                })
-                if prefix:
-                    content["prefix"] = _record(prefix)
-                messages.append(Message(content, dst_node_id=self.run.nodes[partition], message_type=CHAIN_MESSAGE))
+                messages.append(self._message(s, partition, slices, current[id(s)], server_round))
+                rebuild.append((s, partition, slices, current[id(s)], server_round))
                 owners.append(id(s))
                 partitions.append(partition)
                 shapes.append(current[id(s)])
-                bytes_down += _nbytes(current[id(s)]) + _nbytes(prefix)
+        named = sum(len(s.prefix) * len(self._participants(s.chain, s.position)) for s in states)
+        carried = sum(len(m.content[MODULES_KEY]) for m in messages if MODULES_KEY in m.content)
         started = time.monotonic()
-        replies, lost = exchange_redo_or_exclude(
-            self.grid, self.run.nodes, messages, partitions, self.cfg.round_timeout,
-            lambda reply, i: check_chain_reply(reply, partitions[i], shapes[i],
-                                               len(self.run.plan.partition_ids(partitions[i]))))
-        self.excluded |= lost
+        replies, bytes_down, needs = self._exchange(messages, partitions, shapes, rebuild)
         self.wave += 1
         by_owner: dict[int, list[Message]] = {}
         for owner, reply in zip(owners, replies, strict=True):  # answers in message order
@@ -261,6 +323,7 @@ class ChainTrainer:
         self.run.store.append_metrics({
             "wave": self.wave, "round": server_round, "positions": sorted({s.position for s in states}),
             "chains": len(states), "client-rounds": len(messages), "bytes-down": bytes_down, "bytes-up": bytes_up,
+            "modules-named": named, "modules-carried": carried, "module-needs": needs,
             "train-examples": examples, "train-loss": float(np.mean(losses)) if losses else 0.0,
             "seconds": time.monotonic() - started, "action": self.cfg.action,
         })
@@ -270,6 +333,7 @@ class ChainTrainer:
         artifact = self.plan.artifact_id(s.chain, s.position)
         sha = self.run.store.put_arrays(state, {"artifact": artifact, "method": self.cfg.method,
                                                 "task": self.cfg.task})
+        self.stored[artifact] = sha
         slot = self._slots(s.position)[-1]
         self.ledger.record_artifact(
             artifact, sha, "lora+head", self.plan.lineage(s.chain, s.position), self.watermark,
@@ -280,16 +344,15 @@ class ChainTrainer:
         crash_point("chains:position-recorded")
 
     def _advance(self, s: ChainState, state: Arrays) -> ChainState:
-        lora, head = split_state(state)
+        head = split_state(state)[1]
         nxt = ChainState(s.chain, s.position + 1, list(s.prefix))
         if self.plan.stacking == "continue":
             nxt.start = dict(state)
         else:
-            nxt.prefix.append(lora)
+            nxt.prefix.append(self.stored[self.plan.artifact_id(s.chain, s.position)])
             artifact = self.plan.artifact_id(s.chain, nxt.position)
             fresh = _numpy(fresh_module(self.cfg, self.num_classes, slot_name(nxt.position),
-                                        self.targets[nxt.position - 1],
-                                        derive_seed(self.cfg.seed, self.cfg.method, artifact)))
+                                        self.targets[nxt.position - 1], self._init_seed(artifact)))
             nxt.start = {**fresh, **head}
         return nxt
 
