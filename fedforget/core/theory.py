@@ -23,6 +23,7 @@ from fedforget.core.sequences import Order, cyclic_sequences
 from fedforget.core.serving import active_prefix
 
 THEORY_METHODS = ("fedsgt", "s3t", "sisa", "fedcio")
+_MEMO_ENTRIES = 1 << 16
 
 
 def _check_positive(**values: int) -> None:
@@ -85,12 +86,15 @@ def _system(method: str, groups: int, budget: int, shards: int, clusters: int) -
 
 
 def _alive_lookup(orders: list[Order], groups: int) -> Callable[[int], bool]:
-    """mask of affected groups -> whether some order still has an active prefix; memoised per mask."""
+    """mask of affected groups -> whether some order still has an active prefix; memoised per mask, in a
+    memo of at most ``_MEMO_ENTRIES`` masks (cleared when full) so that memory stays flat for many groups."""
     cache: dict[int, bool] = {}
 
     def alive(mask: int) -> bool:
         hit = cache.get(mask)
         if hit is None:
+            if len(cache) >= _MEMO_ENTRIES:
+                cache.clear()
             affected = {g for g in range(groups) if mask >> g & 1}
             hit = cache[mask] = any(active_prefix(o, affected) >= 1 for o in orders)
         return hit
