@@ -319,6 +319,13 @@ def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> 
     for reply in replies:
         info = reply.content["info"]
         deleted[int(info[PARTITION_KEY])] = int(info["deleted"])
+    from fedforget.store.acks import record_acks  # the acknowledgements `status` and `receipt` show
+
+    ledger = run.store.ledger()
+    try:
+        record_acks(ledger, deleted)
+    finally:
+        ledger.close()
     log(INFO, "fedforget: clients deleted %d sample(s) for good (%s)", sum(deleted.values()),
         ", ".join(f"partition {p}: {n}" for p, n in sorted(deleted.items())))
     return deleted

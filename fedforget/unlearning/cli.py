@@ -72,6 +72,10 @@ def forget(
     sample: Annotated[list[int] | None, typer.Option("--sample", help="Sample id (index in the train split).")] = None,
     slice_: Annotated[list[str] | None, typer.Option("--slice", help="A client's slice, PARTITION:SLICE.")] = None,
     client: Annotated[list[int] | None, typer.Option("--client", help="A whole client (partition id).")] = None,
+    propagate: Annotated[bool, typer.Option(
+        "--propagate", help="Reach the owning clients through Flower now: they delete the samples and "
+        "acknowledge (`status` shows who did); an offline client is reached by the next retrain.")] = False,
+    federation: FederationOpt = "local-simulation",
     audit_before: Annotated[bool, typer.Option(
         "--audit-before", help="Measure the membership-inference audit on the model served before this request, "
         "before it is purged (needs torch; `fedforget audit` shows it as 'before').")] = False,
@@ -86,12 +90,31 @@ def forget(
     except (LedgerUsageError, StoreError) as exc:
         fail(str(exc))
     data = result.to_json()
+    if propagate:
+        from fedforget.store.acks import request_acks
+        from fedforget.unlearning.retrain import propagate_store
+
+        code, log_path = propagate_store(handle, federation, console)
+        ledger = handle.ledger()
+        try:
+            acks = request_acks(ledger)
+        finally:
+            ledger.close()
+        data["propagation"] = {"flwr_exit_code": code, "log": str(log_path),
+                               "acknowledgements": {str(r): a for r, a in acks.items()}}
+        if code != 0:
+            fail(f"the request is applied and purged, but the propagation run failed (flwr exit code {code}); "
+                 f"its log is {log_path}; the next `fedforget retrain` reaches the clients", code=1)
     if as_json:
         emit(data, True)
         return
     if result.request is None:
         console.print("already forgotten: nothing changed (no request recorded)")
         return
+    if propagate:
+        mine = data["propagation"]["acknowledgements"].get(str(result.request), {})
+        console.print(f"propagated: partition(s) {mine.get('acknowledged', [])} deleted the samples and acknowledged"
+                      + (f"; pending {mine['pending']} (reached by the next retrain)" if mine.get("pending") else ""))
     serving = result.serving
     console.print(f"request [bold]#{result.request}[/]: forgot {result.new_samples} sample(s) in unit(s) "
                   f"{', '.join(result.units)}; invalidated {len(result.invalidated)} artifact(s) "
@@ -99,8 +122,8 @@ def forget(
     if serving.get("available"):
         left = serving.get("deletions-left")
         console.print(f"serving {len(serving['artifacts'])} artifact(s) · expected deletions left "
-                      f"{'—' if left is None else f'{left:.2f}'} · clients drop the data at the next "
-                      "`fedforget retrain`")
+                      f"{'—' if left is None else f'{left:.2f}'}" + ("" if propagate else " · clients drop the data at "
+                      "the next `fedforget retrain` (or now with --propagate)"))
     else:
         console.print("[bold red]retrain required[/]: no valid model is left to serve; run `fedforget retrain`")
 

@@ -93,7 +93,9 @@ def build_receipt(store: Store, request: int, verify_result: dict[str, Any] | No
         row = rows[request]
         purged = [{"artifact": p["artifact"], "sha256": p["sha256"], "purged_at": p["at"], "done": p["done"]}
                   for p in purged_rows(ledger.db) if p["request"] == request]
-        acks = ledger.get_meta(f"acks:{request}") or {}
+        from fedforget.store.acks import request_acks
+
+        acks = request_acks(ledger).get(request, {"owners": [], "acknowledged": [], "pending": []})
         serving = ledger.serving()
     finally:
         ledger.close()

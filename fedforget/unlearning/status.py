@@ -39,6 +39,9 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
         cached = ledger.get_meta("accuracy")
         forgotten = ledger.forgotten_count()
         unbuilt = ledger.get_meta("unbuilt") or {"artifacts": [], "partitions": []}
+        from fedforget.store.acks import request_acks
+
+        acks = request_acks(ledger)
     finally:
         ledger.close()
     acc = None
@@ -70,6 +73,7 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
         "artifacts": artifacts,
         "corrupt": corrupt,
         "unbuilt": unbuilt,
+        "acknowledgements": {str(r): a for r, a in acks.items()},
         "backbone": {"source": backbone.get("source"), "weights_sha256": backbone.get("weights-sha256"),
                      "artifact": backbone.get("artifact")},
         "complete": bool(served) and not corrupt,
@@ -116,6 +120,9 @@ def print_status(status: dict[str, Any], console: Console, show_artifacts: bool 
     console.print(f"requests {req['total']} ({req['pending']} pending a retrain) · forgotten samples "
                   f"{req['forgotten_samples']} · expected deletions left (δ) "
                   f"{'—' if left is None else f'{left:.2f}'}")
+    for request, a in status.get("acknowledgements", {}).items():
+        console.print(f"request #{request}: clients acknowledged deletion {a['acknowledged'] or '—'}"
+                      + (f" · pending {a['pending']}" if a["pending"] else ""))
     if status["sequences"]:
         console.print("[bold]sequences[/] (group order; [green]active prefix[/], weight in the served ensemble)")
         for s in status["sequences"]:
