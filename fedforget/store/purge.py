@@ -96,12 +96,40 @@ def purged_shas(db: sqlite3.Connection) -> set[str]:
     return {r["sha256"] for r in purged_rows(db)} - kept_shas(db)
 
 
-def files_named_by(root: Path, shas: set[str]) -> list[Path]:
+PURGE_RECORD, PURGE_KEY = "purge", "purged-sha256"  # carried by query.forget: clients drop such files too
+
+
+def purged_sha_list(store: Any) -> list[str]:
+    """The purged sha256s no valid artifact holds, for the clients' own copies (sorted)."""
+    ledger = store.ledger()
+    try:
+        return sorted(purged_shas(ledger.db))
+    finally:
+        ledger.close()
+
+
+def delete_files_named_by(folder: Path, shas: list[str]) -> int:
+    """On a client: delete every file in its state dir whose name starts with a purged sha256."""
+    gone = 0
+    for path in files_named_by(Path(folder), set(shas), subfolders=("",)):
+        path.unlink(missing_ok=True)
+        gone += 1
+    return gone
+
+
+def drop_purged_copies(msg: Any, state_dir: Path) -> int:
+    """In a ``query.forget`` handler: delete the node's files named by the purged sha256s the message carries."""
+    if PURGE_RECORD not in msg.content:
+        return 0
+    return delete_files_named_by(state_dir, [str(s) for s in msg.content[PURGE_RECORD][PURGE_KEY]])
+
+
+def files_named_by(root: Path, shas: set[str], subfolders: tuple[str, ...] = ("artifacts", "clients")) -> list[Path]:
     """Files under ``artifacts/`` and ``clients/`` whose name starts with one of ``shas`` (any cache)."""
     if not shas:
         return []
     found = []
-    for folder in (root / "artifacts", root / "clients"):
+    for folder in (root / sub if sub else root for sub in subfolders):
         if not folder.is_dir():
             continue
         for path in folder.rglob("*"):

@@ -9,6 +9,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from fedforget.core.seeds import derive_seed
+from fedforget.store.purge import drop_purged_copies
 from fedforget.store.tombstones import add_tombstones
 from fedforget.strategies.chain_model import Module, assemble, split_state
 from fedforget.strategies.client_work import ClientSite
@@ -76,6 +77,7 @@ def forget_samples(msg: Message, context: Context) -> Message:
     if foreign:
         raise ValueError(f"partition {site.partition} does not hold sample(s) {foreign[:5]}")
     new = add_tombstones(site.state_dir, site.dataset_key, ids)
+    drop_purged_copies(msg, site.state_dir)
     info = ConfigRecord({PARTITION_KEY: site.partition, "deleted": new, "requested": len(ids),
                          "remaining": len(site.slice_examples(None).ids)})
     return Message(RecordDict({"info": info}), reply_to=msg)

@@ -305,8 +305,12 @@ def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> 
     """``query.forget`` to every client holding forgotten samples; they delete them for good."""
     if not forgotten:
         return {}
+    from fedforget.store.purge import PURGE_KEY, PURGE_RECORD, purged_sha_list
+
+    shas = purged_sha_list(run.store)  # the clients drop their own copies of purged artifacts too
     messages = [
-        Message(RecordDict({"arrays": _record({"samples": np.asarray(ids, dtype=np.int64)})}),
+        Message(RecordDict({"arrays": _record({"samples": np.asarray(ids, dtype=np.int64)}),
+                            **({PURGE_RECORD: ConfigRecord({PURGE_KEY: shas})} if shas else {})}),
                 dst_node_id=run.nodes[p], message_type=FORGET_MESSAGE)
         for p, ids in sorted(forgotten.items())
     ]

@@ -12,13 +12,14 @@ from __future__ import annotations
 from logging import INFO, WARNING
 
 import numpy as np
-from flwr.app import Message, RecordDict
+from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedforget.core.config import RunConfig
 from fedforget.store import Store
 from fedforget.store.acks import record_acks
+from fedforget.store.purge import PURGE_KEY, PURGE_RECORD, purged_sha_list
 from fedforget.strategies.messaging import PARTITION_KEY, send_with_retries, to_record
 
 
@@ -31,7 +32,7 @@ def forget_message_type(plan_kind: str | None) -> str:
 
 def reachable_partitions(grid: Grid, timeout: float) -> dict[int, int]:
     """partition → node id of the nodes that answer a ``query`` within ``timeout`` (absent ones are left out)."""
-    from flwr.app import ConfigRecord, MessageType
+    from flwr.app import MessageType
 
     query = [Message(RecordDict({"config": ConfigRecord({"ask": "partition"})}), dst_node_id=n,
                      message_type=MessageType.QUERY) for n in sorted(grid.get_node_ids())]
@@ -52,7 +53,9 @@ def run_propagation(grid: Grid, cfg: RunConfig) -> dict[int, int]:
     finally:
         ledger.close()
     nodes = reachable_partitions(grid, cfg.round_timeout)
-    messages = [Message(RecordDict({"arrays": to_record({"samples": np.asarray(ids, dtype=np.int64)})}),
+    shas = purged_sha_list(store)  # the clients drop their own copies of purged artifacts too
+    extra = {PURGE_RECORD: ConfigRecord({PURGE_KEY: shas})} if shas else {}
+    messages = [Message(RecordDict({"arrays": to_record({"samples": np.asarray(ids, dtype=np.int64)}), **extra}),
                         dst_node_id=nodes[p], message_type=forget_message_type(kind))
                 for p, ids in sorted(forgotten.items()) if p in nodes]
     deleted = {}

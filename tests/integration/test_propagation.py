@@ -14,7 +14,7 @@ from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.status import store_status
 from fedforget.unlearning.verify import verify_store
 
-from .helpers import copy_store, train_in_process
+from .helpers import artifact_shas, copy_store, train_in_process
 
 NODES = 3
 FEDSGT = {"method": "fedsgt", "groups": 3, "budget": 3, "slices-per-client": 2, "local-epochs": 1}
@@ -36,9 +36,14 @@ def _acks(store: Store) -> dict:
 def test_propagation_deletes_on_the_owning_client_before_any_retrain_and_records_the_ack(trained, tmp_path):
     store = copy_store(trained, tmp_path)
     sample = store.manifest()["partitions"]["1"][0][0]
-    forget_request(store, samples=[sample])
+    result = forget_request(store, samples=[sample])
     assert _acks(store) == {"1": {"owners": [1], "acknowledged": [], "pending": [1]}}
+    # the node's own copy of a purged artifact (as a deployed node would keep in its state dir)
+    own_copy = store.root / "clients" / "1" / f"{artifact_shas(store)[result.invalidated[0]]}.bin"
+    own_copy.parent.mkdir(parents=True, exist_ok=True)
+    own_copy.write_bytes(b"frozen module")
     _run(store, "propagate")
+    assert not own_copy.exists()
     assert sample in load_tombstones(store.root / "clients" / "1", "digits-mlp")  # gone on the client now
     assert not (store.root / "clients" / "0" / "tombstones.json").exists()  # only the owner was asked
     assert _acks(store)["1"] == {"owners": [1], "acknowledged": [1], "pending": []}
