@@ -102,6 +102,14 @@ def _alive_lookup(orders: list[Order], groups: int) -> Callable[[int], bool]:
     return alive
 
 
+def monte_carlo_work(method: str, groups: int, shards: int, clusters: int, trials: int) -> float:
+    """Steps :func:`simulate_deletion_rate` takes, up to a constant: each trial draws ~``u·(ln u + 1)``
+    requests over ``u`` units and re-checks a shard's prefixes (``O(groups)``) once per newly hit unit."""
+    units, per_shard = (clusters, 1) if method == "fedcio" else \
+        (shards * groups, groups) if method in ("s3t", "sisa") else (groups, groups)
+    return float(trials) * units * (math.log(units) + 1.0 + per_shard)
+
+
 def _summary(values: list[float]) -> dict[str, float]:
     mean = math.fsum(values) / len(values)
     std = statistics.stdev(values, mean) if len(values) > 1 else 0.0

@@ -363,9 +363,9 @@ def fairness(store: StoreOpt, as_json: JsonOpt = False) -> None:
 
 
 # Bounds of the theory commands' numbers (README "Bounds"): beyond them, exit 2 with one line. The
-# Monte-Carlo work is trials × units (units = shards·groups, or clusters); ~50 µs each on one core.
+# Monte-Carlo's work (core.theory.monte_carlo_work) costs ≤ ~1.2 µs a step on one loaded core.
 MAX_GROUPS, MAX_BUDGET, MAX_SHARDS, MAX_CLUSTERS, MAX_TRIALS = 1000, 10_000, 1000, 100_000, 1_000_000
-MAX_TRIAL_UNITS = 2_000_000
+MAX_MC_WORK = 25_000_000
 MAX_ORDER_CELLS, MAX_BMS_CELLS, MAX_T = 1_000_000, 100_000, 1_000_000
 SEED_MAX = 2**63 - 1
 
@@ -382,12 +382,13 @@ def theory_deletion_rate(
     as_json: JsonOpt = False,
 ) -> None:
     """Expected requests until a full retrain: closed form next to a Monte-Carlo run of the same model."""
-    from fedforget.core.theory import deletion_rate_report
+    from fedforget.core.theory import deletion_rate_report, monte_carlo_work
 
-    units = clusters if method == "fedcio" else shards * groups if method in ("s3t", "sisa") else groups
-    if trials * units > MAX_TRIAL_UNITS:
-        fail(f"--trials {trials} × {units} units is over the Monte-Carlo bound of {MAX_TRIAL_UNITS:,}; "
-             f"use --trials {max(1, MAX_TRIAL_UNITS // units)} or fewer")
+    work = monte_carlo_work(method, groups, shards, clusters, trials)
+    if work > MAX_MC_WORK:
+        fewer = int(trials * MAX_MC_WORK / work)
+        fail(f"this Monte-Carlo run is over its bound ({work:.3g} steps > {MAX_MC_WORK:.3g}, about 30 s); "
+             + (f"use --trials {fewer} or fewer" if fewer >= 1 else "use fewer --groups, --shards or --clusters"))
     try:
         report = deletion_rate_report(method, groups, budget, shards=shards, clusters=clusters, trials=trials,
                                       seed=seed)

@@ -154,9 +154,11 @@ def test_theory_refuses_every_number_past_its_documented_bound(option, excess):
        clusters=st.integers(1, 100_000))
 def test_theory_refuses_monte_carlo_work_past_its_bound_before_starting(groups, budget, trials, method, shards,
                                                                         clusters):
-    units = clusters if method == "fedcio" else groups * shards if method in ("s3t", "sisa") else groups
-    if trials * units <= 2_000_000:
-        trials = 2_000_000 // units + 1
+    from fedforget.core.theory import monte_carlo_work
+
+    per_trial = monte_carlo_work(method, groups, shards, clusters, 1)
+    if per_trial * trials <= 25_000_000:
+        trials = int(25_000_000 / per_trial) + 1
         if trials > 1_000_000:
             return
     assert_refused(["theory", "deletion-rate", "--method", method, "--groups", str(groups), "--budget",
