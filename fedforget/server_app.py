@@ -22,4 +22,9 @@ def main(grid: Grid, context: Context) -> None:
     except ConfigError as exc:
         log(ERROR, "fedforget: bad run config: %s", exc)  # the one line a user needs, before Flower's traceback
         raise
+    if cfg.action == "propagate":  # deletion on the clients now, no training (`forget --propagate`)
+        from fedforget.strategies.propagate import run_propagation
+
+        run_propagation(ReliableGrid(grid), cfg)
+        return
     get_method(cfg.method)(ReliableGrid(grid), cfg)

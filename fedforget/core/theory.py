@@ -23,6 +23,7 @@ from fedforget.core.sequences import Order, cyclic_sequences
 from fedforget.core.serving import active_prefix
 
 THEORY_METHODS = ("fedsgt", "s3t", "sisa", "fedcio")
+_MEMO_ENTRIES = 1 << 16
 
 
 def _check_positive(**values: int) -> None:
@@ -85,17 +86,28 @@ def _system(method: str, groups: int, budget: int, shards: int, clusters: int) -
 
 
 def _alive_lookup(orders: list[Order], groups: int) -> Callable[[int], bool]:
-    """mask of affected groups -> whether some order still has an active prefix; memoised per mask."""
+    """mask of affected groups -> whether some order still has an active prefix; memoised per mask, in a
+    memo of at most ``_MEMO_ENTRIES`` masks (cleared when full) so that memory stays flat for many groups."""
     cache: dict[int, bool] = {}
 
     def alive(mask: int) -> bool:
         hit = cache.get(mask)
         if hit is None:
+            if len(cache) >= _MEMO_ENTRIES:
+                cache.clear()
             affected = {g for g in range(groups) if mask >> g & 1}
             hit = cache[mask] = any(active_prefix(o, affected) >= 1 for o in orders)
         return hit
 
     return alive
+
+
+def monte_carlo_work(method: str, groups: int, shards: int, clusters: int, trials: int) -> float:
+    """Steps :func:`simulate_deletion_rate` takes, up to a constant: each trial draws ~``u·(ln u + 1)``
+    requests over ``u`` units and re-checks a shard's prefixes (``O(groups)``) once per newly hit unit."""
+    units, per_shard = (clusters, 1) if method == "fedcio" else \
+        (shards * groups, groups) if method in ("s3t", "sisa") else (groups, groups)
+    return float(trials) * units * (math.log(units) + 1.0 + per_shard)
 
 
 def _summary(values: list[float]) -> dict[str, float]:

@@ -34,8 +34,13 @@ class StoreCheck:
 
 
 def corrupt_artifacts(store: Store, ledger: Ledger) -> set[str]:
-    """Recorded artifacts whose file is missing or whose bytes no longer match their sha256."""
-    return {a["artifact"] for a in ledger.artifacts() if not store.verify_artifact(a["sha256"])}
+    """Recorded artifacts whose file is missing or whose bytes no longer match their sha256 (a purged
+    artifact's file is gone on purpose: it is not corrupt)."""
+    from fedforget.store.purge import purged_artifacts
+
+    gone = purged_artifacts(ledger.db)
+    return {a["artifact"] for a in ledger.artifacts() if a["artifact"] not in gone and
+            not store.verify_artifact(a["sha256"])}
 
 
 def check_store(store: Store) -> StoreCheck:

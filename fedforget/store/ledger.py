@@ -22,6 +22,7 @@ from typing import Any
 from fedforget.core.chains import compute_serving
 from fedforget.store.crash import CRASH_ENV as CRASH_ENV  # re-exported for tests
 from fedforget.store.crash import crash_point
+from fedforget.store.purge import PURGE_SCHEMA, record_purges, scrub_leaver_angles
 
 LEDGER = "ledger.sqlite"
 CHUNK = 500  # SQLite host parameters per statement stay well under its limit
@@ -46,7 +47,7 @@ CREATE TABLE IF NOT EXISTS forgotten(sample INTEGER PRIMARY KEY, unit TEXT NOT N
 CREATE INDEX IF NOT EXISTS forgotten_by_unit ON forgotten(unit, request);
 CREATE TABLE IF NOT EXISTS retrains(id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL,
     watermark INTEGER NOT NULL, rebuilt TEXT NOT NULL);
-"""
+""" + PURGE_SCHEMA
 
 
 class LedgerUsageError(ValueError):
@@ -75,13 +76,15 @@ class ForgetResult:
     already: int = 0
     #: affected groups and cut sequences (chains methods), filled in by the coordinator
     affected: dict[str, Any] = field(default_factory=dict)
+    #: what the purge after the commit deleted (files relative to the store), filled in by the coordinator
+    purged: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"request": self.request, "new-samples": self.new_samples, "already-forgotten": self.already,
                 "units": self.units, "invalidated": self.invalidated, "serving": self.serving,
                 "affected-groups": self.affected.get("groups", []),
                 "affected-sequences": self.affected.get("sequences", []),
-                "latency-ms": self.latency_ms, "no-op": self.request is None,
+                "latency-ms": self.latency_ms, "no-op": self.request is None, "purged": self.purged,
                 **({"safe": self.affected["safe"]} if "safe" in self.affected else {})}
 
 
@@ -296,6 +299,8 @@ class Ledger:
 
             invalidated = sorted(set(invalidated) | set(charge_dp_budget(db, request)))
             crash_point("forget:invalidated")
+            record_purges(db, request, invalidated)  # the bytes go right after the commit (store.purge)
+            scrub_leaver_angles(db)
             valid = {r[0] for r in db.execute("SELECT artifact FROM artifacts WHERE valid=1")}
             serving = compute_serving(plan, valid)
             self._set_meta(db, "serving", serving)

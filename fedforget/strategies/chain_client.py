@@ -13,6 +13,7 @@ from safetensors.numpy import load as st_load
 
 from fedforget.core.seeds import derive_seed
 from fedforget.store.module_cache import cached_module, keep_module
+from fedforget.store.purge import drop_purged_copies
 from fedforget.store.tombstones import add_tombstones
 from fedforget.strategies.chain_model import Module, assemble, fresh_module, initial_head, split_state
 from fedforget.strategies.client_work import ClientSite
@@ -109,6 +110,7 @@ def forget_samples(msg: Message, context: Context) -> Message:
     if foreign:
         raise ValueError(f"partition {site.partition} does not hold sample(s) {foreign[:5]}")
     new = add_tombstones(site.state_dir, site.dataset_key, ids)
+    drop_purged_copies(msg, site.state_dir)
     info = ConfigRecord({PARTITION_KEY: site.partition, "deleted": new, "requested": len(ids),
                          "remaining": len(site.slice_examples(None).ids)})
     return Message(RecordDict({"info": info}), reply_to=msg)

@@ -372,8 +372,12 @@ def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> 
     """``query.forget`` to every client holding forgotten samples; they delete them for good."""
     if not forgotten:
         return {}
+    from fedforget.store.purge import PURGE_KEY, PURGE_RECORD, purged_sha_list
+
+    shas = purged_sha_list(run.store)  # the clients drop their own copies of purged artifacts too
     messages = [
-        Message(RecordDict({"arrays": _record({"samples": np.asarray(ids, dtype=np.int64)})}),
+        Message(RecordDict({"arrays": _record({"samples": np.asarray(ids, dtype=np.int64)}),
+                            **({PURGE_RECORD: ConfigRecord({PURGE_KEY: shas})} if shas else {})}),
                 dst_node_id=run.nodes[p], message_type=FORGET_MESSAGE)
         for p, ids in sorted(forgotten.items())
     ]
@@ -386,6 +390,13 @@ def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> 
     for reply in replies:
         info = reply.content["info"]
         deleted[int(info[PARTITION_KEY])] = int(info["deleted"])
+    from fedforget.store.acks import record_acks  # the acknowledgements `status` and `receipt` show
+
+    ledger = run.store.ledger()
+    try:
+        record_acks(ledger, deleted)
+    finally:
+        ledger.close()
     log(INFO, "fedforget: clients deleted %d sample(s) for good (%s)", sum(deleted.values()),
         ", ".join(f"partition {p}: {n}" for p, n in sorted(deleted.items())))
     return deleted

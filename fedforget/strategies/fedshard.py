@@ -270,6 +270,7 @@ def run_fedshard(grid: Grid, cfg: RunConfig) -> None:
             max(s.rounds for s in stage) for stage in tree.stages)})
         serving = ledger.refresh_serving()
         result = evaluate_serving(run, ledger)
+        record_first_per_class_accuracy(run, ledger, serving)
         run.store.append_metrics({"final": True, "action": "train", "accuracy": result["accuracy"],
                                   "loss": result["loss"], "client-rounds": trainer.client_rounds,
                                   "served": serving["artifacts"]})
@@ -324,3 +325,17 @@ def retrain_fedshard(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
             len(trainer.rebuilt), trainer.client_rounds, watermark, result["accuracy"])
     finally:
         ledger.close()
+
+
+def record_first_per_class_accuracy(run: ServerRun, ledger: Ledger, serving: dict) -> None:
+    """The first served model's per-class test accuracy, for ``fairness``'s ΔY once that model is purged."""
+    from fedforget.strategies.serve import serving_probabilities
+
+    if not serving.get("available"):
+        return
+    probs = serving_probabilities(run.cfg, run.data.num_classes, run.store, ledger.plan(), serving,
+                                  ledger.artifacts(), run.data.test.inputs)
+    labels = run.data.test.labels.numpy()
+    hit = probs.argmax(1) == labels
+    ledger.set_meta("first-per-class-accuracy", [float(hit[labels == k].mean()) if (labels == k).any() else 0.0
+                                                 for k in range(run.data.num_classes)])

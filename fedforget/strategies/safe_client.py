@@ -17,6 +17,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricR
 from fedforget.core.config import RunConfig
 from fedforget.core.safe_graph import bilevel_cells
 from fedforget.core.seeds import derive_seed
+from fedforget.store.purge import drop_purged_copies
 from fedforget.store.tombstones import add_tombstones
 from fedforget.strategies.client_work import ClientSite
 from fedforget.strategies.messaging import PARTITION_KEY, to_numpy
@@ -146,6 +147,7 @@ def forget_samples(msg: Message, context: Context) -> Message:
     if foreign:
         raise ValueError(f"partition {site.partition} does not hold sample(s) {foreign[:5]}")
     new = add_tombstones(site.state_dir, site.dataset_key, ids)
+    drop_purged_copies(msg, site.state_dir)
     purged = purge_tokens(site.state_dir)
     info = ConfigRecord({PARTITION_KEY: site.partition, "deleted": new, "requested": len(ids),
                          "purged-token-files": purged})

@@ -3,8 +3,11 @@
 Two attacks on the served ensemble's outputs: the loss-threshold attack (a lower loss means
 "member") and a shadow-model attack, a scikit-learn classifier trained on the model's outputs for
 known members (retained training samples) against known non-members (one half of the test split),
-then asked about the forgotten samples against the other half. "Before" is the store's serving
-plan as first trained (every artifact at its first version); "after" is what is served now.
+then asked about the forgotten samples against the other half. "Before" is measured by
+``forget --audit-before`` on the model served just before the request (its files are purged by
+the request); "after" is what is served now. Held out is the whole first half of the test split
+(not one test sample per forgotten one), every AUC comes with a 95% bootstrap interval, and below
+``MIN_FORGOTTEN`` forgotten samples the report says plainly that it cannot tell.
 An AUC near 0.5 after forgetting means the forgotten samples look like data the model never saw.
 """
 
@@ -15,12 +18,15 @@ from typing import Any
 
 import numpy as np
 
-from fedforget.core.chains import compute_serving
 from fedforget.core.seeds import derive_seed
 from fedforget.store import Store
 from fedforget.store.ledger import LedgerUsageError
 
 MAX_SAMPLES = 1000
+MAX_HELD_OUT = 5000
+#: below this many forgotten samples the audit reports "too few forgotten samples to tell"
+MIN_FORGOTTEN = 20
+BOOTSTRAP = 200
 
 
 def _features(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -29,9 +35,22 @@ def _features(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return np.stack([-np.log(p_true), probs.max(1), entropy], axis=1)
 
 
-def _attack(cfg, num_classes, store, plan, serving, artifacts, data, forgotten, held, members, shadow_out):  # noqa: ANN001, ANN202
-    from sklearn.linear_model import LogisticRegression
+def _auc_with_ci(truth: np.ndarray, scores: np.ndarray, rng: np.random.Generator) -> tuple[float, list[float]]:
+    """ROC AUC and its 95% bootstrap interval (members and non-members resampled separately)."""
     from sklearn.metrics import roc_auc_score
+
+    pos, neg = scores[truth == 1], scores[truth == 0]
+    auc = float(roc_auc_score(truth, scores))
+    draws = []
+    for _ in range(BOOTSTRAP):
+        p, n = rng.choice(pos, len(pos)), rng.choice(neg, len(neg))
+        draws.append(roc_auc_score(np.r_[np.ones(len(p)), np.zeros(len(n))], np.r_[p, n]))
+    low, high = np.percentile(draws, [2.5, 97.5])
+    return auc, [float(low), float(high)]
+
+
+def _attack(cfg, num_classes, store, plan, serving, artifacts, forgotten, held, members, shadow_out, seed):  # noqa: ANN001, ANN202
+    from sklearn.linear_model import LogisticRegression
 
     from fedforget.strategies.serve import serving_probabilities
 
@@ -41,47 +60,88 @@ def _attack(cfg, num_classes, store, plan, serving, artifacts, data, forgotten, 
 
     f_forgot, f_held = feats(forgotten), feats(held)
     truth = np.r_[np.ones(len(f_forgot)), np.zeros(len(f_held))]
-    loss_auc = float(roc_auc_score(truth, -np.r_[f_forgot[:, 0], f_held[:, 0]]))
+    rng = np.random.default_rng(seed)
+    loss_auc, loss_ci = _auc_with_ci(truth, -np.r_[f_forgot[:, 0], f_held[:, 0]], rng)
     x_train = np.r_[feats(members), feats(shadow_out)]
     y_train = np.r_[np.ones(len(members.labels)), np.zeros(len(shadow_out.labels))]
     clf = LogisticRegression(max_iter=1000).fit(x_train, y_train)
-    shadow_auc = float(roc_auc_score(truth, clf.predict_proba(np.r_[f_forgot, f_held])[:, 1]))
-    return {"loss_threshold_auc": loss_auc, "shadow_auc": shadow_auc,
-            "forgotten_mean_loss": float(f_forgot[:, 0].mean()), "held_out_mean_loss": float(f_held[:, 0].mean())}
+    shadow_auc, shadow_ci = _auc_with_ci(truth, clf.predict_proba(np.r_[f_forgot, f_held])[:, 1], rng)
+    return {"loss_threshold_auc": loss_auc, "loss_threshold_ci95": loss_ci, "shadow_auc": shadow_auc,
+            "shadow_ci95": shadow_ci, "forgotten_mean_loss": float(f_forgot[:, 0].mean()),
+            "held_out_mean_loss": float(f_held[:, 0].mean())}
 
 
-def audit_store(store: Store) -> dict[str, Any]:
+def _forgotten_ids(store: Store) -> list[int]:
+    ledger = store.ledger()
+    try:
+        return sorted(i for ids in ledger.forgotten_by_partition().values() for i in ids)
+    finally:
+        ledger.close()
+
+
+def audit_served(store: Store, serving: dict[str, Any], artifacts: list[dict[str, Any]],
+                 forgotten_ids: list[int]) -> dict[str, Any]:
+    """Both attacks on one served model: forgotten samples against one half of the test split (held
+    out), the shadow model trained on retained members against the other half."""
     from fedforget.tasks.registry import load_task_data
     from fedforget.unlearning.evaluate import stored_config
 
     cfg = stored_config(store)
     ledger = store.ledger()
     try:
-        forgotten_ids = sorted(i for ids in ledger.forgotten_by_partition().values() for i in ids)
         plan = ledger.plan()
-        artifacts = ledger.artifacts()
-        now = ledger.serving()
-        first = [{**a, "sha256": ledger.first_sha(a["artifact"]) or a["sha256"]} for a in artifacts]
     finally:
         ledger.close()
-    if not forgotten_ids:
-        raise LedgerUsageError("nothing has been forgotten in this store yet; run `fedforget forget` first")
     rng = random.Random(derive_seed(cfg.seed, "audit"))
     data = load_task_data(cfg)
     forgotten_ids = sorted(rng.sample(forgotten_ids, min(MAX_SAMPLES, len(forgotten_ids))))
     test_ids = data.test.ids.tolist()
     rng.shuffle(test_ids)
     half = len(test_ids) // 2
-    n = min(len(forgotten_ids), half)
-    held = data.test.by_ids(sorted(test_ids[:n]))
+    held = data.test.by_ids(sorted(test_ids[:half][:MAX_HELD_OUT]))
     shadow_out = data.test.by_ids(sorted(test_ids[half : half + min(half, MAX_SAMPLES)]))
     gone = set(forgotten_ids)
     retained = [i for i in data.train.ids.tolist() if i not in gone]
     members = data.train.by_ids(sorted(rng.sample(retained, min(len(shadow_out.labels), len(retained)))))
     forgotten = data.train.by_ids(forgotten_ids)
-    before_serving = compute_serving(plan, {a["artifact"] for a in artifacts})
-    common = (cfg, data.num_classes, store, plan)
-    before = _attack(*common, before_serving, first, data, forgotten, held, members, shadow_out)
-    after = _attack(*common, now, artifacts, data, forgotten, held, members, shadow_out) if now.get("available") \
-        else None
-    return {"forgotten": len(forgotten_ids), "held_out": n, "before": before, "after": after}
+    out = {"forgotten": len(forgotten_ids), "held_out": int(len(held.labels)),
+           "verdict": None if len(forgotten_ids) >= MIN_FORGOTTEN else
+           f"too few forgotten samples to tell (fewer than {MIN_FORGOTTEN}): the AUC's interval is too wide"}
+    if not serving.get("available"):
+        return {**out, "result": None}
+    return {**out, "result": _attack(cfg, data.num_classes, store, plan, serving, artifacts, forgotten, held,
+                                     members, shadow_out, derive_seed(cfg.seed, "audit-bootstrap"))}
+
+
+def record_audit_before(store: Store, request: int, serving: dict[str, Any], artifacts: list[dict[str, Any]]) -> None:
+    """``forget --audit-before``: audit the model served before ``request`` while its files still exist."""
+    measured = audit_served(store, serving, artifacts, _forgotten_ids(store))
+    ledger = store.ledger()
+    try:
+        ledger.set_meta("audit-before", {"request": request, **measured})
+    finally:
+        ledger.close()
+
+
+def audit_store(store: Store) -> dict[str, Any]:
+    """"After" is what is served now; "before" is what ``forget --audit-before`` measured at forget time
+    (the models that saw the data are purged by the request, so it cannot be measured later)."""
+    forgotten_ids = _forgotten_ids(store)
+    if not forgotten_ids:
+        raise LedgerUsageError("nothing has been forgotten in this store yet; run `fedforget forget` first")
+    ledger = store.ledger()
+    try:
+        now, artifacts = ledger.serving(), ledger.artifacts()
+        before = ledger.get_meta("audit-before")
+        last = ledger.last_request()
+    finally:
+        ledger.close()
+    after = audit_served(store, now, artifacts, forgotten_ids)
+    note = None
+    if before is None:
+        note = "before: not measured; pass --audit-before to `fedforget forget` (the old models are purged)"
+    elif before["request"] != last:
+        note = f"before: measured at request #{before['request']}, on the samples forgotten up to it"
+    return {"forgotten": after["forgotten"], "held_out": after["held_out"], "verdict": after["verdict"],
+            "before": before["result"] if before else None, "before_request": before["request"] if before else None,
+            "after": after["result"], "note": note}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Annotated
 
 import typer
@@ -29,9 +30,15 @@ StoreOpt = Annotated[str, typer.Option("--store", help="Store directory of a run
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
 
+def from_cwd(path: str) -> str:
+    """A relative ``--store`` is taken from the current directory, like any path a command is given (the
+    run config's ``store=`` is resolved by the ServerApp against ``FEDFORGET_HOME`` instead)."""
+    return os.path.abspath(os.path.expanduser(path)) if path else path
+
+
 def open_store(path: str) -> Store:
     try:
-        return Store.open(path)
+        return Store.open(from_cwd(path))
     except StoreError as exc:
         fail(str(exc))
 
@@ -41,8 +48,13 @@ def emit(data: dict, as_json: bool) -> None:
 
 
 @app.command()
-def status(store: StoreOpt, as_json: JsonOpt = False) -> None:
-    """Serving plan, sequences and active prefixes, δ left, requests, artifacts with validity and sha256."""
+def status(
+    store: StoreOpt,
+    artifacts: Annotated[bool, typer.Option("--artifacts", help="List every artifact with validity and sha256.")]
+    = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Serving plan, sequences and active prefixes, δ left, requests; --artifacts lists artifacts and sha256s."""
     handle = open_store(store)
     try:
         info = store_status(handle)
@@ -51,7 +63,7 @@ def status(store: StoreOpt, as_json: JsonOpt = False) -> None:
     if as_json:
         emit(info, True)
     else:
-        print_status(info, console)
+        print_status(info, console, show_artifacts=artifacts)
 
 
 @app.command()
@@ -60,32 +72,58 @@ def forget(
     sample: Annotated[list[int] | None, typer.Option("--sample", help="Sample id (index in the train split).")] = None,
     slice_: Annotated[list[str] | None, typer.Option("--slice", help="A client's slice, PARTITION:SLICE.")] = None,
     client: Annotated[list[int] | None, typer.Option("--client", help="A whole client (partition id).")] = None,
+    propagate: Annotated[bool, typer.Option(
+        "--propagate", help="Reach the owning clients through Flower now: they delete the samples and "
+        "acknowledge (`status` shows who did); an offline client is reached by the next retrain.")] = False,
+    federation: FederationOpt = "local-simulation",
+    audit_before: Annotated[bool, typer.Option(
+        "--audit-before", help="Measure the membership-inference audit on the model served before this request, "
+        "before it is purged (needs torch; `fedforget audit` shows it as 'before').")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Forget samples, slices or clients now: invalidate what saw them and re-plan serving (no training)."""
+    """Forget samples, slices or clients now: invalidate and purge what saw them, re-plan serving (no training)."""
     from fedforget.unlearning.forget import forget_request
 
     handle = open_store(store)
     try:
-        result = forget_request(handle, sample or [], slice_ or [], client or [])
+        result = forget_request(handle, sample or [], slice_ or [], client or [], audit_before=audit_before)
     except (LedgerUsageError, StoreError) as exc:
         fail(str(exc))
     data = result.to_json()
+    if propagate:
+        from fedforget.store.acks import request_acks
+        from fedforget.unlearning.retrain import propagate_store
+
+        code, log_path = propagate_store(handle, federation, console)
+        ledger = handle.ledger()
+        try:
+            acks = request_acks(ledger)
+        finally:
+            ledger.close()
+        data["propagation"] = {"flwr_exit_code": code, "log": str(log_path),
+                               "acknowledgements": {str(r): a for r, a in acks.items()}}
+        if code != 0:
+            fail(f"the request is applied and purged, but the propagation run failed (flwr exit code {code}); "
+                 f"its log is {log_path}; the next `fedforget retrain` reaches the clients", code=1)
     if as_json:
         emit(data, True)
         return
     if result.request is None:
         console.print("already forgotten: nothing changed (no request recorded)")
         return
+    if propagate:
+        mine = data["propagation"]["acknowledgements"].get(str(result.request), {})
+        console.print(f"propagated: partition(s) {mine.get('acknowledged', [])} deleted the samples and acknowledged"
+                      + (f"; pending {mine['pending']} (reached by the next retrain)" if mine.get("pending") else ""))
     serving = result.serving
     console.print(f"request [bold]#{result.request}[/]: forgot {result.new_samples} sample(s) in unit(s) "
                   f"{', '.join(result.units)}; invalidated {len(result.invalidated)} artifact(s) "
-                  f"in {result.latency_ms:.1f} ms")
+                  f"in {result.latency_ms:.1f} ms; purged {len(result.purged.get('files', []))} file(s)")
     if serving.get("available"):
         left = serving.get("deletions-left")
         console.print(f"serving {len(serving['artifacts'])} artifact(s) · expected deletions left "
-                      f"{'—' if left is None else f'{left:.2f}'} · clients drop the data at the next "
-                      "`fedforget retrain`")
+                      f"{'—' if left is None else f'{left:.2f}'}" + ("" if propagate else " · clients drop the data at "
+                      "the next `fedforget retrain` (or now with --propagate)"))
     else:
         console.print("[bold red]retrain required[/]: no valid model is left to serve; run `fedforget retrain`")
 
@@ -160,12 +198,18 @@ def verify(
         for c in result["compared"]:
             mark = "[green]equal[/]" if c["equal"] else "[red]DIFFERENT[/]"
             console.print(f" {'●' if c['served'] else ' '} {c['artifact']}: {mark}")
+        for f in result["files"]:
+            console.print(f" [red]served file {f['problem'].upper()}[/]: {f['artifact']} ({f['sha256'][:16]}…)")
+        out = result["outputs"]
+        console.print("served outputs on the test split: " + (
+            ("[green]bit-identical[/]" if out["equal"] else "[red]DIFFERENT[/]") + f" ({out['examples']} examples)"
+            if out["compared"] else f"not compared ({out['reason']})"))
         verdict = "[bold green]exact[/]" if result["exact"] else "[bold red]NOT exact[/]"
         console.print(f"{verdict}: {result['served_equal']}/{result['served']} served artifacts bit-identical to "
                       f"from-scratch training without {result['forgotten_samples']} forgotten sample(s)"
-                      + (f" ({result['reason']})" if result["reason"] else ""))
+                      + (f" ({result['reason']})" if result["reason"] else ""), soft_wrap=True)
     if not result["exact"]:
-        raise SystemExit(1)
+        fail(f"NOT exact: {result['reason'] or 'a served artifact differs from scratch'}", code=1)
 
 
 @app.command()
@@ -184,10 +228,110 @@ def audit(store: StoreOpt, as_json: JsonOpt = False) -> None:
     for name in ("before", "after"):
         r = result[name]
         if r is None:
-            console.print(f"{name}: nothing served")
+            console.print(f"{name:>6}: " + ("not measured" if name == "before" else "nothing served"))
             continue
-        console.print(f"{name:>6}: loss-threshold AUC {r['loss_threshold_auc']:.3f} · shadow-model AUC "
-                      f"{r['shadow_auc']:.3f} ({result['forgotten']} forgotten vs {result['held_out']} held-out)")
+        lo, hi = r["loss_threshold_ci95"]
+        slo, shi = r["shadow_ci95"]
+        console.print(f"{name:>6}: loss-threshold AUC {r['loss_threshold_auc']:.3f} [{lo:.3f}, {hi:.3f}] · "
+                      f"shadow-model AUC {r['shadow_auc']:.3f} [{slo:.3f}, {shi:.3f}] "
+                      f"({result['forgotten']} forgotten vs {result['held_out']} held-out)")
+    for line in (result["verdict"], result["note"]):
+        if line:
+            console.print(f"[yellow]{line}[/]")
+
+
+@app.command()
+def receipt(
+    request: Annotated[int | None, typer.Argument(help="The request id (`forget` prints it).", min=1,
+                                                  max=2**63 - 1)] = None,
+    store: Annotated[str, typer.Option("--store", help="Store directory of a run.")] = "",
+    check: Annotated[str, typer.Option("--check", help="Check a receipt FILE's signature instead.")] = "",
+    public_key: Annotated[str, typer.Option("--public-key", help="PEM key to check against (default: the "
+                                            "coordinator's, see README 'Deletion receipts').")] = "",
+    skip_verify: Annotated[bool, typer.Option("--no-verify", help="Do not run `verify` into the receipt.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """A signed deletion certificate for REQUEST (Ed25519), or `--check FILE` to verify one (exit 1 if not)."""
+    from pathlib import Path
+
+    from fedforget.unlearning.receipt import (
+        ReceiptError,
+        build_receipt,
+        check_receipt,
+        load_or_create_key,
+        load_public_key,
+        sign_receipt,
+    )
+
+    if check:
+        try:
+            data = json.loads(Path(from_cwd(check)).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            fail(f"cannot read {check!r} as a receipt: {exc.__class__.__name__}")
+        try:
+            body = check_receipt(data, load_public_key(Path(from_cwd(public_key)) if public_key else None))
+        except (ReceiptError, OSError) as exc:
+            fail(f"receipt NOT valid: {exc}", code=1)
+        if as_json:
+            emit({"valid": True, "request": body["request"]["id"], "store": body["store"]}, True)
+        else:
+            console.print(f"[bold green]valid[/]: receipt of request #{body['request']['id']} of {body['store']}, "
+                          "signed by the coordinator's key and unaltered", soft_wrap=True)
+        return
+    if request is None or not store:
+        fail("name a request and its store (`fedforget receipt 1 --store runs/x`), or --check FILE")
+    from fedforget.unlearning.verify import verify_store
+
+    handle = open_store(store)
+    try:
+        key = load_or_create_key(handle.root)
+        verified = None
+        if not skip_verify:
+            with console.status("verify: training from scratch on the remaining data…"):
+                verified = verify_store(handle)
+        signed = sign_receipt(build_receipt(handle, request, verified), key)
+    except (StoreError, LedgerUsageError, ValueError) as exc:
+        fail(str(exc))
+    out = handle.root / "receipts" / f"request-{request}.json"
+    out.parent.mkdir(exist_ok=True, mode=0o700)
+    out.write_text(json.dumps(signed, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if as_json:
+        emit(signed, True)
+    else:
+        v = signed["verify"]
+        console.print(f"receipt of request #{request}: {len(signed['purged'])} artifact(s) purged · verify "
+                      f"{'—' if v is None else 'exact' if v['exact'] else 'NOT exact'} · written to {out}",
+                      soft_wrap=True)
+
+
+@app.command()
+def purge(
+    store: StoreOpt,
+    check: Annotated[bool, typer.Option("--check", help="Only list what should not be there; exit 1 if any.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete every file a forget request made obsolete (artifacts, client caches, feature caches); `forget`
+    does this itself, so this finishes a purge a crash interrupted, or with --check proves none is left."""
+    from fedforget.store.purge import complete_purges
+
+    handle = open_store(store)
+    try:
+        report = complete_purges(handle, check=check).to_json()
+    except (StoreError, LedgerUsageError) as exc:
+        fail(str(exc))
+    if as_json:
+        emit(report, True)
+    else:
+        for name in report["files"] + report["feature-caches"]:
+            console.print(f" {'should not be there' if check else 'deleted'}: {name}")
+        if report["pending"]:
+            console.print(f" purge pending for {len(report['pending'])} artifact(s)")
+        if report["metrics-rows"]:
+            console.print(f" {report['metrics-rows']} per-client metrics row(s) of clients that left")
+        console.print("[bold green]clean[/]: nothing that saw forgotten data is left" if report["clean"] or not check
+                      else "[bold red]not clean[/]: run `fedforget purge` (without --check)")
+    if check and not report["clean"]:
+        raise SystemExit(1)
 
 
 @app.command()
@@ -218,20 +362,33 @@ def fairness(store: StoreOpt, as_json: JsonOpt = False) -> None:
                       f"{r['client-rounds']} client-rounds")
 
 
+# Bounds of the theory commands' numbers (README "Bounds"): beyond them, exit 2 with one line. The
+# Monte-Carlo's work (core.theory.monte_carlo_work) costs ≤ ~1.2 µs a step on one loaded core.
+MAX_GROUPS, MAX_BUDGET, MAX_SHARDS, MAX_CLUSTERS, MAX_TRIALS = 1000, 10_000, 1000, 100_000, 1_000_000
+MAX_MC_WORK = 25_000_000
+MAX_ORDER_CELLS, MAX_BMS_CELLS, MAX_T = 1_000_000, 100_000, 1_000_000
+SEED_MAX = 2**63 - 1
+
+
 @theory_app.command("deletion-rate")
 def theory_deletion_rate(
     method: Annotated[str, typer.Option(help="fedsgt, s3t, sisa or fedcio.")] = "fedsgt",
-    groups: Annotated[int, typer.Option(help="L: groups (slices per shard).")] = 10,
-    budget: Annotated[int, typer.Option(help="B: sequences per shard.")] = 10,
-    shards: Annotated[int, typer.Option(help="m: shards (s3t, sisa).")] = 1,
-    clusters: Annotated[int, typer.Option(help="c: clusters (fedcio).")] = 5,
-    trials: Annotated[int, typer.Option(help="Monte-Carlo trials.")] = 20000,
-    seed: Annotated[int, typer.Option(help="Monte-Carlo seed.")] = 0,
+    groups: Annotated[int, typer.Option(help="L: groups (slices per shard).", min=1, max=MAX_GROUPS)] = 10,
+    budget: Annotated[int, typer.Option(help="B: sequences per shard.", min=1, max=MAX_BUDGET)] = 10,
+    shards: Annotated[int, typer.Option(help="m: shards (s3t, sisa).", min=1, max=MAX_SHARDS)] = 1,
+    clusters: Annotated[int, typer.Option(help="c: clusters (fedcio).", min=1, max=MAX_CLUSTERS)] = 5,
+    trials: Annotated[int, typer.Option(help="Monte-Carlo trials.", min=1, max=MAX_TRIALS)] = 20000,
+    seed: Annotated[int, typer.Option(help="Monte-Carlo seed.", min=0, max=SEED_MAX)] = 0,
     as_json: JsonOpt = False,
 ) -> None:
     """Expected requests until a full retrain: closed form next to a Monte-Carlo run of the same model."""
-    from fedforget.core.theory import deletion_rate_report
+    from fedforget.core.theory import deletion_rate_report, monte_carlo_work
 
+    work = monte_carlo_work(method, groups, shards, clusters, trials)
+    if work > MAX_MC_WORK:
+        fewer = int(trials * MAX_MC_WORK / work)
+        fail(f"this Monte-Carlo run is over its bound ({work:.3g} steps > {MAX_MC_WORK:.3g}, about 30 s); "
+             + (f"use --trials {fewer} or fewer" if fewer >= 1 else "use fewer --groups, --shards or --clusters"))
     try:
         report = deletion_rate_report(method, groups, budget, shards=shards, clusters=clusters, trials=trials,
                                       seed=seed)
@@ -246,17 +403,21 @@ def theory_deletion_rate(
 
 @theory_app.command("sequences")
 def theory_sequences(
-    groups: Annotated[int, typer.Option(help="L: groups.")] = 10,
-    budget: Annotated[int, typer.Option(help="B: sequences.")] = 10,
+    groups: Annotated[int, typer.Option(help="L: groups.", min=1, max=MAX_GROUPS)] = 10,
+    budget: Annotated[int, typer.Option(help="B: sequences.", min=1, max=MAX_BUDGET)] = 10,
     prior: Annotated[str, typer.Option(help="Deletion prior per group, e.g. 0.4,0.3,0.2,0.1 (BMS).")] = "",
-    t: Annotated[int, typer.Option(help="BMS look-ahead t.")] = 100,
-    seed: Annotated[int, typer.Option(help="Seed for B > L conditional samples.")] = 0,
+    t: Annotated[int, typer.Option(help="BMS look-ahead t.", min=1, max=MAX_T)] = 100,
+    seed: Annotated[int, typer.Option(help="Seed for B > L conditional samples.", min=0, max=SEED_MAX)] = 0,
     as_json: JsonOpt = False,
 ) -> None:
     """The group orders trained: cyclic rotations (S3T tree for B > L), or BMS for a non-uniform prior."""
     from fedforget.core.config import ConfigError, parse_prior
     from fedforget.core.sequences import select_sequences
 
+    cells = MAX_BMS_CELLS if prior else MAX_ORDER_CELLS
+    if groups * budget > cells:
+        fail(f"--groups {groups} × --budget {budget} is over the bound of {cells:,} group positions"
+             f"{' with --prior (BMS)' if prior else ''}; use --budget {max(1, cells // groups)} or fewer")
     try:
         weights = parse_prior(prior, groups) if prior else None
         sequences = select_sequences(groups, budget, weights, t=t, seed=seed)
@@ -286,6 +447,7 @@ def run(
         check_run_config(run_config)
     except ValueError as exc:
         fail(str(exc))
+    store = from_cwd(store)
     existing = resolve_store_path(store)
     if (existing / "ledger.sqlite").is_file():
         ledger = Store(existing).ledger()

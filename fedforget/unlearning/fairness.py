@@ -62,11 +62,17 @@ def fairness_of_store(store: Store) -> dict[str, Any]:
         root = tree.root.artifact
         first = {"kind": "fedshard", "available": True, "artifacts": [root]}
         first_sha = ledger.first_sha(root)
+        frozen = {int(c): float(d) for c, d in (ledger.get_meta("leaver-min-distances") or {}).items()}
+        first_per_class = ledger.get_meta("first-per-class-accuracy")
     finally:
         ledger.close()
-    if len(angles) != tree.num_clients:
+    scrubbed = sorted(c for c in leavers if c not in angles)  # a leaver's angle is purged with its data
+    if len(angles) + len(scrubbed) != tree.num_clients or (scrubbed and not frozen):
         raise UsageError("this store has no per-client angles (trained before they were recorded); train it again")
-    report = fairness_report(tree, angles, leavers, eps0=MP_EPSILON)
+    # M_e over the clients whose angle is still held (all of them until a client leaves)
+    report = fairness_report(tree, {**angles, **{c: 1.0 for c in scrubbed}}, leavers, eps0=MP_EPSILON)
+    if scrubbed:
+        report["me-note"] = f"leavers {scrubbed}: their angles were purged; M_e weights them by 1"
     retrains = [m for m in store.metrics() if m.get("final") and m.get("action") == "retrain"]
     report.update({"method": "fedshard", "clients": tree.num_clients, "stages": len(tree.stages),
                    "training-client-rounds": training_cost(tree), "client-costs": client_costs(tree),
@@ -79,12 +85,24 @@ def fairness_of_store(store: Store) -> dict[str, Any]:
     cfg = stored_config(store)
     data = load_task_data(cfg)
     inputs, labels = data.test.inputs, data.test.labels.numpy()
-    before_rows = [dict(a, sha256=first_sha) if a["artifact"] == root else a for a in artifacts]
-    before = per_class_accuracy(serving_probabilities(cfg, data.num_classes, store, plan_json, first, before_rows,
-                                                       inputs), labels, data.num_classes)
+    if first_per_class is not None:  # measured by training: the first model's bytes are purged by a leave
+        before = np.asarray(first_per_class, dtype=np.float64)
+    elif first_sha and store.verify_artifact(first_sha):
+        before_rows = [dict(a, sha256=first_sha) if a["artifact"] == root else a for a in artifacts]
+        before = per_class_accuracy(serving_probabilities(cfg, data.num_classes, store, plan_json, first,
+                                                           before_rows, inputs), labels, data.num_classes)
+    else:
+        report["mp"] = None
+        report["mp-note"] = "the first served model was purged and its accuracy was not recorded; train again"
+        return report
     after = per_class_accuracy(serving_probabilities(cfg, data.num_classes, store, plan_json, serving, artifacts,
                                                       inputs), labels, data.num_classes)
-    delta = accuracy_drops(client_label_shares(manifest, data, sorted(angles)), before, after)
-    full = fairness_report(tree, angles, leavers, delta, eps0=MP_EPSILON)
-    report.update({"mp": full["mp"], "delta-accuracy": delta})
+    delta = accuracy_drops(client_label_shares(manifest, data, sorted({*angles, *scrubbed})), before, after)
+    if scrubbed:
+        from fedforget.core.fedshard_costs import performance_fairness
+
+        mp = performance_fairness(delta, {c: frozen.get(c, 0.0) for c in delta}, MP_EPSILON)
+    else:
+        mp = fairness_report(tree, angles, leavers, delta, eps0=MP_EPSILON)["mp"]
+    report.update({"mp": mp, "delta-accuracy": delta})
     return report

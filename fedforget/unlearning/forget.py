@@ -1,7 +1,9 @@
-"""``fedforget forget``: resolve ids to units, record the request, invalidate, re-plan serving.
+"""``fedforget forget``: resolve ids to units, record the request, invalidate, re-plan serving, purge.
 
 No torch, no Flower: the whole request is one SQLite transaction in the ledger, so it takes
-milliseconds and a crash leaves it applied or absent, never half.
+milliseconds and a crash leaves it applied or absent, never half. The bytes of what it invalidated
+are deleted right after the commit (``store.purge``); a crash in between leaves the purge pending,
+finished by the next ``forget`` or ``fedforget purge``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from fedforget.core.chains import describe_invalidation
 from fedforget.core.slicing import UnitId
 from fedforget.store import Store
 from fedforget.store.ledger import ForgetResult, LedgerUsageError
+from fedforget.store.purge import complete_purges
 
 
 def parse_slices(texts: Sequence[str]) -> list[str]:
@@ -26,9 +29,15 @@ def parse_slices(texts: Sequence[str]) -> list[str]:
 
 
 def forget_request(store: Store, samples: Sequence[int] = (), slices: Sequence[str] = (),
-                   clients: Sequence[int] = ()) -> ForgetResult:
+                   clients: Sequence[int] = (), audit_before: bool = False) -> ForgetResult:
+    """Apply the request (one transaction), then purge what it invalidated.
+
+    ``audit_before`` measures the membership-inference audit on the model served *before* this
+    request, between the commit and the purge: the only moment both that model and the request exist.
+    """
     ledger = store.ledger()
     try:
+        before = {"serving": ledger.serving(), "artifacts": ledger.artifacts()} if audit_before else None
         result = ledger.forget(samples=samples, slices=parse_slices(slices), clients=clients)
         plan = ledger.plan()
         result.affected = describe_invalidation(plan, result.invalidated)
@@ -37,6 +46,11 @@ def forget_request(store: Store, samples: Sequence[int] = (), slices: Sequence[s
 
             result.affected["safe"] = {**forget_cost(SafePlan.from_json(plan), result.units, result.new_samples),
                                        "cliques-served": result.serving.get("cliques-served")}
-        return result
     finally:
         ledger.close()
+    if before is not None and result.request is not None:
+        from fedforget.unlearning.audit import record_audit_before
+
+        record_audit_before(store, result.request, before["serving"], before["artifacts"])
+    result.purged = complete_purges(store).to_json()  # also finishes a purge a crash left pending
+    return result

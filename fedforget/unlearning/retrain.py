@@ -20,10 +20,10 @@ def toml_value(value: Any) -> str:
     return json.dumps(str(value))  # a TOML basic string
 
 
-def retrain_run_config(store: Store) -> str:
-    """The stored run config with ``action='retrain'`` (``store`` is added by :func:`flwr_run`)."""
+def retrain_run_config(store: Store, action: str = "retrain") -> str:
+    """The stored run config with ``action='retrain'`` (or ``'propagate'``; ``store`` is added by :func:`flwr_run`)."""
     config = dict(store.manifest()["config"])
-    config["action"] = "retrain"
+    config["action"] = action
     config.pop("store", None)
     return " ".join(f"{k}={toml_value(v)}" for k, v in sorted(config.items()))
 
@@ -37,3 +37,8 @@ def retrain_store(store: Store, federation: str, console: Console) -> tuple[int,
         ledger.close()
     code, log_path = flwr_run(federation, retrain_run_config(store), str(store.root), console)
     return code, log_path, target
+
+
+def propagate_store(store: Store, federation: str, console: Console) -> tuple[int, Path]:
+    """``forget --propagate``: a Flower run that makes the owning clients delete forgotten samples now."""
+    return flwr_run(federation, retrain_run_config(store, "propagate"), str(store.root), console)

@@ -24,9 +24,14 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
         serving = ledger.serving()
         served = set(serving.get("artifacts", []))
         lineage_sizes = dict(ledger.db.execute("SELECT artifact, COUNT(*) FROM lineage GROUP BY artifact"))
+        from fedforget.store.purge import purged_artifacts
+
+        purged = purged_artifacts(ledger.db)
         artifacts = [
             {"artifact_id": a["artifact"], "sha256": a["sha256"], "kind": a["kind"], "valid": a["valid"],
-             "intact": store.verify_artifact(a["sha256"]), "serving": a["artifact"] in served,
+             "purged": a["artifact"] in purged,
+             "intact": a["artifact"] not in purged and store.verify_artifact(a["sha256"]),
+             "serving": a["artifact"] in served,
              "lineage_units": int(lineage_sizes.get(a["artifact"], 0)), "watermark": a["watermark"]}
             for a in ledger.artifacts()
         ]
@@ -34,6 +39,9 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
         cached = ledger.get_meta("accuracy")
         forgotten = ledger.forgotten_count()
         unbuilt = ledger.get_meta("unbuilt") or {"artifacts": [], "partitions": []}
+        from fedforget.store.acks import request_acks
+
+        acks = request_acks(ledger)
     finally:
         ledger.close()
     acc = None
@@ -43,7 +51,7 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
         from fedforget.unlearning.evaluate import evaluate_store
 
         acc = evaluate_store(store)["accuracy"]
-    corrupt = [a["artifact_id"] for a in artifacts if not a["intact"]]
+    corrupt = [a["artifact_id"] for a in artifacts if not a["intact"] and not a["purged"]]
     backbone = manifest.get("backbone") or {}
     available = bool(serving.get("available")) and not any(a["serving"] for a in artifacts if not a["intact"])
     return {
@@ -65,6 +73,7 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
         "artifacts": artifacts,
         "corrupt": corrupt,
         "unbuilt": unbuilt,
+        "acknowledgements": {str(r): a for r, a in acks.items()},
         "backbone": {"source": backbone.get("source"), "weights_sha256": backbone.get("weights-sha256"),
                      "artifact": backbone.get("artifact")},
         "complete": bool(served) and not corrupt,
@@ -87,19 +96,33 @@ def _sequences(plan: dict[str, Any] | None, serving: dict[str, Any]) -> list[dic
     return out
 
 
-def print_status(status: dict[str, Any], console: Console) -> None:
+def non_default_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The run config's values that differ from RunConfig's defaults (what a reader needs to know)."""
+    from fedforget.core.config import RunConfig
+
+    defaults = RunConfig().to_dict()
+    return {k: v for k, v in config.items() if k not in defaults or defaults[k] != v}
+
+
+def print_status(status: dict[str, Any], console: Console, show_artifacts: bool = False) -> None:
+    """Short by default (config that differs from the defaults, artifact counts); ``show_artifacts`` lists
+    every artifact with its validity and sha256."""
     acc = status["accuracy"]
     console.print(f"[bold]store[/] {status['store']}")
     console.print(f"task [cyan]{status['task']}[/] · method [cyan]{status['method']}[/] · "
                   f"{status['num_partitions']} partitions · rounds done {status['rounds_done']} · "
                   f"served accuracy {'—' if acc is None else f'{acc:.4f}'}")
-    cfg = status["config"]
-    console.print("config " + " ".join(f"{k}={v!r}" for k, v in sorted(cfg.items())), style="dim")
+    cfg = non_default_config(status["config"])
+    console.print("config (differs from the defaults) " + (" ".join(f"{k}={v!r}" for k, v in sorted(cfg.items()))
+                                                            or "—"), style="dim")
     req = status["requests"]
     left = status["deletions_left"]
     console.print(f"requests {req['total']} ({req['pending']} pending a retrain) · forgotten samples "
                   f"{req['forgotten_samples']} · expected deletions left (δ) "
                   f"{'—' if left is None else f'{left:.2f}'}")
+    for request, a in status.get("acknowledgements", {}).items():
+        console.print(f"request #{request}: clients acknowledged deletion {a['acknowledged'] or '—'}"
+                      + (f" · pending {a['pending']}" if a["pending"] else ""))
     if status["sequences"]:
         console.print("[bold]sequences[/] (group order; [green]active prefix[/], weight in the served ensemble)")
         for s in status["sequences"]:
@@ -108,11 +131,14 @@ def print_status(status: dict[str, Any], console: Console) -> None:
                 "[dim]" + " ".join(map(str, order[k:])) + "[/]"
             console.print(f"  shard {s['shard']} seq {s['sequence']:>2}: {shown}  prefix {k} · "
                           f"weight {s['weight']:.3f}")
-    console.print("[bold]artifacts[/] (● served)")
-    for a in status["artifacts"]:
+    arts = status["artifacts"]
+    console.print(f"[bold]artifacts[/] {len(arts)}: {sum(a['valid'] for a in arts)} valid · "
+                  f"{sum(a['serving'] for a in arts)} served · {sum(a.get('purged', False) for a in arts)} purged · "
+                  f"{len(status['corrupt'])} corrupt" + ("" if show_artifacts else " (--artifacts lists them)"))
+    for a in arts if show_artifacts else []:
         flags = [
             "valid" if a["valid"] else "[red]invalid[/]",
-            "intact" if a["intact"] else "[red]CORRUPT: bytes do not match sha256[/]",
+            "purged" if a["purged"] else "intact" if a["intact"] else "[red]CORRUPT: bytes do not match sha256[/]",
             f"{a['lineage_units']} units",
         ]
         console.print(f" {'●' if a['serving'] else ' '} [cyan]{a['artifact_id']}[/] {a['kind']} · " + " · ".join(flags))

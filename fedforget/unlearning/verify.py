@@ -1,11 +1,20 @@
-"""``fedforget verify``: train from scratch on the remaining data and compare served artifacts bit for bit.
+"""``fedforget verify``: train from scratch on the remaining data and compare what is served, bit for bit.
 
 The scratch run is the same method, config, seed and plan (groups, sequences, clusters are drawn
 from the seed and the original partition plan, DESIGN §1), executed by the real ServerApp and
 ClientApp objects on an in-process Grid whose clients hold tombstones for every forgotten sample.
-Artifacts are content-addressed, so equal sha256 means equal bytes of every tensor. FedShard's
-scratch run replays the stored tree (``plan-file``): its merges and rounds were planned from update
-angles the leaver influenced, so "from scratch" means "on the same plan" (digest §1, G17).
+FedShard's scratch run replays the stored tree (``plan-file``): its merges and rounds were planned
+from update angles the leaver influenced, so "from scratch" means "on the same plan" (digest §1, G17).
+
+What is compared is what a user is served, never only what the ledger says about it:
+
+* **files** — every served artifact's file is re-hashed; a missing or corrupt one fails the check
+  and is named (the ledger's sha256 alone proves nothing about the bytes on disk);
+* **artifacts** — each served artifact's sha256 against the scratch run's artifact of the same id;
+* **serving plan** — the stored plan (members, prefixes, weights) against the plan recomputed from
+  the valid artifacts, and, once every request is retrained, against the scratch run's own plan;
+* **outputs** — the served model's class probabilities on the whole test split against those of the
+  same plan built from the scratch run's artifacts, with ``numpy.array_equal`` (bit for bit).
 """
 
 from __future__ import annotations
@@ -18,7 +27,54 @@ from typing import Any
 from fedforget.store import Store
 
 
-def verify_store(store: Store, include_all: bool = False, workdir: Path | None = None) -> dict[str, Any]:
+def served_file_problems(store: Store, shas: dict[str, str], served: set[str]) -> list[dict[str, str]]:
+    """Each served artifact whose file is missing, or whose bytes no longer hash to its recorded sha256."""
+    problems = []
+    for artifact in sorted(served):
+        sha = shas.get(artifact)
+        if sha is None:
+            problems.append({"artifact": artifact, "sha256": "", "problem": "not recorded in the ledger"})
+        elif not store.artifact_path(sha).is_file():
+            problems.append({"artifact": artifact, "sha256": sha, "problem": "missing"})
+        elif not store.verify_artifact(sha):
+            problems.append({"artifact": artifact, "sha256": sha, "problem": "corrupt"})
+    return problems
+
+
+def served_outputs(store: Store, serving: dict[str, Any], plan: dict[str, Any],
+                   artifacts: list[dict[str, Any]]) -> tuple[Any, str | None]:
+    """The served model's class probabilities on the test split, or (None, why they cannot be computed)."""
+    from fedforget.strategies.serve import ServingError, serving_probabilities
+    from fedforget.tasks.registry import load_task_data
+    from fedforget.unlearning.evaluate import stored_config
+
+    cfg = stored_config(store)
+    data = load_task_data(cfg)
+    try:
+        return serving_probabilities(cfg, data.num_classes, store, plan, serving, artifacts, data.test.inputs), None
+    except ServingError as exc:
+        return None, str(exc)
+
+
+def compare_outputs(store: Store, scratch: Store, plan: dict[str, Any], stored: dict[str, Any],
+                    expected: dict[str, Any], ours: list[dict[str, Any]],
+                    theirs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Our stored plan over our files vs the recomputed plan over the scratch run's files, bit for bit."""
+    import numpy as np
+
+    mine, why = served_outputs(store, stored, plan, ours)
+    if mine is None:
+        return {"compared": False, "equal": None, "reason": why}
+    reference, why = served_outputs(scratch, expected, plan, theirs)
+    if reference is None:
+        return {"compared": False, "equal": None, "reason": f"the scratch run cannot serve this plan: {why}"}
+    equal = mine.shape == reference.shape and bool(np.array_equal(mine, reference))
+    diff = float(np.abs(mine - reference).max()) if mine.shape == reference.shape else float("inf")
+    return {"compared": True, "equal": equal, "examples": int(mine.shape[0]), "max_abs_diff": diff,
+            "reason": None}
+
+
+def _scratch_run(store: Store, workdir: Path, forgotten: dict[int, list[int]]) -> Store:
     from fedforget.inprocess import run_in_process
     from fedforget.store.tombstones import add_tombstones
     from fedforget.strategies.client_work import dataset_key
@@ -26,33 +82,56 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
 
     cfg = stored_config(store)
     manifest = store.manifest()
+    scratch_root = workdir / "scratch"
+    for partition, ids in forgotten.items():
+        add_tombstones(scratch_root / "clients" / str(partition), dataset_key(cfg), ids)
+    config = {**cfg.to_dict(), "store": str(scratch_root), "action": "train"}
+    if (manifest.get("plan") or {}).get("kind") == "fedshard":  # same plan: FedShard's guarantee (G17)
+        plan_file = workdir / "plan.json"
+        plan_file.write_text(json.dumps(manifest["plan"]), encoding="utf-8")
+        config["plan-file"] = str(plan_file)
+    run_in_process(config, int(manifest["num-partitions"]))
+    return Store.open(scratch_root)
+
+
+def verify_store(store: Store, include_all: bool = False, workdir: Path | None = None) -> dict[str, Any]:
+    from fedforget.core.chains import compute_serving
+    from fedforget.store.safe_budget import dp_exposed_to_forgotten  # SAFE-DP
+
     ledger = store.ledger()
     try:
         forgotten = ledger.forgotten_by_partition()
         artifacts = ledger.artifacts()
         serving = ledger.serving()
-        from fedforget.store.safe_budget import dp_exposed_to_forgotten  # SAFE-DP (issue 6)
-
+        plan = ledger.plan() or {}
+        valid = ledger.valid_artifacts()
+        all_retrained = ledger.retrained_watermark() >= ledger.last_request()
         dp_covered = dp_exposed_to_forgotten(ledger)
     finally:
         ledger.close()
     served = set(serving.get("artifacts", []))
+    shas = {a["artifact"]: a["sha256"] for a in artifacts}
+    files = served_file_problems(store, shas, served)
+    expected = json.loads(json.dumps(compute_serving(plan, valid) if plan else {"available": False, "artifacts": []}))
     with tempfile.TemporaryDirectory(prefix="fedforget-verify-", dir=workdir) as tmp:
-        scratch_root = Path(tmp) / "scratch"
-        for partition, ids in forgotten.items():
-            add_tombstones(scratch_root / "clients" / str(partition), dataset_key(cfg), ids)
-        config = {**cfg.to_dict(), "store": str(scratch_root), "action": "train"}
-        if (manifest.get("plan") or {}).get("kind") == "fedshard":  # same plan: FedShard's guarantee (G17)
-            plan_file = Path(tmp) / "plan.json"
-            plan_file.write_text(json.dumps(manifest["plan"]), encoding="utf-8")
-            config["plan-file"] = str(plan_file)
-        run_in_process(config, int(manifest["num-partitions"]))
-        scratch = Store.open(scratch_root)
+        scratch = _scratch_run(store, Path(tmp), forgotten)
         other = scratch.ledger()
         try:
-            scratch_shas = {a["artifact"]: a["sha256"] for a in other.artifacts()}
+            scratch_artifacts = other.artifacts()
+            scratch_serving = other.serving()
         finally:
             other.close()
+        scratch_shas = {a["artifact"]: a["sha256"] for a in scratch_artifacts}
+        dp_served = sorted(served & dp_covered)
+        if files:
+            outputs = {"compared": False, "equal": None, "reason": "a served file is missing or corrupt"}
+        elif dp_served:
+            outputs = {"compared": False, "equal": None,
+                       "reason": f"served DP adapters cannot be reproduced: {', '.join(dp_served)}"}
+        elif not served:
+            outputs = {"compared": False, "equal": None, "reason": "nothing is served"}
+        else:
+            outputs = compare_outputs(store, scratch, plan, serving, expected, artifacts, scratch_artifacts)
     compared = []
     for a in artifacts:
         if not include_all and a["artifact"] not in served:
@@ -62,12 +141,39 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
                          "sha256": a["sha256"], "scratch_sha256": theirs, "equal": theirs == a["sha256"],
                          "dp_covered": a["artifact"] in dp_covered})
     served_rows = [c for c in compared if c["served"] and not c["dp_covered"]]
+    plan_check = {"equal_recomputed": serving == expected,
+                  "equal_scratch": serving == scratch_serving if all_retrained else None}
+    plan_ok = plan_check["equal_recomputed"] and plan_check["equal_scratch"] is not False
+    outputs_ok = outputs["equal"] is not False
+    exact = bool(served_rows) and all(c["equal"] for c in served_rows) and not files and plan_ok and outputs_ok
     return {
-        "exact": bool(served_rows) and all(c["equal"] for c in served_rows),
+        "exact": exact,
         "served": len(served_rows),
         "served_equal": sum(c["equal"] for c in served_rows),
         "forgotten_samples": sum(len(v) for v in forgotten.values()),
         "dp_covered": sorted(c["artifact"] for c in compared if c["served"] and c["dp_covered"]),
+        "files": files,
+        "serving_plan": plan_check,
+        "outputs": outputs,
         "compared": compared,
-        "reason": None if served_rows else "nothing is served; run `fedforget retrain` first",
+        "reason": _reason(served_rows, files, plan_check, outputs),
     }
+
+
+def _reason(served_rows: list[dict[str, Any]], files: list[dict[str, str]], plan_check: dict[str, Any],
+            outputs: dict[str, Any]) -> str | None:
+    """The first thing that makes the served model differ from scratch, in words (None when exact)."""
+    if files:
+        return "served file(s) " + ", ".join(f"{f['artifact']} ({f['problem']})" for f in files)
+    if not served_rows:
+        return "nothing is served; run `fedforget retrain` first"
+    different = [c["artifact"] for c in served_rows if not c["equal"]]
+    if different:
+        return "served artifact(s) differ from scratch: " + ", ".join(different)
+    if not plan_check["equal_recomputed"]:
+        return "the stored serving plan differs from the plan recomputed from the valid artifacts"
+    if plan_check["equal_scratch"] is False:
+        return "the serving plan differs from the scratch run's"
+    if outputs["equal"] is False:
+        return f"the served outputs differ from scratch (max |Δp| {outputs['max_abs_diff']:.3g})"
+    return None

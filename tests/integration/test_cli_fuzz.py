@@ -135,6 +135,43 @@ def test_theory_refuses_non_positive_sizes(command, option, value):
     assert_refused(["theory", command, f"{option}={value}"])
 
 
+THEORY_BOUNDS = {"deletion-rate": {"--groups": 1000, "--budget": 10_000, "--shards": 1000, "--clusters": 100_000,
+                                     "--trials": 1_000_000, "--seed": 2**63 - 1},
+                 "sequences": {"--groups": 1000, "--budget": 10_000, "--t": 1_000_000, "--seed": 2**63 - 1}}
+theory_option = st.sampled_from([(c, o) for c, opts in THEORY_BOUNDS.items() for o in opts])
+
+
+@FUZZ
+@given(option=theory_option, excess=st.one_of(st.integers(1, 10**6), st.integers(10**6, 10**30)))
+def test_theory_refuses_every_number_past_its_documented_bound(option, excess):
+    command, name = option
+    assert_refused(["theory", command, f"{name}={THEORY_BOUNDS[command][name] + excess}"])
+
+
+@FUZZ
+@given(groups=st.integers(1, 1000), budget=st.integers(1, 10_000), trials=st.integers(1, 1_000_000),
+       method=st.sampled_from(["fedsgt", "s3t", "sisa", "fedcio"]), shards=st.integers(1, 1000),
+       clusters=st.integers(1, 100_000))
+def test_theory_refuses_monte_carlo_work_past_its_bound_before_starting(groups, budget, trials, method, shards,
+                                                                        clusters):
+    from fedforget.core.theory import monte_carlo_work
+
+    per_trial = monte_carlo_work(method, groups, shards, clusters, 1)
+    if per_trial * trials <= 25_000_000:
+        trials = int(25_000_000 / per_trial) + 1
+        if trials > 1_000_000:
+            return
+    assert_refused(["theory", "deletion-rate", "--method", method, "--groups", str(groups), "--budget",
+                    str(budget), "--trials", str(trials), "--shards", str(shards), "--clusters", str(clusters)])
+
+
+def test_the_reported_out_of_memory_theory_calls_are_refused_at_once():
+    assert_refused(["theory", "deletion-rate", "--method", "fedsgt", "--groups", "100000", "--budget", "3",
+                    "--trials", "10"])
+    assert_refused(["theory", "sequences", "--groups", "50", "--budget", "100000"])
+    assert_refused(["theory", "sequences", "--groups", "1000", "--budget", "10000"])  # each within, product not
+
+
 @FUZZ
 @given(argv=st.lists(text_arg, min_size=1, max_size=4).filter(lambda a: a[0] not in {"--help", "-h"}),
        command=st.sampled_from([*STORE_COMMANDS, "run", "theory"]))
@@ -142,7 +179,7 @@ def test_unknown_options_and_stray_arguments(argv, command):
     if not argv[0].startswith("--"):
         argv = ["--no-such-option", *argv]
     elif argv[0].split("=")[0] in {"--store", "--json", "--sample", "--slice", "--client", "--federation",
-                                   "--run-config", "--all"}:
+                                   "--run-config", "--all", "--artifacts", "--audit-before"}:
         argv = ["--no-such-option", *argv]
     assert_refused([command, *argv])
 

@@ -9,7 +9,7 @@ from .helpers import served_sha, train_in_process
 runner = CliRunner()
 
 
-def test_status_reports_task_method_rounds_accuracy_and_artifacts(tmp_path):
+def test_status_reports_task_method_rounds_accuracy_and_artifacts(tmp_path, monkeypatch):
     store = train_in_process(tmp_path / "s", **{"num-rounds": 1})
     result = runner.invoke(app, ["status", "--store", str(tmp_path / "s"), "--json"])
     assert result.exit_code == 0, result.output
@@ -18,8 +18,15 @@ def test_status_reports_task_method_rounds_accuracy_and_artifacts(tmp_path):
     assert info["rounds_done"] == 1 and 0.0 < info["accuracy"] <= 1.0
     assert info["artifacts"][0]["sha256"] == served_sha(store)
     assert info["artifacts"][0]["intact"] and info["complete"]
-    table = runner.invoke(app, ["status", "--store", str(tmp_path / "s")])
+    table = runner.invoke(app, ["status", "--store", str(tmp_path / "s"), "--artifacts"])
     assert table.exit_code == 0 and served_sha(store) in table.output.replace("\n", "").replace("│", "")
+    short = runner.invoke(app, ["status", "--store", str(tmp_path / "s")])
+    assert short.exit_code == 0 and served_sha(store) not in short.output.replace("\n", "")
+    assert "num-rounds=1" in short.output and "lora-r=" not in short.output  # only what differs from defaults
+    monkeypatch.chdir(tmp_path)  # a relative --store is taken from the current directory, not FEDFORGET_HOME
+    monkeypatch.setenv("FEDFORGET_HOME", str(tmp_path / "elsewhere"))
+    relative = runner.invoke(app, ["status", "--store", "s", "--json"])
+    assert relative.exit_code == 0 and json.loads(relative.output)["store"] == str(tmp_path / "s")
 
 
 def test_status_names_a_corrupt_artifact(tmp_path):

@@ -88,10 +88,13 @@ def test_status_evaluate_and_verify_json(store):
 
 def test_audit_reports_auc_before_and_after(store):
     assert cli("audit", "--store", str(store)).exit_code == 2  # nothing forgotten yet
-    cli("forget", "--store", str(store), "--slice", "0:0")
+    cli("forget", "--store", str(store), "--slice", "0:0", "--audit-before")  # "before" exists only until the purge
     data = json.loads(cli("audit", "--store", str(store), "--json").output)
     for name in ("before", "after"):
         assert 0.0 <= data[name]["loss_threshold_auc"] <= 1.0 and 0.0 <= data[name]["shadow_auc"] <= 1.0
+        low, high = data[name]["loss_threshold_ci95"]
+        assert low <= data[name]["loss_threshold_auc"] <= high
+    assert data["before_request"] == 1 and data["held_out"] >= 100 and data["verdict"] is None
 
 
 def test_theory_json_has_closed_form_monte_carlo_and_sequences():

@@ -1,0 +1,36 @@
+"""The audit means something: a client whose 50 samples the model memorised (many local epochs on a tiny
+partition) is detected before forgetting (AUC's 95% interval above 0.5) and no longer after forget +
+retrain (interval around 0.5); and too few forgotten samples are reported as such."""
+
+from __future__ import annotations
+
+from fedforget.inprocess import run_in_process
+from fedforget.unlearning.audit import MIN_FORGOTTEN, audit_store
+from fedforget.unlearning.forget import forget_request
+
+from .helpers import train_in_process
+
+MEMORISE = {"method": "fedavg", "num-rounds": 6, "local-epochs": 30, "lr": 0.02, "train-size": 150,
+            "partitioner": "iid", "lora-r": 16}
+
+
+def test_a_memorised_client_is_detected_before_and_not_after_forget_and_retrain(tmp_path):
+    store = train_in_process(tmp_path / "store", 3, **MEMORISE)
+    forget_request(store, clients=[1], audit_before=True)
+    run_in_process({**store.manifest()["config"], "store": str(store.root), "action": "retrain"}, 3)
+    report = audit_store(store)
+    before, after = report["before"], report["after"]
+    assert report["forgotten"] == 50 >= MIN_FORGOTTEN and report["verdict"] is None and report["held_out"] >= 100
+    assert before["forgotten_mean_loss"] < 0.01 < before["held_out_mean_loss"]  # memorised
+    assert before["loss_threshold_ci95"][0] > 0.5  # clearly a member before
+    low, high = after["loss_threshold_ci95"]
+    assert low < 0.5 < high and after["loss_threshold_auc"] < before["loss_threshold_auc"] - 0.05
+
+
+def test_one_forgotten_sample_is_too_few_to_tell(tmp_path):
+    store = train_in_process(tmp_path / "store", 3, method="fedavg", **{"num-rounds": 1, "train-size": 150,
+                                                                       "partitioner": "iid"})
+    forget_request(store, samples=[store.manifest()["partitions"]["0"][0][0]])
+    report = audit_store(store)
+    assert report["forgotten"] == 1 and "too few forgotten samples to tell" in report["verdict"]
+    assert report["before"] is None and "--audit-before" in report["note"]
