@@ -128,24 +128,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-size", type=int, default=4000)
     parser.add_argument("--test-size", type=int, default=1000)
     parser.add_argument("--groups", type=int, default=10, help="L = B")
-    parser.add_argument("--rounds", type=int, default=10, help="FedAvg rounds")
+    parser.add_argument("--rounds", type=int, default=0, help="FedAvg rounds (0 = the task's default)")
+    parser.add_argument("--rounds-per-phase", type=int, default=0, help="FedSGT rounds per position (0 = default)")
     parser.add_argument("--seed", type=int, default=31)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "docs" / "results")
     args = parser.parse_args(argv)
     common = {"task": args.task, "train-size": args.train_size, "test-size": args.test_size, "seed": args.seed,
               "partitioner": "dirichlet", "dirichlet-alpha": 0.3}
-    result: dict[str, Any] = {"config": {**common, "groups": args.groups, "fedavg-rounds": args.rounds,
-                                         "clients": NODES, "rounds-per-phase": 1},
+    result: dict[str, Any] = {"config": {**common, "groups": args.groups, "clients": NODES},
                               "machine": machine_info(), "runs": {}}
+    fedsgt = {**common, "groups": args.groups, "budget": args.groups, "rounds-per-phase": args.rounds_per_phase}
     with tempfile.TemporaryDirectory(prefix="fedsgt-traffic-") as tmp:
         plans = {
             "fedavg": ({**common, "method": "fedavg", "num-rounds": args.rounds}, True),
-            "fedsgt-uncached": ({**common, "method": "fedsgt", "groups": args.groups, "budget": args.groups}, False),
-            "fedsgt-cached": ({**common, "method": "fedsgt", "groups": args.groups, "budget": args.groups}, True),
+            "fedsgt-uncached": ({**fedsgt, "method": "fedsgt"}, False),
+            "fedsgt-cached": ({**fedsgt, "method": "fedsgt"}, True),
         }
         for name, (config, cache) in plans.items():
             print(f"{name} ...", flush=True)
             result["runs"][name] = run({**config, "store": str(Path(tmp) / name)}, cache)
+            resolved = Store.open(Path(tmp) / name).manifest()["config"]
+            result["runs"][name]["schedule"] = {k: resolved[k] for k in ("num-rounds", "rounds-per-phase", "local-epochs")}
             print(json.dumps({k: v for k, v in result["runs"][name].items() if k != "artifact-shas"}), flush=True)
     runs = result["runs"]
     fedavg = runs["fedavg"]
