@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name} ...", flush=True)
             result["runs"][name] = run({**config, "store": str(Path(tmp) / name)}, cache)
             resolved = Store.open(Path(tmp) / name).manifest()["config"]
-            result["runs"][name]["schedule"] = {k: resolved[k] for k in ("num-rounds", "rounds-per-phase", "local-epochs")}
+            result["runs"][name]["schedule"] = {k: resolved[k]
+                                                for k in ("num-rounds", "rounds-per-phase", "local-epochs")}
             print(json.dumps({k: v for k, v in result["runs"][name].items() if k != "artifact-shas"}), flush=True)
     runs = result["runs"]
     fedavg = runs["fedavg"]
