@@ -6,14 +6,13 @@ import json
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 
 from fedforget.core.seeds import derive_seed
-from fedforget.store.tombstones import add_tombstones
 from fedforget.strategies.chain_model import Module, assemble, split_state
 from fedforget.strategies.client_work import ClientSite
+from fedforget.strategies.forget_client import forget_samples as forget_samples  # its old home
 from fedforget.strategies.messaging import PARTITION_KEY, to_numpy
-from fedforget.tasks.registry import partition_plan
 from fedforget.training.supervised import TrainSettings, train_supervised
 
 PREFIX_SEP = "|"
@@ -65,17 +64,3 @@ def train_chain_position(msg: Message, context: Context) -> Message:
     slot = "default" if stacking == "continue" else slots[-1]["slot"]
     reply = ArrayRecord(model.trainable_state(slot))
     return Message(RecordDict({"arrays": reply, "metrics": MetricRecord(metrics)}), reply_to=msg)
-
-
-def forget_samples(msg: Message, context: Context) -> Message:
-    """``query.forget``: delete the named samples from this node for good (tombstones in its state dir)."""
-    site = ClientSite.from_context(context)
-    ids = [int(i) for i in np.asarray(to_numpy(msg.content["arrays"])["samples"]).ravel()]
-    held = {i for s in partition_plan(site.cfg, site.num_partitions).slices[site.partition] for i in s}
-    foreign = sorted(set(ids) - held)
-    if foreign:
-        raise ValueError(f"partition {site.partition} does not hold sample(s) {foreign[:5]}")
-    new = add_tombstones(site.state_dir, site.dataset_key, ids)
-    info = ConfigRecord({PARTITION_KEY: site.partition, "deleted": new, "requested": len(ids),
-                         "remaining": len(site.slice_examples(None).ids)})
-    return Message(RecordDict({"info": info}), reply_to=msg)
