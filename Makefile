@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 TLS ?= 0
 AUTH ?= 0
 
-.PHONY: setup demo test test-fast lint lint-deploy deploy-up deploy-down deploy-status bench bench-ops clean-runs
+.PHONY: setup demo test test-fast lint lint-deploy deploy-up deploy-down deploy-status bench bench-ops clean-runs docker-e2e
 
 setup:
 	@bash tools/setup.sh
@@ -60,3 +60,11 @@ bench-ops: setup
 
 clean-runs:
 	rm -rf runs
+
+# docker-compose.yml on a local Docker engine (started here if needed): images built without Docker Hub
+# when absent (tools/docker_images.sh), train -> forget -> retrain -> verify, TLS + auth, a killed
+# SuperNode, teardown with volumes (tests/e2e/test_docker_compose.py)
+docker-e2e: setup
+	@bash tools/docker_engine.sh
+	@$(ACTIVATE) && bash tools/docker_images.sh
+	@$(ACTIVATE) && FEDFORGET_DOCKER_E2E=1 python -m pytest -q -rs tests/e2e/test_docker_compose.py $(PYTEST_ARGS)

@@ -8,7 +8,14 @@ The same job (method ``fedavg``, task, clients, rounds and seed fixed, every oth
 * ``loopback-deployment``: ``flwr run`` on one SuperLink and N SuperNode processes on 127.0.0.1;
 * ``floor``: the same gradient steps in one plain PyTorch loop in this process, without Flower:
   each round, each partition in order loads the global LoRA + head, trains with the seeds the
-  ClientApp derives, and the states are averaged with FedAvg's weights in partition order.
+  ClientApp derives, and the states are averaged with FedAvg's weights in partition order;
+* ``flower-floor``: Flower's own floor on the same loopback deployment (same SuperNodes and rounds):
+  ``benchmarks/flower_floor``, a ServerApp sending the job's messages (one query, then per round one
+  train and one evaluate message per node) to a NumPy ClientApp that replies at once.
+
+The loopback deployment's round is then split into that Flower floor, the ClientApp's imports (a
+fresh interpreter per message, timed per message type in ``import_costs``) and the training compute
+(the plain loop's round); ``round_split`` in the JSON says how.
 
 Each runtime writes its store under a temporary directory. The script checks that every runtime
 served the same artifact (sha256 of the safetensors bytes) and writes
@@ -23,7 +30,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -57,12 +67,22 @@ from fedforget.tasks.registry import load_task_data, partition_plan
 from fedforget.training.supervised import TrainSettings, evaluate, train_supervised
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNTIMES = ("in-process", "ray-simulation", "loopback-deployment", "floor")
+RUNTIMES = ("in-process", "ray-simulation", "loopback-deployment", "floor", "flower-floor")
+FLOWER_FLOOR_APP = ROOT / "benchmarks" / "flower_floor"
+#: what a fresh ClientApp process imports before it can answer each message type
+MESSAGE_IMPORTS = {
+    "clientapp-module": "fedforget.client_app",
+    "query": "fedforget.client_app, fedforget.strategies.client_site",
+    "forget": "fedforget.client_app, fedforget.strategies.forget_client",
+    "train/evaluate (LoRA)": "fedforget.client_app, fedforget.strategies.client_work",
+    "train.chain (FedSGT)": "fedforget.client_app, fedforget.strategies.chain_client",
+}
 LABELS = {
     "in-process": "in-process\n(run_in_process)",
     "ray-simulation": "Ray simulation\n(flwr run)",
     "loopback-deployment": "loopback deployment\n(flwr run, N SuperNodes)",
     "floor": "floor\n(plain PyTorch loop)",
+    "flower-floor": "Flower floor\n(NumPy ClientApp, N SuperNodes)",
 }
 FLWR_RUN_TIMEOUT = 3600.0
 console = Console()
@@ -100,6 +120,27 @@ def phases(wall: float, rows: list[tuple[int, float, float]]) -> dict[str, float
         return {"startup_s": None, "rounds_s": None, "tail_s": None}
     first, last = rows[0][1], rows[-1][1]
     return {"startup_s": round(first, 3), "rounds_s": round(last - first, 3), "tail_s": round(wall - last, 3)}
+
+
+def import_costs(repeats: int = 3) -> dict[str, dict[str, Any]]:
+    """Seconds a fresh interpreter spends importing what each message type needs (median of
+    ``repeats``, minus a bare interpreter's start), and which heavy packages that pulls in."""
+    heavy = ("torch", "peft", "transformers", "datasets", "flwr_datasets", "seaborn", "scipy")
+
+    def once(modules: str) -> tuple[float, list[str]]:
+        code = (f"import time, sys; t = time.perf_counter(); import {modules}; "
+                f"print(time.perf_counter() - t, [m for m in {heavy!r} if m in sys.modules])")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             timeout=600).stdout.strip().splitlines()[-1]
+        seconds, pulled = out.split(" ", 1)
+        return float(seconds), json.loads(pulled.replace("'", '"'))
+
+    costs: dict[str, dict[str, Any]] = {}
+    for message, modules in MESSAGE_IMPORTS.items():
+        runs = [once(modules) for _ in range(repeats)]
+        costs[message] = {"modules": modules, "import_s": round(statistics.median(r[0] for r in runs), 3),
+                          "runs_s": [round(r[0], 3) for r in runs], "heavy_packages": runs[-1][1]}
+    return costs
 
 
 # -- the job ----------------------------------------------------------------------------------------
@@ -261,6 +302,32 @@ class Bench:
             raise FlowerRunFailed(f"exit {proc.returncode}: {reason} (log: {folder / 'flwr-run.log'})", wall,
                                   rows[-1][0] if rows else -1, locked)
 
+    # (e)
+    def flower_floor(self) -> dict[str, Any]:
+        """The job's message pattern on the same loopback deployment, answered at once by a NumPy ClientApp."""
+        task, _ = self._bar("flower-floor")
+        folder = self.work / "flower-floor"
+        with loopback_deployment(folder / "deploy", self.args.clients) as fed:
+            renice_supernodes(folder / "deploy" / "deploy", self.args.deploy_nice)
+            t0 = time.monotonic()
+            proc = subprocess.run(["flwr", "run", str(FLOWER_FLOOR_APP), fed.connection, "--stream", "--run-config",
+                                   f"num-rounds={self.args.rounds}"], env=fed.env, cwd=FLOWER_FLOOR_APP,
+                                  capture_output=True, text=True, timeout=FLWR_RUN_TIMEOUT, check=False)
+            wall = time.monotonic() - t0
+        (folder / "flwr-run.log").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr, encoding="utf-8")
+        found = re.search(r"flower-floor: query ([0-9.]+) s; rounds ([0-9. ]+) s", proc.stdout)
+        if proc.returncode != 0 or not found:
+            tail = (proc.stdout + proc.stderr)[-500:]
+            raise RuntimeError(f"flower-floor run failed (exit {proc.returncode}): {tail}")
+        per_round = [float(x) for x in found.group(2).split()]
+        result = {"wall_s": round(wall, 3), "startup_s": round(wall - sum(per_round), 3),
+                  "rounds_s": round(sum(per_round), 3), "query_s": float(found.group(1)),
+                  "per_round_s": per_round, "messages_per_round": 2 * self.args.clients,
+                  "final_accuracy": None, "sha256": ""}
+        self.progress.update(task, completed=self.args.rounds, acc=f"done in {wall:.1f} s")
+        self.progress.stop_task(task)
+        return result
+
     # (d)
     def floor(self) -> dict[str, Any]:
         store = self.work / "floor" / "store"
@@ -364,6 +431,31 @@ def plain_fedavg(cfg: RunConfig, num_partitions: int, store_path: Path, t0: floa
     }
 
 
+def round_split(results: dict[str, dict[str, Any]], imports: dict[str, dict[str, Any]], args: argparse.Namespace,
+                cores: int) -> dict[str, Any] | None:
+    """One loopback deployment round, apportioned: Flower's floor (its own round, measured), the imports
+    (one fresh ClientApp per train and evaluate message, run ``cores`` at a time), the compute (the plain
+    loop's round, client-side evaluation included) and what is left (data loading, model building,
+    serialisation, the store)."""
+    deploy, flower, floor = (results.get(n, {}) for n in ("loopback-deployment", "flower-floor", "floor"))
+    if not all(r.get("rounds_s") for r in (deploy, flower, floor)):
+        return None
+    rounds = args.rounds
+    deployment_round = deploy["rounds_s"] / rounds
+    flower_round = flower["rounds_s"] / rounds
+    lora = imports["train/evaluate (LoRA)"]["import_s"]
+    imports_round = 2 * args.clients * lora / max(cores, 1)
+    compute_round = (floor["rounds_s"] + floor.get("client_eval_s", 0.0)) / rounds
+    return {
+        "deployment_round_s": round(deployment_round, 3),
+        "flower_floor_round_s": round(flower_round, 3),
+        "imports_round_s": round(imports_round, 3),
+        "compute_round_s": round(compute_round, 3),
+        "rest_round_s": round(deployment_round - flower_round - imports_round - compute_round, 3),
+        "model": f"imports = 2 messages x {args.clients} nodes x {lora:.2f} s (LoRA handler imports) / {cores} cores",
+    }
+
+
 # -- output -----------------------------------------------------------------------------------------
 def plot(report: dict[str, Any], path: Path) -> None:
     """Wall seconds per runtime on a log axis (the deployment is tens of times the rest), ratio on each bar."""
@@ -378,7 +470,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     xs = np.arange(len(names))
     walls = [results[n]["wall_s"] for n in names]
     colors = {"in-process": "#4c72b0", "ray-simulation": "#dd8452", "loopback-deployment": "#55a868",
-              "floor": "#8c8c8c"}
+              "floor": "#8c8c8c", "flower-floor": "#c44e52"}
     ax.bar(xs, walls, color=[colors[n] for n in names], width=0.6)
     for x, n in zip(xs, names, strict=True):
         r = results[n]
@@ -448,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_sim:
         order.append("ray-simulation")
     if not args.skip_deploy:
-        order.append("loopback-deployment")
+        order += ["loopback-deployment", "flower-floor"]
 
     info = machine_info()
     job = {**default_run_config(), **job_overrides(args), "num-partitions": args.clients}
@@ -464,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
                   TextColumn("{task.fields[acc]}"), TimeElapsedColumn(), console=console) as progress:
         bench = Bench(args, work, progress)
         runs = {"floor": bench.floor, "in-process": bench.in_process, "ray-simulation": bench.ray_simulation,
-                "loopback-deployment": bench.loopback}
+                "loopback-deployment": bench.loopback, "flower-floor": bench.flower_floor}
         for name in order:
             try:
                 results[name] = runs[name]()
@@ -479,8 +571,11 @@ def main(argv: list[str] | None = None) -> int:
             r["ratio_to_floor"] = round(r["wall_s"] / floor["wall_s"], 3)
             if r.get("rounds_s") and floor.get("rounds_s"):
                 r["rounds_ratio_to_floor"] = round(r["rounds_s"] / floor["rounds_s"], 3)
-    flower = {n: results[n].get("sha256") for n in order if n != "floor"}
-    ok = all("sha256" in results[n] for n in order)
+    imports = import_costs()
+    split = round_split(results, imports, args, info["cores"])
+    artifact_runs = [n for n in order if n != "flower-floor"]
+    flower = {n: results[n].get("sha256") for n in artifact_runs if n != "floor"}
+    ok = all("sha256" in results[n] for n in artifact_runs)
     flower_match = ok and len(set(flower.values())) == 1
     floor_match = ok and flower_match and floor.get("sha256") in flower.values()
 
@@ -505,6 +600,8 @@ def main(argv: list[str] | None = None) -> int:
         "job": job,
         "machine": info,
         "runtimes": {n: results[n] for n in RUNTIMES if n in results},
+        "import_costs": imports,
+        "round_split": split,
         "sha256_flower_runtimes_match": flower_match,
         "sha256_floor_matches": floor_match,
         "notes": notes,
@@ -515,6 +612,13 @@ def main(argv: list[str] | None = None) -> int:
     plot(report, png_path)
 
     console.print(summary_table(results))
+    for message, cost in imports.items():
+        heavy = ", ".join(cost["heavy_packages"]) or "-"
+        console.print(f"imports for {message}: {cost['import_s']:.2f} s (heavy: {heavy})")
+    if split:
+        console.print(f"a deployment round: {split['deployment_round_s']:.1f} s = Flower floor "
+                      f"{split['flower_floor_round_s']:.1f} s + imports ~{split['imports_round_s']:.1f} s + compute "
+                      f"{split['compute_round_s']:.1f} s + rest {split['rest_round_s']:.1f} s")
     style = "green" if flower_match else "red"
     console.print(f"[{style}]Flower runtimes served the same artifact: {flower_match}[/]; "
                   f"the floor matches too: {floor_match}")

@@ -13,13 +13,10 @@ from safetensors.numpy import load as st_load
 
 from fedforget.core.seeds import derive_seed
 from fedforget.store.module_cache import cached_module, keep_module
-from fedforget.store.purge import drop_purged_copies
-from fedforget.store.tombstones import add_tombstones
 from fedforget.strategies.chain_model import Module, assemble, fresh_module, initial_head, split_state
 from fedforget.strategies.client_work import ClientSite
 from fedforget.strategies.messaging import PARTITION_KEY, to_numpy
 from fedforget.strategies.module_shipping import INIT_SEED_KEY, KEEP_KEY, MODULES_KEY, NEED_KEY, PREFIX_KEY
-from fedforget.tasks.registry import partition_plan
 from fedforget.training.supervised import TrainSettings, train_supervised
 
 
@@ -99,18 +96,3 @@ def train_chain_position(msg: Message, context: Context) -> Message:
     slot = "default" if stacking == "continue" else slots[-1]["slot"]
     reply = ArrayRecord(model.trainable_state(slot))
     return Message(RecordDict({"arrays": reply, "metrics": MetricRecord(metrics)}), reply_to=msg)
-
-
-def forget_samples(msg: Message, context: Context) -> Message:
-    """``query.forget``: delete the named samples from this node for good (tombstones in its state dir)."""
-    site = ClientSite.from_context(context)
-    ids = [int(i) for i in np.asarray(to_numpy(msg.content["arrays"])["samples"]).ravel()]
-    held = {i for s in partition_plan(site.cfg, site.num_partitions).slices[site.partition] for i in s}
-    foreign = sorted(set(ids) - held)
-    if foreign:
-        raise ValueError(f"partition {site.partition} does not hold sample(s) {foreign[:5]}")
-    new = add_tombstones(site.state_dir, site.dataset_key, ids)
-    drop_purged_copies(msg, site.state_dir)
-    info = ConfigRecord({PARTITION_KEY: site.partition, "deleted": new, "requested": len(ids),
-                         "remaining": len(site.slice_examples(None).ids)})
-    return Message(RecordDict({"info": info}), reply_to=msg)

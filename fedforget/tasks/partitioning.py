@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import datasets
 import numpy as np
-from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner
 
 from fedforget.core.seeds import derive_seed32
 from fedforget.core.slicing import split_into_slices
@@ -41,6 +39,9 @@ def partition_samples(
         raise ValueError(f"num-partitions must be >= 1, got {num_partitions}")
     if len(ids) < num_partitions * MIN_PARTITION_SIZE:
         raise ValueError(f"{len(ids)} samples cannot fill {num_partitions} partitions; raise train-size")
+    import datasets  # imported here: a ClientApp process that reads a remembered plan never pays for it
+    from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner
+
     table = datasets.Dataset.from_dict({"label": labels.astype(np.int64), "gid": ids.astype(np.int64)})
     if partitioner == "iid":
         table = table.shuffle(seed=derive_seed32(seed, "iid-partition"))

@@ -9,7 +9,7 @@ import pytest
 from fedforget.inprocess import run_in_process
 from fedforget.store import Store
 from fedforget.store.tombstones import load_tombstones
-from fedforget.strategies import chain_client
+from fedforget.strategies import forget_client
 from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.status import store_status
 from fedforget.unlearning.verify import verify_store
@@ -56,18 +56,18 @@ def test_a_client_that_does_not_answer_stays_pending_and_is_caught_up_by_the_nex
     store = copy_store(trained, tmp_path)
     parts = store.manifest()["partitions"]
     forget_request(store, samples=[parts["1"][0][0], parts["2"][0][0]])
-    real = chain_client.forget_samples
+    real = forget_client.forget_samples
 
     def offline_partition_2(msg, context):  # noqa: ANN001, ANN202
         if int(context.node_config["partition-id"]) == 2:
             raise ConnectionError("node of partition 2 is offline")
         return real(msg, context)
 
-    monkeypatch.setattr(chain_client, "forget_samples", offline_partition_2)
+    monkeypatch.setattr(forget_client, "forget_samples", offline_partition_2)
     _run(store, "propagate")
     assert _acks(store)["1"] == {"owners": [1, 2], "acknowledged": [1], "pending": [2]}
     assert not (store.root / "clients" / "2" / "tombstones.json").exists()
-    monkeypatch.setattr(chain_client, "forget_samples", real)
+    monkeypatch.setattr(forget_client, "forget_samples", real)
     _run(store, "retrain")  # its next contact
     assert parts["2"][0][0] in load_tombstones(store.root / "clients" / "2", "digits-mlp")
     assert _acks(store)["1"]["pending"] == []

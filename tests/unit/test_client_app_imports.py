@@ -1,0 +1,72 @@
+"""Each Flower message starts a fresh ClientApp process, so what the ClientApp module and the light
+handlers import is paid per message: they must not pull the training stack. Each check runs in a
+fresh interpreter; a negative control shows the probe does see a heavy import."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+HEAVY = ("torch", "peft", "transformers", "datasets", "flwr_datasets", "seaborn", "scipy")
+
+
+def heavy_modules_after(code: str, env: dict[str, str] | None = None) -> list[str]:
+    """Run ``code`` in a fresh interpreter and list the heavy packages it left in ``sys.modules``."""
+    probe = textwrap.dedent(code) + textwrap.dedent(f"""
+        import json, sys
+        print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))
+    """)
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=False,
+                          env={**os.environ, **(env or {})})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_client_app_module_imports_without_the_training_stack():
+    assert heavy_modules_after("import fedforget.client_app") == []
+
+
+def test_query_and_forget_handlers_import_only_flwr_and_numpy():
+    assert heavy_modules_after("import fedforget.strategies.client_site, fedforget.strategies.forget_client") == []
+
+
+def test_probe_sees_a_heavy_import():
+    assert "torch" in heavy_modules_after("import fedforget.training.determinism")
+
+
+def test_forget_message_with_a_remembered_plan_runs_without_torch(tmp_path: Path):
+    """A node that has drawn its plan once answers a forget message without loading torch or the data."""
+    env = {"FEDFORGET_CACHE": str(tmp_path / "cache")}
+    setup = f"""
+        from flwr.app import Context, RecordDict
+        run_config = {{"task": "digits-mlp", "train-size": 300, "test-size": 100, "seed": 3,
+                       "store": {str(tmp_path / "store")!r}}}
+        def context(partition):
+            return Context(run_id=1, node_id=1, node_config={{"partition-id": partition, "num-partitions": 3,
+                           "state-dir": {str(tmp_path / "node")!r} + str(partition)}}, state=RecordDict(),
+                           run_config=run_config)
+    """
+    first = setup + """
+        from fedforget.strategies.client_site import ClientSite
+        print(ClientSite.from_context(context(1)).held_slices()[0][0])
+    """
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(first)], capture_output=True, text=True,
+                          timeout=300, check=False, env={**os.environ, **env})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    sample = int(proc.stdout.strip().splitlines()[-1])
+    forget = setup + f"""
+        import numpy as np
+        from flwr.app import Array, ArrayRecord, Message, RecordDict
+        from flwr.supercore.task_identity import TaskIdentity
+        from fedforget.strategies.forget_client import forget_samples
+        TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
+        samples = ArrayRecord({{"samples": Array(np.array([{sample}], dtype=np.int64))}})
+        msg = Message(RecordDict({{"arrays": samples}}), dst_node_id=1, message_type="query.forget")
+        reply = forget_samples(msg, context(1))
+        assert reply.content["info"]["deleted"] == 1, reply.content
+    """
+    assert heavy_modules_after(forget, env) == []
