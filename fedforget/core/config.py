@@ -63,6 +63,7 @@ class RunConfig:
     clients_per_round: int = 3
     client_lr: float = 0.01
     eval_every: int = 1
+    device: str = "auto"
     # -- FedShard (issue 5) --
     fanout: int = 2
     rounds_min: int = 2
@@ -102,6 +103,7 @@ _CHOICES = {
     "rounds_rule": ("intent", "literal", "constant"),
     "fallback": ("last-valid", "refuse"),
     "safe_schedule": ("cosine", "constant"),
+    "device": ("auto", "cpu", "cuda"),
 }
 _MIN = {
     "seed": 0,
@@ -126,7 +128,7 @@ _MIN = {
     "rounds_min": 1,
     "rounds_max": 1,
 }
-_POSITIVE = ("lr", "dirichlet_alpha", "round_timeout", "mu", "client_lr")
+_POSITIVE = ("lr", "dirichlet_alpha", "round_timeout", "mu")
 
 
 def _coerce(name: str, kind: type, value: object) -> object:
@@ -169,6 +171,8 @@ def parse_run_config(raw: Mapping[str, object]) -> RunConfig:
     for name in _POSITIVE:
         if not getattr(cfg, name) > 0:
             raise ConfigError(f"run-config {name.replace('_', '-')!r} must be > 0, got {getattr(cfg, name)}")
+    if not cfg.client_lr >= 0:  # 0 freezes the client: HO-SFL's control run
+        raise ConfigError(f"run-config 'client-lr' must be >= 0, got {cfg.client_lr}")
     if not 0.0 < cfg.fraction_train <= 1.0:
         raise ConfigError(f"run-config 'fraction-train' must be in (0, 1], got {cfg.fraction_train}")
     if not cfg.store.strip():
