@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from fedforget.core.defaults import AUTO_KEYS, resolve_defaults
+
 TASKS = ("digits-mlp", "fmnist-cnn", "fmnist-effnet", "rt-minilm", "hf")
 METHODS = ("fedavg", "fedsgt", "s3t", "sisa", "fedcio", "hosfl", "sfl", "zo-sfl", "fedshard", "safe", "protosisa")
 SERVING = ("allseq", "minseq", "longseq")
@@ -28,13 +30,13 @@ class RunConfig:
     task: str = "fmnist-cnn"
     store: str = "runs/latest"
     seed: int = 1
-    num_rounds: int = 5
-    local_epochs: int = 1
-    batch_size: int = 32
-    lr: float = 0.005
+    num_rounds: int = 0  # 0 = the task's and method's default (core/defaults.py), as below
+    local_epochs: int = 0
+    batch_size: int = 0
+    lr: float = 0.0
     optimizer: str = "adam"
-    lora_r: int = 4
-    lora_alpha: int = 8
+    lora_r: int = 0
+    lora_alpha: int = 0
     partitioner: str = "dirichlet"
     dirichlet_alpha: float = 0.5
     slices_per_client: int = 2
@@ -49,7 +51,7 @@ class RunConfig:
     # -- sequence-sharded methods (fedsgt, s3t, sisa, fedcio) and the coordinator ----------------
     groups: int = 10
     budget: int = 10
-    rounds_per_phase: int = 1
+    rounds_per_phase: int = 0
     serving: str = "allseq"
     shards: int = 1
     clusters: int = 5
@@ -85,6 +87,12 @@ class RunConfig:
     dp_beta: float = 1.0
     dp_clip: float = 1.0
     safe_schedule: str = "cosine"
+
+    def __post_init__(self) -> None:
+        """Keys left at 0 take the method's and task's defaults, so a config is always concrete."""
+        given = {key: getattr(self, key.replace("-", "_")) for key in AUTO_KEYS}
+        for key, value in resolve_defaults(given, self.method, self.task).items():
+            object.__setattr__(self, key.replace("-", "_"), value)
 
     def to_dict(self) -> dict[str, Any]:
         """Flower-style keys (``num-rounds``), as stored in the manifest."""
