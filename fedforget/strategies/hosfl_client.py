@@ -14,6 +14,8 @@ phase of a round redraws exactly the batch of the first.
 
 Forwards run on ``device`` (CUDA when visible and ``device='auto'``); θ_c, its directions and its
 update stay on the CPU, so replay is bit-exact whichever device a replica used.
+"""
+
 from __future__ import annotations
 
 import json
@@ -152,7 +154,7 @@ def forward(msg: Message, context: Context) -> Message:
     after its first local step), draw the batch, send the cut-layer activations and labels."""
     rnd = _Round(msg, context)
     method = rnd.cfg.method
-    agg = msg.content["aggregation"]
+    agg = msg.content["aggregation"] if "aggregation" in msg.content else ArrayRecord()
     control: dict[str, int] = {}
     if method == "hosfl":
         theta, version = load_state(rnd.path, rnd.split.initial_client)
