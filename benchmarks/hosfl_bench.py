@@ -211,7 +211,8 @@ print(json.dumps({"base-rss-mb": base, "peak-rss-mb": vm("VmHWM:"), "d_c": split
 
 
 def memory(quick: bool, tmp: Path) -> dict[str, Any]:
-    cases = [("fmnist-cnn", 2, 256), ("rt-minilm", 3, 32)] if not quick else [("fmnist-cnn", 2, 64)]
+    cases = [("fmnist-cnn", 2, 256), ("rt-minilm", 3, 32), ("rt-smollm", 3, 16)] if not quick else \
+        [("fmnist-cnn", 2, 64)]
     out: dict[str, Any] = {"repeats": 1 if quick else 2, "cases": []}
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     for task, cut, batch in cases:
@@ -272,7 +273,55 @@ def sweeps(quick: bool, tmp: Path) -> dict[str, Any]:
     return res
 
 
-PARTS = {"accuracy": accuracy, "traffic": traffic, "memory": memory, "sweeps": sweeps}
+# -- 5. does the ZO client learn? hosfl vs its frozen-client control, over seeds --------------------------
+#: Arms of the control experiment: (method, client step). ``hosfl-frozen`` is the same run with client-lr=0.
+ARMS = {"hosfl": ("hosfl", CLIENT_LR["hosfl"]), "hosfl-frozen": ("hosfl", 0.0), "sfl": ("sfl", CLIENT_LR["sfl"]),
+        "zo-sfl": ("zo-sfl", CLIENT_LR["zo-sfl"])}
+
+
+def control(quick: bool, tmp: Path) -> dict[str, Any]:
+    """hosfl against the same run with the client frozen, SFL with a local epoch per round (the paper's
+    SFLv1, given the same number of training samples), and ZO-SFL; IID and Dirichlet(1); seeds 1..3."""
+    seeds = (1,) if quick else (1, 2, 3)
+    rounds = 8 if quick else int(os.environ.get("HOSFL_CONTROL_ROUNDS", "80"))
+    per_client = int(BASE["train-size"]) // CLIENTS
+    sfl_rounds = max(1, round(rounds * int(BASE["batch-size"]) / per_client))  # the same samples processed
+    res: dict[str, Any] = {"seeds": list(seeds), "rounds": rounds, "sfl-rounds": sfl_rounds, "arms": {}, "runs": {}}
+    for part_name, part in (("iid", {"partitioner": "iid"}), ("dirichlet-1", {"partitioner": "dirichlet",
+                                                                              "dirichlet-alpha": 1.0})):
+        for arm, (method, client_lr) in ARMS.items():
+            finals = []
+            for seed in seeds:
+                n = sfl_rounds if method == "sfl" else rounds
+                rows, _, secs = _run(tmp / f"ctl-{part_name}-{arm}-{seed}", method=method, seed=seed, **part,
+                                     **{"num-rounds": n, "eval-every": n, "client-lr": client_lr, "local-epochs": 1})
+                final = [r for r in rows if "accuracy" in r][-1]
+                finals.append(final["accuracy"])
+                res["runs"][f"{part_name}/{arm}/{seed}"] = {"accuracy": final["accuracy"],
+                                                            "samples": final.get("samples-total", 0),
+                                                            "seconds": round(secs, 1)}
+                print(f"control {part_name} {arm} seed {seed}: {final['accuracy']:.4f} "
+                      f"({final.get('samples-total', 0)} samples, {secs:.0f} s)", flush=True)
+            mean = sum(finals) / len(finals)
+            spread = max(finals) - min(finals)
+            res["arms"][f"{part_name}/{arm}"] = {"mean": round(mean, 4), "min": min(finals), "max": max(finals),
+                                                 "spread": round(spread, 4), "per-seed": finals}
+    fig, ax = plt.subplots(figsize=(8, 4))
+    keys = list(res["arms"])
+    means = [res["arms"][k]["mean"] for k in keys]
+    errs = [[res["arms"][k]["mean"] - res["arms"][k]["min"] for k in keys],
+            [res["arms"][k]["max"] - res["arms"][k]["mean"] for k in keys]]
+    ax.bar(range(len(keys)), means, yerr=errs, capsize=3, color=["C0", "C7", "C1", "C3"] * 2)
+    ax.set_xticks(range(len(keys)), keys, rotation=35, ha="right", fontsize=8)
+    ax.set_ylabel("final test accuracy (mean, min-max over seeds)")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"fmnist-cnn: hosfl vs frozen client, {rounds} rounds (sfl: {sfl_rounds} local-epoch rounds)")
+    fig.tight_layout()
+    fig.savefig(OUT / "hosfl_control.png", dpi=110)
+    return res
+
+
+PARTS = {"accuracy": accuracy, "traffic": traffic, "memory": memory, "sweeps": sweeps, "control": control}
 
 
 def main() -> None:

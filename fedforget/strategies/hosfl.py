@@ -318,9 +318,9 @@ class SplitRun:
         gs, losses = {}, []
         with torch.no_grad(), deterministic_torch():
             for part, reply in fwd.items():
-                zp, aux, y = (x.to(self.device) for x in self._batch(reply, "plus-"))  # type: ignore[misc]
+                zp, aux, y = self._batch(reply, "plus-")
                 zm = self._batch(reply, "minus-")[0].to(self.device)
-                aux = tuple(a.to(self.device) for a in aux)
+                zp, y, aux = zp.to(self.device), y.to(self.device), tuple(a.to(self.device) for a in aux)
                 self._load_server_vector(base + mu * u_s)
                 lp = float(nn.functional.cross_entropy(self.split.server(zp, *aux), y))
                 self._load_server_vector(base - mu * u_s)
