@@ -177,7 +177,7 @@ from fedforget.training.determinism import deterministic_torch
 task, cut, mode, batch = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 cfg = parse_run_config({"method": "hosfl", "task": task, "cut": cut, "train-size": 512, "test-size": 64})
 data = load_task_data(cfg)
-split = build_split_model(cfg, data.num_classes)
+split = build_split_model(cfg, data.num_classes, "client")  # rt-smollm: embeddings + client layers only
 inputs = tuple(t[:batch] for t in data.train.inputs)
 theta = split.client_vector()
 names = split.client_names
@@ -281,19 +281,25 @@ ARMS = {"hosfl": ("hosfl", CLIENT_LR["hosfl"]), "hosfl-frozen": ("hosfl", 0.0), 
 
 def control(quick: bool, tmp: Path) -> dict[str, Any]:
     """hosfl against the same run with the client frozen, SFL with a local epoch per round (the paper's
-    SFLv1, given the same number of training samples), and ZO-SFL; IID and Dirichlet(1); seeds 1..3."""
+    SFLv1, given the same number of training samples), and ZO-SFL; IID and Dirichlet(1); seeds 1..3.
+
+    Arms run in order of importance (hosfl and its control first) and the JSON is rewritten after every
+    run, so a partial result is never lost.
+    """
     seeds = (1,) if quick else (1, 2, 3)
-    rounds = 8 if quick else int(os.environ.get("HOSFL_CONTROL_ROUNDS", "80"))
-    per_client = int(BASE["train-size"]) // CLIENTS
+    rounds = 8 if quick else int(os.environ.get("HOSFL_CONTROL_ROUNDS", "40"))
+    size = {"train-size": 3000, "test-size": 500}
+    per_client = size["train-size"] // CLIENTS
     sfl_rounds = max(1, round(rounds * int(BASE["batch-size"]) / per_client))  # the same samples processed
-    res: dict[str, Any] = {"seeds": list(seeds), "rounds": rounds, "sfl-rounds": sfl_rounds, "arms": {}, "runs": {}}
-    for part_name, part in (("iid", {"partitioner": "iid"}), ("dirichlet-1", {"partitioner": "dirichlet",
-                                                                              "dirichlet-alpha": 1.0})):
-        for arm, (method, client_lr) in ARMS.items():
+    res: dict[str, Any] = {"seeds": list(seeds), "rounds": rounds, "sfl-rounds": sfl_rounds, "sizes": size,
+                           "arms": {}, "runs": {}}
+    parts = (("iid", {"partitioner": "iid"}), ("dirichlet-1", {"partitioner": "dirichlet", "dirichlet-alpha": 1.0}))
+    for arm, (method, client_lr) in ARMS.items():
+        for part_name, part in parts:
             finals = []
             for seed in seeds:
                 n = sfl_rounds if method == "sfl" else rounds
-                rows, _, secs = _run(tmp / f"ctl-{part_name}-{arm}-{seed}", method=method, seed=seed, **part,
+                rows, _, secs = _run(tmp / f"ctl-{part_name}-{arm}-{seed}", method=method, seed=seed, **part, **size,
                                      **{"num-rounds": n, "eval-every": n, "client-lr": client_lr, "local-epochs": 1})
                 final = [r for r in rows if "accuracy" in r][-1]
                 finals.append(final["accuracy"])
@@ -302,16 +308,18 @@ def control(quick: bool, tmp: Path) -> dict[str, Any]:
                                                             "seconds": round(secs, 1)}
                 print(f"control {part_name} {arm} seed {seed}: {final['accuracy']:.4f} "
                       f"({final.get('samples-total', 0)} samples, {secs:.0f} s)", flush=True)
-            mean = sum(finals) / len(finals)
-            spread = max(finals) - min(finals)
-            res["arms"][f"{part_name}/{arm}"] = {"mean": round(mean, 4), "min": min(finals), "max": max(finals),
-                                                 "spread": round(spread, 4), "per-seed": finals}
+                mean = sum(finals) / len(finals)
+                res["arms"][f"{part_name}/{arm}"] = {"mean": round(mean, 4), "min": min(finals), "max": max(finals),
+                                                     "spread": round(max(finals) - min(finals), 4),
+                                                     "per-seed": list(finals)}
+                (OUT / "hosfl_control.json").write_text(json.dumps({"benchmark": "hosfl_control", "partial": True,
+                                                                    "machine": machine_info(), **res}, indent=1))
     fig, ax = plt.subplots(figsize=(8, 4))
     keys = list(res["arms"])
     means = [res["arms"][k]["mean"] for k in keys]
     errs = [[res["arms"][k]["mean"] - res["arms"][k]["min"] for k in keys],
             [res["arms"][k]["max"] - res["arms"][k]["mean"] for k in keys]]
-    ax.bar(range(len(keys)), means, yerr=errs, capsize=3, color=["C0", "C7", "C1", "C3"] * 2)
+    ax.bar(range(len(keys)), means, yerr=errs, capsize=3)
     ax.set_xticks(range(len(keys)), keys, rotation=35, ha="right", fontsize=8)
     ax.set_ylabel("final test accuracy (mean, min-max over seeds)")
     ax.set_ylim(0, 1)
