@@ -329,7 +329,34 @@ def control(quick: bool, tmp: Path) -> dict[str, Any]:
     return res
 
 
-PARTS = {"accuracy": accuracy, "traffic": traffic, "memory": memory, "sweeps": sweeps, "control": control}
+# -- 6. traffic at language-model scale (the paper's Table 3, per training sample) ----------------------
+def traffic_llm(quick: bool, tmp: Path) -> dict[str, Any]:
+    """Measured bytes of real hosfl and sfl rounds on rt-smollm (cut 3, batch 16, 40 tokens), per client-round
+    and per training sample; the totals for a training budget follow by multiplying by the samples."""
+    base = {"task": "rt-smollm", "cut": 3, "batch-size": 16, "train-size": 320, "test-size": 16,
+            "clients-per-round": 3, "partitioner": "iid", "lr": 1e-3, "optimizer": "adam"}
+    out: dict[str, Any] = {"config": base, "methods": {}}
+    for method, rounds in (("hosfl", 2), ("sfl", 1)):
+        store = tmp / f"llm-traffic-{method}"
+        t0 = time.monotonic()
+        with quiet_flower():
+            run_in_process({**base, "method": method, "store": str(store), "num-rounds": rounds, "eval-every": rounds,
+                            "local-epochs": 1, "client-lr": CLIENT_LR[method]}, CLIENTS)
+        s = Store.open(store)
+        rows = [r for r in s.metrics() if "bytes" in r]
+        samples = sum(r["samples"] for r in rows)
+        total = {d: sum(sum(r["bytes"][d].values()) for r in rows) for d in ("up", "down")}
+        kinds = {d: {k: sum(r["bytes"][d][k] for r in rows) for k in rows[0]["bytes"][d]} for d in ("up", "down")}
+        out["methods"][method] = {"rounds": rounds, "samples": samples, "bytes": kinds, "total": total,
+                                  "bytes-per-sample": {d: total[d] / samples for d in total},
+                                  "d_c": s.manifest()["split"]["d_c"], "seconds": round(time.monotonic() - t0, 1)}
+        print(f"llm traffic {method}: {samples} samples, up {total['up'] / samples:.0f} B/sample, "
+              f"down {total['down'] / samples:.0f} B/sample", flush=True)
+    return out
+
+
+PARTS = {"traffic-llm": traffic_llm, "accuracy": accuracy, "traffic": traffic, "memory": memory, "sweeps": sweeps,
+         "control": control}
 
 
 def main() -> None:
@@ -338,15 +365,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny budgets, for a smoke run")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
-    names = list(PARTS) if args.part == "all" else [args.part]
+    names = [n for n in PARTS if n != "traffic-llm"] if args.part == "all" else [args.part]
     with tempfile.TemporaryDirectory(prefix="hosfl-bench-") as tmp:
         for name in names:
             t0 = time.monotonic()
             result = PARTS[name](args.quick, Path(tmp))
             payload = {"benchmark": f"hosfl_{name}", "quick": args.quick, "seconds": round(time.monotonic() - t0, 1),
                        "machine": machine_info(), **result}
-            (OUT / f"hosfl_{name}.json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
-            print(f"wrote {OUT / f'hosfl_{name}.json'} ({payload['seconds']} s)", flush=True)
+            path = OUT / f"hosfl_{name.replace('-', '_')}.json"
+            path.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+            print(f"wrote hosfl_{name.replace('-', '_')}.json ({payload['seconds']} s)", flush=True)
 
 
 if __name__ == "__main__":
