@@ -195,8 +195,7 @@ with deterministic_torch():
     if mode == "forward-only":
         with torch.no_grad():
             out = split.client(*inputs)[0]
-    elif mode == "hosfl":
-        z = zo.forward_at(split.client, names, theta, inputs)
+    elif mode == "hosfl":  # the ZO phase: z (kept from the forward phase) and λ are resident, P forwards
         v = zo.zo_scalars(split.client, names, theta, inputs, z, lam, list(range(5)), 1e-3)
     elif mode == "sfl":
         th = theta.clone().requires_grad_(True)
