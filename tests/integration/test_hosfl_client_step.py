@@ -130,3 +130,21 @@ def test_sfl_runs_a_local_epoch_per_round_against_per_client_server_copies(tmp_p
         assert row["samples"] == 2 * per_client
         assert row["bytes"]["up"]["activations"] == 2 * (per_client * 128 * 4 + per_client * 8)
     assert Store.open(tmp_path / "s").metrics()[-1]["accuracy"] > 0.3
+
+
+def test_device_auto_runs_split_forwards_on_the_cpu_without_a_gpu_and_cuda_is_refused_there():
+    from fedforget.tasks.split import split_device
+
+    assert split_device(parse_run_config({"method": "hosfl", "task": "digits-mlp"})).type == (
+        "cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with __import__("pytest").raises(ConfigError, match="no CUDA device is visible"):
+            split_device(parse_run_config({"method": "hosfl", "task": "digits-mlp", "device": "cuda"}))
+
+
+def test_directions_are_drawn_on_the_cpu_whatever_the_forward_device():
+    u = zo.direction(123, 1000)
+    assert u.device.type == "cpu" and u.dtype == torch.float32
+    theta = torch.zeros(1000)
+    assert torch.equal(zo.perturbed(theta, 123, 0.5), 0.5 * u)
+    assert theta.abs().sum() == 0  # θ untouched
