@@ -167,8 +167,37 @@ def traffic(quick: bool, tmp: Path) -> dict[str, Any]:
 
 # -- 3. client peak memory, one subprocess per measurement ---------------------------------------------
 MEMORY_PROBE = r"""
-import json, sys, gc, torch
+import json, sys, gc, weakref, torch
 from pathlib import Path
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+class LiveBytes(TorchDispatchMode):
+    '''Peak bytes of the tensor storages a block of code creates and still holds (views are not counted).'''
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = self.peak = 0
+        self.owned: set[int] = set()
+
+    def _free(self, ptr: int, n: int) -> None:
+        self.owned.discard(ptr)
+        self.live -= n
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {a.untyped_storage().data_ptr() for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)}
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                ptr = t.untyped_storage().data_ptr()
+                if ptr and ptr not in inputs and ptr not in self.owned:
+                    n = t.untyped_storage().nbytes()
+                    self.owned.add(ptr)
+                    self.live += n
+                    self.peak = max(self.peak, self.live)
+                    weakref.finalize(t, self._free, ptr, n)
+        return out
+
 from fedforget.core.config import parse_run_config
 from fedforget.tasks.split import build_split_model
 from fedforget.tasks.registry import load_task_data
@@ -191,7 +220,7 @@ lam = torch.randn_like(z) * 1e-3
 gc.collect()
 Path("/proc/self/clear_refs").write_text("5")   # reset the peak RSS (VmHWM) to the current RSS
 base = vm("VmRSS:")
-with deterministic_torch():
+with deterministic_torch(), LiveBytes() as live:
     if mode == "forward-only":
         with torch.no_grad():
             out = split.client(*inputs)[0]
@@ -204,13 +233,16 @@ with deterministic_torch():
             params[n] = th[start:start + p.numel()].view_as(p); start += p.numel()
         out = torch.func.functional_call(split.client, params, inputs)[0]
         (g,) = torch.autograd.grad((out * lam).sum(), th)
+# what the step holds besides what it creates: hosfl z (kept) and λ (received), sfl λ
+resident = {"forward-only": 0, "hosfl": 2, "sfl": 1}[mode] * z.numel() * z.element_size()
 print(json.dumps({"base-rss-mb": base, "peak-rss-mb": vm("VmHWM:"), "d_c": split.d_c,
+                  "tensor-peak-mb": (live.peak + resident) / 2**20,
                   "activation-shape": list(z.shape)}))
 """
 
 
 def memory(quick: bool, tmp: Path) -> dict[str, Any]:
-    cases = [("fmnist-cnn", 2, 256), ("rt-minilm", 3, 32), ("rt-smollm", 3, 16)] if not quick else \
+    cases = [("rt-smollm", 3, 16), ("fmnist-cnn", 2, 256), ("rt-minilm", 3, 32)] if not quick else \
         [("fmnist-cnn", 2, 64)]
     out: dict[str, Any] = {"repeats": 1 if quick else 2, "cases": []}
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -224,9 +256,13 @@ def memory(quick: bool, tmp: Path) -> dict[str, Any]:
                 res = json.loads(proc.stdout.strip().splitlines()[-1])
                 rises.append(res["peak-rss-mb"] - res["base-rss-mb"])
             case[mode] = {"step-peak-rise-mb": round(min(rises), 2), "process-peak-mb": round(res["peak-rss-mb"], 1),
-                          "base-mb": round(res["base-rss-mb"], 1)}
+                          "base-mb": round(res["base-rss-mb"], 1), "tensor-peak-mb": round(res["tensor-peak-mb"], 3)}
             case["d_c"], case["activation-shape"] = res["d_c"], res["activation-shape"]
-            print(f"memory {task} {mode}: +{min(rises):.1f} MB over {res['base-rss-mb']:.0f} MB", flush=True)
+            print(f"memory {task} {mode}: +{min(rises):.1f} MB over {res['base-rss-mb']:.0f} MB, tensors "
+                  f"{res['tensor-peak-mb']:.2f} MB", flush=True)
+        f = case["forward-only"]
+        case["hosfl-over-forward"] = {"tensor-peak": round(case["hosfl"]["tensor-peak-mb"] / f["tensor-peak-mb"], 3),
+                                      "process-peak": round(case["hosfl"]["process-peak-mb"] / f["process-peak-mb"], 3)}
         out["cases"].append(case)
     fig, ax = plt.subplots(figsize=(7, 4))
     modes = ["forward-only", "hosfl", "sfl"]
