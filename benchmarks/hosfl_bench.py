@@ -390,8 +390,31 @@ def traffic_llm(quick: bool, tmp: Path) -> dict[str, Any]:
     return out
 
 
+# -- 7. honest tuning of the client step: does any client-lr beat the frozen client? ---------------------
+def tune(quick: bool, tmp: Path) -> dict[str, Any]:
+    """digits-mlp (fast), cut 1, IID, 10 clients, 3 per round: client-lr ∈ {0 (frozen), 0.01, 0.1, 0.3} x seeds."""
+    seeds = (1,) if quick else (1, 2, 3)
+    rounds = 10 if quick else int(os.environ.get("HOSFL_TUNE_ROUNDS", "60"))
+    base = {"task": "digits-mlp", "cut": 1, "partitioner": "iid", "lr": 0.02, "clients-per-round": 3,
+            "perturbations": 5, "mu": 1e-3, "batch-size": 32, "num-rounds": rounds, "eval-every": rounds}
+    res: dict[str, Any] = {"config": base, "seeds": list(seeds), "arms": {}}
+    for client_lr in (0.0, 0.01, 0.1, 0.3):
+        finals = []
+        for seed in seeds:
+            store = tmp / f"tune-{client_lr}-{seed}"
+            with quiet_flower():
+                run_in_process({**base, "method": "hosfl", "seed": seed, "client-lr": client_lr,
+                                "store": str(store)}, CLIENTS)
+            finals.append([r for r in Store.open(store).metrics() if "accuracy" in r][-1]["accuracy"])
+            print(f"tune client-lr {client_lr} seed {seed}: {finals[-1]:.4f}", flush=True)
+        res["arms"][str(client_lr)] = {"per-seed": finals, "mean": round(sum(finals) / len(finals), 4),
+                                       "spread": round(max(finals) - min(finals), 4)}
+        (OUT / "hosfl_tune.json").write_text(json.dumps({"benchmark": "hosfl_tune", "partial": True, **res}, indent=1))
+    return res
+
+
 PARTS = {"traffic-llm": traffic_llm, "accuracy": accuracy, "traffic": traffic, "memory": memory, "sweeps": sweeps,
-         "control": control}
+         "control": control, "tune": tune}
 
 
 def main() -> None:
