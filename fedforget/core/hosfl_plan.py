@@ -41,6 +41,27 @@ def batch_seed(seed: int, method: str, server_round: int, partition: int) -> int
     return derive_seed(seed, method, "batch", server_round, partition)
 
 
+def local_steps(num_examples: int, batch_size: int, epochs: int) -> int:
+    """Mini-batches in ``epochs`` passes over a client's examples (SFL's local work in one round)."""
+    return max(1, epochs * -(-num_examples // batch_size))
+
+
+def local_batch_indices(num_examples: int, batch_size: int, seed: int, method: str, server_round: int,
+                        partition: int, step: int = 0) -> list[int]:
+    """The rows of a client's ``step``-th mini-batch of a round: epoch e = step // batches-per-epoch is a
+    fresh shuffle (seeded by (run seed, method, round, partition, e)), batch b its b-th chunk.
+
+    Both phases of a round (and of an SFL local step) redraw the same rows from these numbers alone.
+    """
+    if num_examples <= 0:
+        return []
+    per_epoch = -(-num_examples // batch_size)
+    epoch, b = divmod(step, per_epoch)
+    order = list(range(num_examples))
+    random.Random(derive_seed(batch_seed(seed, method, server_round, partition), "epoch", epoch)).shuffle(order)
+    return order[b * batch_size : (b + 1) * batch_size]
+
+
 @dataclass
 class History:
     """The server's buffer of broadcast tuples: entry τ = (seeds^τ, v̄^τ) of round τ."""

@@ -5,15 +5,18 @@ One round of every method is two exchanges with the K sampled clients:
 ===========  ==========================================  ===========================================
 method       ``train.forward`` → reply                   second message → reply
 ===========  ==========================================  ===========================================
-hosfl        history (seeds, v̄) since the client's      ``train.zo``: λ_m and the round's P seeds →
-             version → (z, y)                            P scalars v_m (float32)
-sfl          global θ_c → (z, y)                         ``train.backprop``: λ_m → θ_c after one SGD
-                                                         step (the server averages them: SFLv1)
+hosfl        history (seeds, v̄) since the client's      ``train.zo``: λ_m → P scalars v_m (float32)
+             version and the round's P seeds → (z, y)    (the client kept z and the seeds)
+sfl          global θ_c → (z, y), then one exchange      ``train.backprop``: λ_m → the client's local
+             pair per local step (``local-epochs``        SGD step; θ_c after its last step (the server
+             passes over the client's data)              averages them and its per-client copies: SFLv1)
 zo-sfl       global θ_c, round seed → (z₊, z₋, y)        ``train.zo``: the SPSA scalar g_m → θ_c − η g_m u
 ===========  ==========================================  ===========================================
 
-The server back-propagates each client's batch separately (λ_m = ∂ℓ_m/∂z_m of that client's mean
-loss) and steps θ_s once with the mean gradient (HO-SFL, SFL). HO-SFL's server keeps a shadow θ_c,
+HO-SFL's server back-propagates each client's batch separately (λ_m = ∂ℓ_m/∂z_m of that client's
+mean loss) and steps θ_s once with the mean gradient. SFL's server keeps one copy of θ_s per client
+for the round (its own optimizer), steps it on every local batch, and averages the copies at the end
+(SFLv1, the paper's baseline, where non-IID client drift comes from). HO-SFL's server keeps a shadow θ_c,
 updated with the same (seeds, v̄) as every client, and evaluates [θ_c; θ_s] on the test split.
 
 Failure rule: each exchange waits at most ``round-timeout`` seconds. A client that answers with an
@@ -46,7 +49,7 @@ from fedforget.core.seeds import derive_seed
 from fedforget.strategies.fedavg import all_units
 from fedforget.strategies.messaging import PARTITION_KEY, discover_partitions, send_with_retries
 from fedforget.strategies.run_setup import prepare_server_run
-from fedforget.tasks.split import SplitModel, cached_split_model
+from fedforget.tasks.split import SplitModel, cached_split_model, split_device
 from fedforget.training import zo
 from fedforget.training.determinism import deterministic_torch
 from fedforget.training.supervised import evaluate
@@ -89,7 +92,8 @@ class Composite(nn.Module):
         self.split = split
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        return self.split.server(*self.split.client(*inputs))
+        device = next(self.split.server.parameters()).device
+        return self.split.server(*self.split.client(*(x.to(device) for x in inputs))).cpu()
 
 
 def _t(record: ArrayRecord, key: str) -> torch.Tensor:
@@ -110,6 +114,7 @@ class SplitRun:
         self.partition_of = {n: p for p, n in nodes.items()}
         self.run = prepare_server_run(cfg, nodes)
         self.split = cached_split_model(cfg, self.run.data.num_classes, "server")
+        self.device = split_device(cfg)
         self.split.load_client_vector(self.split.initial_client)
         self.split.load_server_state(self.split.initial_server)
         self.theta_c = self.split.initial_client.clone()  # HO-SFL: the shadow; SFL/ZO-SFL: the global θ_c
@@ -124,12 +129,13 @@ class SplitRun:
         self.peak_rss = 0.0  # the largest client peak RSS reported this round (MB)
         self.artifact = f"{cfg.method}/global"
 
-    def _optimizer(self) -> torch.optim.Optimizer | None:
-        if self.cfg.method == "zo-sfl":
+    def _optimizer(self, params: Sequence[torch.Tensor] | None = None) -> torch.optim.Optimizer | None:
+        if self.cfg.method == "zo-sfl" and params is None:
             return None  # ZO-SGD on both sides
+        params = list(self.server_params if params is None else params)
         if self.cfg.optimizer == "adam":
-            return torch.optim.Adam(self.server_params, lr=self.cfg.lr)
-        return torch.optim.SGD(self.server_params, lr=self.cfg.lr)
+            return torch.optim.Adam(params, lr=self.cfg.lr)
+        return torch.optim.SGD(params, lr=self.cfg.lr)
 
     # -- messaging ---------------------------------------------------------------------------------------
     def _control(self, server_round: int, **extra: int | str) -> ConfigRecord:
@@ -170,10 +176,11 @@ class SplitRun:
         with deterministic_torch():
             self.opt.zero_grad(set_to_none=True)
             for part, (z, aux, y) in batches.items():
-                zt = z.clone().requires_grad_(True)
-                loss = nn.functional.cross_entropy(self.split.server(zt, *aux), y)
+                zt = z.to(self.device).requires_grad_(True)
+                aux = tuple(a.to(self.device) for a in aux)
+                loss = nn.functional.cross_entropy(self.split.server(zt, *aux), y.to(self.device))
                 loss.backward()
-                lams[part] = zt.grad.detach().contiguous()
+                lams[part] = zt.grad.detach().cpu().contiguous()
                 losses.append(float(loss.detach()))
             if batches:
                 for p in self.server_params:
@@ -190,27 +197,26 @@ class SplitRun:
 
     # -- rounds ------------------------------------------------------------------------------------------
     def round_hosfl(self, t: int, chosen: list[int]) -> dict[str, object]:
+        # the round's seeds travel with its first message (the paper's latency hiding): the client
+        # keeps them with the z it sent and needs only λ in the second exchange
+        seeds = round_seeds(self.cfg.seed, self.cfg.method, t, self.cfg.perturbations)
         msgs = {}
         for part in chosen:
             since = self.history.since(self.version[part])
-            seeds = np.array([s for s, _ in since], dtype=np.int64).reshape(len(since), self.cfg.perturbations)
+            past_seeds = np.array([s for s, _ in since], dtype=np.int64).reshape(len(since), self.cfg.perturbations)
             vbar = np.array([v for _, v in since], dtype=np.float32).reshape(len(since), self.cfg.perturbations)
             msgs[part] = self._message(part, {
                 "control": self._control(t, **{"history-from": self.version[part]}),
-                "aggregation": ArrayRecord({"history-seeds": torch.from_numpy(seeds),
-                                            "history-vbar": torch.from_numpy(vbar)}),
+                "aggregation": ArrayRecord({"history-seeds": torch.from_numpy(past_seeds),
+                                            "history-vbar": torch.from_numpy(vbar),
+                                            "seeds": torch.tensor(seeds, dtype=torch.int64)}),
             }, FORWARD, t)
         fwd = self._exchange(msgs, "forward")
         for part in fwd:
             self.version[part] = t  # it replayed everything before round t (and persisted it)
         lams, loss = self._server_backward({p: self._batch(r) for p, r in fwd.items()})
-        seeds = round_seeds(self.cfg.seed, self.cfg.method, t, self.cfg.perturbations)
         zo_msgs = {
-            part: self._message(part, {
-                "control": self._control(t),
-                "feedback": ArrayRecord({"lambda": lam}),
-                "aggregation": ArrayRecord({"seeds": torch.tensor(seeds, dtype=torch.int64)}),
-            }, ZO, t)
+            part: self._message(part, {"control": self._control(t), "feedback": ArrayRecord({"lambda": lam})}, ZO, t)
             for part, lam in lams.items()
         }
         second = self._exchange(zo_msgs, "zo")
@@ -235,14 +241,72 @@ class SplitRun:
             self.theta_c = stack.double().mean(dim=0).to(torch.float32)
 
     def round_sfl(self, t: int, chosen: list[int]) -> dict[str, object]:
-        fwd = self._exchange(self._global_theta_messages(t, chosen), "forward")
-        lams, loss = self._server_backward({p: self._batch(r) for p, r in fwd.items()})
-        msgs = {part: self._message(part, {"control": self._control(t), "feedback": ArrayRecord({"lambda": lam})},
-                                    BACKPROP, t) for part, lam in lams.items()}
-        second = self._exchange(msgs, "backprop")
-        self._average_thetas(second)
-        return {"forward-ok": sorted(fwd), "second-ok": sorted(second), "train-loss": loss,
-                "samples": sum(len(self._batch(r)[2]) for r in fwd.values())}
+        """SFLv1 with local epochs: every chosen client runs its local steps (one exchange pair each)
+        against its own copy of θ_s; client parts and server copies are averaged at the round's end."""
+        start = [p.detach().clone() for p in self.server_params]
+        copies: dict[int, tuple[list[torch.Tensor], torch.optim.Optimizer]] = {}
+        steps: dict[int, int] = {}
+        finals: dict[int, Message] = {}
+        fwd_ok: list[int] = []
+        losses: list[float] = []
+        samples, step, active = 0, 0, list(chosen)
+        while active:
+            if step == 0:
+                msgs = self._global_theta_messages(t, active)
+            else:
+                msgs = {part: self._message(part, {"control": self._control(t, **{"local-step": step})}, FORWARD, t)
+                        for part in active}
+            fwd = self._exchange(msgs, "forward")
+            if step == 0:
+                steps = {p: int(r.content["control"]["local-steps"]) for p, r in fwd.items()}
+                fwd_ok = sorted(fwd)
+            lams = {}
+            for part, reply in fwd.items():
+                if part not in copies:
+                    tensors = [s.clone() for s in start]
+                    copies[part] = (tensors, self._optimizer(tensors))  # type: ignore[assignment]
+                batch = self._batch(reply)
+                samples += len(batch[2])
+                lams[part], loss = self._server_step_on_copy(*copies[part], batch)
+                losses.append(loss)
+            last = {part: step + 1 >= steps[part] for part in lams}
+            back = {part: self._message(part, {"control": self._control(t, **{"local-step": step,
+                                                                              "last-step": int(last[part])}),
+                                               "feedback": ArrayRecord({"lambda": lam})}, BACKPROP, t)
+                    for part, lam in lams.items()}
+            second = self._exchange(back, "backprop")
+            finals.update({p: r for p, r in second.items() if last[p]})
+            active = [p for p in second if not last[p]]
+            step += 1
+        self._average_thetas(finals)
+        with torch.no_grad():  # FedAvg of the server copies of the clients that finished the round
+            for i, p in enumerate(self.server_params):
+                if finals:
+                    p.copy_(torch.stack([copies[part][0][i] for part in finals]).mean(dim=0))
+                else:
+                    p.copy_(start[i])
+        return {"forward-ok": fwd_ok, "second-ok": sorted(finals), "local-steps": step,
+                "train-loss": float(np.mean(losses)) if losses else float("nan"), "samples": samples}
+
+    def _server_step_on_copy(self, tensors: list[torch.Tensor], opt: torch.optim.Optimizer,
+                             batch: tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]
+                             ) -> tuple[torch.Tensor, float]:
+        """λ of one client's batch on its server copy, then one optimizer step of that copy."""
+        z, aux, y = batch
+        with deterministic_torch():
+            with torch.no_grad():
+                for p, c in zip(self.server_params, tensors, strict=True):
+                    p.copy_(c)
+            for p in self.server_params:
+                p.grad = None
+            zt = z.to(self.device).requires_grad_(True)
+            out = self.split.server(zt, *(a.to(self.device) for a in aux))
+            loss = nn.functional.cross_entropy(out, y.to(self.device))
+            loss.backward()
+            for p, c in zip(self.server_params, tensors, strict=True):
+                c.grad = None if p.grad is None else p.grad.detach().clone()
+            opt.step()
+        return zt.grad.detach().cpu().contiguous(), float(loss.detach())
 
     def round_zo_sfl(self, t: int, chosen: list[int]) -> dict[str, object]:
         """SPSA on both sides with one shared seed per round (MeZO-style ZO-SFL)."""
@@ -250,12 +314,13 @@ class SplitRun:
         fwd = self._exchange(self._global_theta_messages(t, chosen, seed=seed), "forward")
         mu, lr = self.cfg.mu, self.cfg.client_lr
         base = torch.cat([p.detach().reshape(-1) for p in self.server_params]).clone()
-        u_s = zo.direction(derive_seed(seed, "server"), base.numel())
+        u_s = zo.direction(derive_seed(seed, "server"), base.numel()).to(base.device)
         gs, losses = {}, []
         with torch.no_grad(), deterministic_torch():
             for part, reply in fwd.items():
                 zp, aux, y = self._batch(reply, "plus-")
-                zm, _, _ = self._batch(reply, "minus-")
+                zm = self._batch(reply, "minus-")[0].to(self.device)
+                zp, y, aux = zp.to(self.device), y.to(self.device), tuple(a.to(self.device) for a in aux)
                 self._load_server_vector(base + mu * u_s)
                 lp = float(nn.functional.cross_entropy(self.split.server(zp, *aux), y))
                 self._load_server_vector(base - mu * u_s)

@@ -97,6 +97,40 @@ def _minilm_blocks(encoder: nn.Module) -> list[Block]:
             Block({}, pool)]
 
 
+def _decoder_blocks(wrapper: nn.Module) -> list[Block]:
+    """SmolLM (LLaMA): embeddings, one block per decoder layer, then the final norm and last-token read.
+
+    Every layer block rebuilds what ``LlamaModel.forward`` computes once for all layers: positions
+    0..L-1, the rotary (cos, sin) tables and the causal mask combined with the padding mask. They are
+    functions of (hidden's shape, attention mask) only, so nothing but the hidden states and the mask
+    crosses the cut, and client part + server part compute exactly the full decoder.
+    """
+    from transformers.masking_utils import create_causal_mask
+
+    from fedforget.tasks.smollm import last_token
+
+    decoder = wrapper.decoder
+    config = decoder.config
+
+    def embed(m: nn.ModuleDict, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Carry:
+        return m["emb"](input_ids), attention_mask
+
+    def layer(m: nn.ModuleDict, hidden: torch.Tensor, attention_mask: torch.Tensor) -> Carry:
+        positions = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0)
+        mask = create_causal_mask(config=config, inputs_embeds=hidden, attention_mask=attention_mask,
+                                  past_key_values=None, position_ids=positions)
+        rotary = m["rotary"](hidden, position_ids=positions)
+        return m["layer"](hidden, attention_mask=mask, position_ids=positions, position_embeddings=rotary), \
+            attention_mask
+
+    def head(m: nn.ModuleDict, hidden: torch.Tensor, attention_mask: torch.Tensor) -> Carry:
+        return (last_token(m["norm"](hidden), attention_mask),)
+
+    return [Block({"emb": decoder.embed_tokens}, embed),
+            *[Block({"layer": lay, "rotary": decoder.rotary_emb}, layer) for lay in decoder.layers],
+            Block({"norm": decoder.norm}, head)]
+
+
 def _blocks(task: str, backbone: nn.Module, cut: int) -> tuple[list[Block], list[Block]]:
     if task == "digits-mlp":
         blocks = _mlp_blocks(backbone)
@@ -106,6 +140,9 @@ def _blocks(task: str, backbone: nn.Module, cut: int) -> tuple[list[Block], list
         return blocks[:cut], blocks[cut:]
     if task == "rt-minilm":
         blocks = _minilm_blocks(backbone)  # [embeddings, layer 0..5, pool]
+        return blocks[: 1 + cut], blocks[1 + cut :]
+    if task == "rt-smollm":
+        blocks = _decoder_blocks(backbone)  # [embeddings, layer 0..29, norm + last token]
         return blocks[: 1 + cut], blocks[1 + cut :]
     raise ConfigError(f"no split model for task {task!r}; use one of: {', '.join(SPLIT_MAX_CUT)}")
 
@@ -147,8 +184,8 @@ class SplitModel:
         return sum(p.numel() for _, p in self.server_params)
 
     def client_vector(self) -> torch.Tensor:
-        """θ_c flattened in the client part's parameter order (float32, a copy)."""
-        return torch.cat([p.detach().reshape(-1) for _, p in self.client_params]).clone()
+        """θ_c flattened in the client part's parameter order (float32, a CPU copy)."""
+        return torch.cat([p.detach().reshape(-1).cpu() for _, p in self.client_params]).clone()
 
     def load_client_vector(self, theta: torch.Tensor) -> None:
         if theta.numel() != self.d_c:
@@ -168,22 +205,56 @@ class SplitModel:
     def server_state(self) -> dict[str, torch.Tensor]:
         return {n: p.detach().clone() for n, p in self.server_params}
 
+    def to(self, device: torch.device) -> SplitModel:
+        """Both parts on ``device`` (θ_c^0 and θ_s^0 stay the CPU copies taken at build time); a client's
+        empty server shell (meta tensors) stays where it is."""
+        if device.type == "cpu":
+            return self
+        self.client.to(device)
+        if not any(p.is_meta for p in self.server.parameters()):
+            self.server.to(device)
+        return self
+
     def load_server_state(self, state: dict[str, torch.Tensor]) -> None:
         with torch.no_grad():
             for n, p in self.server_params:
                 p.copy_(state[n])
 
 
-def build_split_model(cfg: RunConfig, num_classes: int) -> SplitModel:
-    """The task's peft model from its seeded init, cut after ``cfg.cut`` blocks."""
+def build_split_model(cfg: RunConfig, num_classes: int, role: str = "server") -> SplitModel:
+    """The task's peft model from its seeded init, cut after ``cfg.cut`` blocks.
+
+    ``role='client'`` on rt-smollm reads only the client part's weights (embeddings and the first
+    ``cut`` layers); the server part is then an empty shell the client never runs. The LoRA init of
+    the client layers comes first in the seeded stream, so θ_c^0 is the same bits in both roles.
+    """
     if cfg.task not in SPLIT_MAX_CUT:
         raise ConfigError(f"no split model for task {cfg.task!r}; use one of: {', '.join(SPLIT_MAX_CUT)}")
-    backbone = get_task(cfg.task).load_backbone(cfg, cfg.seed)
+    if cfg.task == "rt-smollm" and role == "client":
+        from fedforget.tasks.smollm import client_backbone
+
+        backbone = client_backbone(cfg.cut)
+    else:
+        backbone = get_task(cfg.task).load_backbone(cfg, cfg.seed)
     model = build_task_model(backbone, num_classes, cfg.lora_r, cfg.lora_alpha, cfg.seed)
     model.eval()
     inner = model.body.base_model.model  # the backbone module with LoRA layers injected
     client_blocks, server_blocks = _blocks(cfg.task, inner, cfg.cut)
     return SplitModel(Part(client_blocks), Part(server_blocks, head=model.head), model)
+
+
+def split_device(cfg: RunConfig) -> torch.device:
+    """Where split models run their forwards: ``device='auto'`` is CUDA when one is visible.
+
+    Only forwards and the server's backward move; θ_c, its directions and its updates stay on the CPU,
+    so a replica's θ_c has the same bits on every device (the forwards' outputs may differ in the
+    last bits, which only changes the v scalars a client sends, never how θ_c is replayed).
+    """
+    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise ConfigError("run-config 'device'='cuda' but no CUDA device is visible; use device='auto' or 'cpu'")
+        return torch.device("cuda")
+    return torch.device("cpu")
 
 
 _CACHE: dict[tuple[object, ...], SplitModel] = {}
@@ -195,9 +266,9 @@ def cached_split_model(cfg: RunConfig, num_classes: int, role: str) -> SplitMode
     ``role`` keeps the server's model apart from the clients' when both run in one process (the
     in-process runtime); a client always loads its persisted θ_c before using the model.
     """
-    key = (role, cfg.task, cfg.cut, cfg.lora_r, cfg.lora_alpha, cfg.seed, num_classes, cfg.hf_model)
+    key = (role, cfg.task, cfg.cut, cfg.lora_r, cfg.lora_alpha, cfg.seed, num_classes, cfg.hf_model, cfg.device)
     if key not in _CACHE:
         if len(_CACHE) > 4:
             _CACHE.clear()
-        _CACHE[key] = build_split_model(cfg, num_classes)
+        _CACHE[key] = build_split_model(cfg, num_classes, role).to(split_device(cfg))
     return _CACHE[key]

@@ -1,23 +1,28 @@
 """The zeroth-order side of HO-SFL: directions from seeds, ZO scalars, the shared update, replay.
 
-Everything here is a pure function of its inputs on one CPU thread, so every replica of θ_c (each
-client, a client replaying missed rounds, the server's shadow copy) computes the same bits:
+Everything that changes θ_c is a pure function of (θ_c, seeds, v̄) computed on the CPU, so every
+replica of θ_c (each client, a client replaying missed rounds, the server's shadow copy) computes the
+same bits, whichever device ran its forward passes:
 
 - ``u_p`` is ``torch.randn(d_c)`` from a CPU ``torch.Generator`` seeded with ``s_p`` (one generator
   per (seed, p); the seed already encodes the round and p), over θ_c flattened in the client
-  part's parameter order.
-- The perturbed forward runs on a **copy** (``torch.func.functional_call`` with θ_c + μu_p); θ_c
-  itself is never touched. :func:`perturbed_outputs_in_place` is the MeZO trick (θ += μu, forward,
-  θ −= μu) kept only as the negative control of the bit-exactness tests: in float32
-  ``(θ + μu) − μu != θ``, so participants drift away from replicas that replay.
-- ``v_p = <λ, f_c(x; θ_c + μu_p) − z>`` is accumulated in float64 and sent as float32.
-- The update is ``θ_c ← θ_c − η · (1/(Pμ)) Σ_p v̄_p u_p`` (plain SGD, Algorithm 1), accumulated in
-  float64 in the order p = 1..P and applied once in float32.
+  part's parameter order. CUDA generators draw other numbers, so directions are always drawn on the
+  CPU and only moved to the forward's device.
+- The perturbed forward runs on a **copy** ``θ_c + μu_p`` built in the buffer that holds ``u_p``
+  (one d_c-sized buffer per perturbation, reused, never a float64 one); θ_c itself is never touched.
+  :func:`perturbed_outputs_in_place` is the MeZO trick (θ += μu, forward, θ −= μu) kept only as the
+  negative control of the bit-exactness tests: in float32 ``(θ + μu) − μu != θ``, so participants
+  drift away from replicas that replay.
+- ``v_p = <λ, f_c(x; θ_c + μu_p) − z>``: ``z̃`` is overwritten by ``z̃ − z`` and reduced with one
+  float32 dot product, so a step holds three activation-sized tensors (z, λ, z̃) and no temporaries.
+  v only travels (it is averaged by the server); its bits need not match across replicas.
+- The update is ``θ_c ← θ_c − η (1/(Pμ)) Σ_p v̄_p u_p``, applied in place one direction at a time
+  in the order p = 1..P (plain SGD, Algorithm 1).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -25,10 +30,18 @@ from torch.func import functional_call
 
 from fedforget.training.determinism import deterministic_torch
 
+#: A client forward pass: flat θ_c (CPU, float32) → the cut-layer activations z.
+ClientForward = Callable[[torch.Tensor], torch.Tensor]
+
 
 def direction(seed: int, d: int) -> torch.Tensor:
-    """u ~ N(0, I_d), float32, from its own CPU generator."""
+    """u ~ N(0, I_d), float32, from its own CPU generator (the same bits on every machine)."""
     return torch.randn(d, generator=torch.Generator().manual_seed(int(seed)), dtype=torch.float32)
+
+
+def perturbed(theta: torch.Tensor, seed: int, mu: float) -> torch.Tensor:
+    """``θ + μu`` in the one buffer that held ``u``; θ untouched."""
+    return direction(seed, theta.numel()).mul_(mu).add_(theta)
 
 
 def _params(names: Sequence[str], theta: torch.Tensor, shapes: Sequence[torch.Size]) -> dict[str, torch.Tensor]:
@@ -49,23 +62,32 @@ def _as_tuple(out: torch.Tensor | tuple[torch.Tensor, ...]) -> tuple[torch.Tenso
 @torch.no_grad()
 def forward_at(module: nn.Module, names: Sequence[str], theta: torch.Tensor,
                inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
-    """``f_c(x; θ)`` with θ given as a flat vector, on a copy of the parameters; the first output."""
-    shapes = [dict(module.named_parameters())[n].shape for n in names]
-    return _as_tuple(functional_call(module, _params(names, theta, shapes), inputs))[0]
+    """``f_c(x; θ)`` with θ given as a flat vector, on views of θ (no copy); the first output."""
+    params = dict(module.named_parameters())
+    shapes = [params[n].shape for n in names]
+    device = params[names[0]].device
+    return _as_tuple(functional_call(module, _params(names, theta.to(device), shapes), inputs))[0]
 
 
 def projection(lam: torch.Tensor, z_tilde: torch.Tensor, z: torch.Tensor) -> float:
-    """``<λ, z̃ − z>`` summed over batch and features, in float64."""
-    return float((lam.double() * (z_tilde.double() - z.double())).sum())
+    """``<λ, z̃ − z>`` over batch and features; **overwrites** ``z̃`` with ``z̃ − z``."""
+    return float(torch.dot(lam.reshape(-1), z_tilde.sub_(z).reshape(-1)))
+
+
+@torch.no_grad()
+def scalars(forward: ClientForward, theta: torch.Tensor, z: torch.Tensor, lam: torch.Tensor,
+            seeds: Sequence[int], mu: float) -> list[float]:
+    """Algorithm 2 over any client forward: P perturbed forwards, ``v_p = λᵀ(f_c(θ + μu_p) − z)``."""
+    lam = lam.to(z.device)
+    with deterministic_torch():
+        return [projection(lam, forward(perturbed(theta, s, mu)), z) for s in seeds]
 
 
 @torch.no_grad()
 def zo_scalars(module: nn.Module, names: Sequence[str], theta: torch.Tensor, inputs: tuple[torch.Tensor, ...],
                z: torch.Tensor, lam: torch.Tensor, seeds: Sequence[int], mu: float) -> list[float]:
-    """Algorithm 2: ``v_p = λᵀ(f_c(x; θ + μu_p) − z)`` for each seed, θ left untouched."""
-    with deterministic_torch():
-        return [projection(lam, forward_at(module, names, theta + mu * direction(s, theta.numel()), inputs), z)
-                for s in seeds]
+    """Algorithm 2 on a module: ``v_p = λᵀ(f_c(x; θ + μu_p) − z)`` for each seed, θ left untouched."""
+    return scalars(lambda th: forward_at(module, names, th, inputs), theta, z, lam, seeds, mu)
 
 
 @torch.no_grad()
@@ -82,7 +104,7 @@ def perturbed_outputs_in_place(module: nn.Module, params: Sequence[nn.Parameter]
             u = direction(s, d)
             chunks, start = [], 0
             for p in params:
-                chunks.append(u[start : start + p.numel()].view_as(p))
+                chunks.append(u[start : start + p.numel()].view_as(p).to(p.device))
                 start += p.numel()
             for p, c in zip(params, chunks, strict=True):
                 p.add_(mu * c)
@@ -94,24 +116,33 @@ def perturbed_outputs_in_place(module: nn.Module, params: Sequence[nn.Parameter]
 
 
 def zo_gradient(seeds: Sequence[int], vbar: Sequence[float], mu: float, d: int) -> torch.Tensor:
-    """``ĝ = (1/(Pμ)) Σ_p v̄_p u_p`` in float64 (Eq. 19 / 22)."""
+    """``ĝ = (1/(Pμ)) Σ_p v̄_p u_p`` (Eq. 19 / 22), float32; for analysis (the update never builds it)."""
     scale = 1.0 / (len(seeds) * mu)
-    g = torch.zeros(d, dtype=torch.float64)
+    g = torch.zeros(d, dtype=torch.float32)
     for s, v in zip(seeds, vbar, strict=True):
-        g += (float(v) * scale) * direction(s, d).double()
+        g.add_(direction(s, d), alpha=float(v) * scale)
     return g
 
 
 def apply_update(theta: torch.Tensor, seeds: Sequence[int], vbar: Sequence[float], mu: float,
                  lr: float) -> torch.Tensor:
-    """θ ← θ − η ĝ; a new float32 tensor (the same bits for every replica)."""
+    """θ ← θ − η ĝ **in place** on the CPU tensor θ (returned); the same bits for every replica.
+
+    One direction at a time, so the update needs one d_c buffer whatever P is; ``lr == 0`` leaves θ
+    bit-identical (the frozen-client control).
+    """
+    if lr == 0.0:
+        return theta
+    scale = lr / (len(seeds) * mu)
     with deterministic_torch():
-        return theta - (lr * zo_gradient(seeds, vbar, mu, theta.numel())).to(torch.float32)
+        for s, v in zip(seeds, vbar, strict=True):
+            theta.add_(direction(s, theta.numel()), alpha=-float(v) * scale)
+    return theta
 
 
 def replay(theta: torch.Tensor, history: Sequence[tuple[Sequence[int], Sequence[float]]], mu: float,
            lr: float) -> torch.Tensor:
-    """Algorithm 3: apply the (seeds, v̄) of each missed round in order."""
+    """Algorithm 3: apply the (seeds, v̄) of each missed round in order (in place on θ)."""
     for seeds, vbar in history:
         theta = apply_update(theta, seeds, vbar, mu, lr)
     return theta

@@ -75,10 +75,31 @@ def test_traffic_ledger_splits_rounds_and_totals():
         ({"method": "sfl", "cut": 0}, "'cut' must be >= 1"),
         ({"method": "hosfl", "perturbations": 0}, "'perturbations' must be >= 1"),
         ({"method": "hosfl", "mu": 0.0}, "'mu' must be > 0"),
-        ({"method": "zo-sfl", "client-lr": -1.0}, "'client-lr' must be > 0"),
+        ({"method": "zo-sfl", "client-lr": -1.0}, "'client-lr' must be >= 0"),
         ({"method": "hosfl", "clients-per-round": 0}, "'clients-per-round' must be >= 1"),
     ],
 )
 def test_bad_split_values_name_the_key(override, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         parse_run_config(override)
+
+
+def test_local_batches_cover_an_epoch_once_and_reshuffle_the_next():
+    from fedforget.core.hosfl_plan import local_batch_indices, local_steps
+
+    n, b = 70, 32
+    assert local_steps(n, b, 1) == 3 and local_steps(n, b, 2) == 6
+    epoch0 = [local_batch_indices(n, b, 1, "sfl", 4, 2, s) for s in range(3)]
+    assert sorted(i for batch in epoch0 for i in batch) == list(range(n))
+    assert [len(x) for x in epoch0] == [32, 32, 6]
+    assert local_batch_indices(n, b, 1, "sfl", 4, 2, 3) != epoch0[0]  # epoch 1 is a new shuffle
+    assert local_batch_indices(n, b, 1, "sfl", 4, 2, 0) == epoch0[0]  # the same numbers, the same rows
+
+
+def test_split_methods_default_to_enough_rounds_and_sfl_to_one_local_epoch():
+    from fedforget.core.config import parse_run_config
+
+    assert parse_run_config({"method": "hosfl", "task": "digits-mlp"}).num_rounds == 150
+    assert parse_run_config({"method": "hosfl", "task": "digits-mlp", "num-rounds": 7}).num_rounds == 7
+    assert parse_run_config({"method": "sfl", "task": "fmnist-cnn"}).local_epochs == 1
+    assert parse_run_config({"method": "hosfl", "task": "digits-mlp", "client-lr": 0.0}).client_lr == 0.0
