@@ -84,6 +84,10 @@ class RunConfig:
     dp_beta: float = 1.0
     dp_clip: float = 1.0
     safe_schedule: str = "cosine"
+    adapter_steps: int = 0
+    adapter_lr: float = 0.0
+    adapter_weight_decay: float = 1e-4
+    adapter_width: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """Flower-style keys (``num-rounds``), as stored in the manifest."""
@@ -247,6 +251,13 @@ def _check_safe(cfg: RunConfig) -> None:
     if not 0 < cfg.dp_delta < 1 or not 0 < cfg.dp_beta <= 1:
         raise ConfigError(f"run-config needs 0 < 'dp-delta' < 1 and 0 < 'dp-beta' <= 1, got {cfg.dp_delta} and "
                           f"{cfg.dp_beta}")
+    for name in ("adapter_steps", "adapter_width", "adapter_lr", "adapter_weight_decay"):
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"run-config {name.replace('_', '-')!r} must be >= 0 (0 = the task's default), "
+                              f"got {getattr(cfg, name)}")
+    if cfg.adapter_width % 4:
+        raise ConfigError(f"run-config 'adapter-width' must be a multiple of 4 (the attention's heads), "
+                          f"got {cfg.adapter_width}")
     if cfg.safe_dp and cfg.method != "safe":
         raise ConfigError(f"safe-dp=true needs method='safe', got {cfg.method!r}")
     if cfg.method in SAFE_METHODS and cfg.task in ("rt-minilm", "hf"):

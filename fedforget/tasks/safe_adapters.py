@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from fedforget.core.safe_budget import AdapterBudget
 from fedforget.training.determinism import deterministic_torch, generator
 
 #: Width of the frozen attention (queries and tokens are projected to it); heads split it.
@@ -66,57 +67,56 @@ def adapter_logits(theta: FrozenCrossAttention, params: Params, tokens: torch.Te
 
 @dataclass(frozen=True)
 class AdapterSettings:
+    """Epoch-based settings, used by SAFE-DP's per-class-node trainer only."""
+
     epochs: int
     batch_size: int
     lr: float
     optimizer: str
     seed: int
-    #: ``cosine``: the lr anneals to 0 over the clique's whole run (``rounds`` rounds of ``epochs`` passes
-    #: over this node's clique data), the paper's schedule; ``constant``: ``lr`` throughout.
     schedule: str = "constant"
     server_round: int = 1
     rounds: int = 1
-
-
-def step_lr(settings: AdapterSettings, step: int, total: int) -> float:
-    """lr of the ``step``-th (0-based) of ``total`` optimizer steps of this clique on this node in the run."""
-    if settings.schedule != "cosine" or total <= 0:
-        return settings.lr
-    return settings.lr * 0.5 * (1.0 + math.cos(math.pi * step / total))
 
 
 def _optimizer(params: list[torch.Tensor], name: str, lr: float) -> torch.optim.Optimizer:
     return torch.optim.Adam(params, lr=lr) if name == "adam" else torch.optim.SGD(params, lr=lr)
 
 
-def train_adapters(theta: FrozenCrossAttention, start: Params, tokens: torch.Tensor, labels: torch.Tensor,
-                   classes: list[int], settings: AdapterSettings) -> tuple[Params, float]:
-    """Sigmoid BCE of one clique's binary classifiers on that clique's samples only (fresh optimizer).
+def batch_stream(held: int, batch: int, steps: range, seed: int) -> list[torch.Tensor]:
+    """Row indices of each step in ``steps``: consecutive slices of seeded permutations of ``held`` rows.
 
-    The loss is the mean over (sample, classifier) entries; the data order comes from the settings'
-    seed, so a clique replays bit for bit from its own data and seeds alone.
+    The stream is a pure function of (seed, held, batch), so the same global step reads the same rows
+    whether the run has one round or many; a batch may straddle two permutations.
+    """
+    g = generator(seed)
+    need = (steps.stop if len(steps) else 0) * batch
+    order = torch.cat([torch.randperm(held, generator=g) for _ in range(math.ceil(need / held))]) if need else None
+    return [order[t * batch : (t + 1) * batch] for t in steps] if order is not None else []
+
+
+def train_adapters(theta: FrozenCrossAttention, start: Params, tokens: torch.Tensor, labels: torch.Tensor,
+                   classes: list[int], budget: AdapterBudget, server_round: int, seed: int) -> tuple[Params, float]:
+    """One round of a clique on one node: AdamW (fresh state), sigmoid BCE of its binary classifiers.
+
+    Runs exactly ``budget.round_steps(server_round)`` steps whatever the node holds (a budget by steps,
+    not passes), each on ``budget.batch(held)`` of the clique's samples here, with the cosine lr of the
+    clique's global step; the data order comes from ``seed`` alone, so a clique replays bit for bit.
     """
     params = {k: v.detach().clone().requires_grad_(True) for k, v in start.items()}
     targets = (labels[:, None] == torch.as_tensor(classes)[None, :]).float()
-    opt = _optimizer(list(params.values()), settings.optimizer, settings.lr)
+    opt = torch.optim.AdamW(list(params.values()), lr=budget.lr, weight_decay=budget.weight_decay)
+    steps = budget.round_steps(server_round)
     losses: list[float] = []
-    per_epoch = math.ceil(len(labels) / settings.batch_size)
-    step = (settings.server_round - 1) * settings.epochs * per_epoch
-    total = settings.rounds * settings.epochs * per_epoch
     with deterministic_torch():
-        g = generator(settings.seed)
-        for _ in range(settings.epochs):
-            order = torch.randperm(len(labels), generator=g)
-            for s in range(0, len(order), settings.batch_size):
-                idx = order[s : s + settings.batch_size]
-                for group in opt.param_groups:
-                    group["lr"] = step_lr(settings, step, total)
-                step += 1
-                loss = F.binary_cross_entropy_with_logits(adapter_logits(theta, params, tokens[idx]), targets[idx])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                losses.append(float(loss.detach()))
+        for step, idx in zip(steps, batch_stream(len(labels), budget.batch(len(labels)), steps, seed), strict=True):
+            for group in opt.param_groups:
+                group["lr"] = budget.lr_at(step)
+            loss = F.binary_cross_entropy_with_logits(adapter_logits(theta, params, tokens[idx]), targets[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
     return {k: v.detach() for k, v in params.items()}, float(np.mean(losses)) if losses else 0.0
 
 
