@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from fedforget.core.defaults import AUTO_KEYS, resolve_defaults
+
 TASKS = ("digits-mlp", "fmnist-cnn", "fmnist-effnet", "rt-minilm", "hf")
 METHODS = ("fedavg", "fedsgt", "s3t", "sisa", "fedcio", "hosfl", "sfl", "zo-sfl", "fedshard", "safe", "protosisa")
 SERVING = ("allseq", "minseq", "longseq")
@@ -28,17 +30,18 @@ class RunConfig:
     task: str = "fmnist-cnn"
     store: str = "runs/latest"
     seed: int = 1
-    num_rounds: int = 5
-    local_epochs: int = 1
-    batch_size: int = 32
-    lr: float = 0.005
+    num_rounds: int = 0  # 0 = the task's and method's default (core/defaults.py), as below
+    local_epochs: int = 0
+    batch_size: int = 0
+    lr: float = 0.0
     optimizer: str = "adam"
-    lora_r: int = 4
-    lora_alpha: int = 8
+    lora_r: int = 0
+    lora_alpha: int = 0
     partitioner: str = "dirichlet"
     dirichlet_alpha: float = 0.5
     slices_per_client: int = 2
     fraction_train: float = 1.0
+    head_only: bool = False
     train_size: int = 0
     test_size: int = 0
     round_timeout: float = 900.0
@@ -49,7 +52,7 @@ class RunConfig:
     # -- sequence-sharded methods (fedsgt, s3t, sisa, fedcio) and the coordinator ----------------
     groups: int = 10
     budget: int = 10
-    rounds_per_phase: int = 1
+    rounds_per_phase: int = 0
     serving: str = "allseq"
     shards: int = 1
     clusters: int = 5
@@ -88,6 +91,12 @@ class RunConfig:
     adapter_lr: float = 0.0
     adapter_weight_decay: float = 1e-4
     adapter_width: int = 0
+
+    def __post_init__(self) -> None:
+        """Keys left at 0 take the method's and task's defaults, so a config is always concrete."""
+        given = {key: getattr(self, key.replace("-", "_")) for key in AUTO_KEYS}
+        for key, value in resolve_defaults(given, self.method, self.task).items():
+            object.__setattr__(self, key.replace("-", "_"), value)
 
     def to_dict(self) -> dict[str, Any]:
         """Flower-style keys (``num-rounds``), as stored in the manifest."""
@@ -187,6 +196,8 @@ def parse_run_config(raw: Mapping[str, object]) -> RunConfig:
         raise ConfigError(f"method {cfg.method!r} cannot retrain a store after forgetting; "
                           f"retrain methods: {', '.join(RETRAINABLE)}")
     _check_split(cfg)
+    if cfg.head_only and cfg.method != "fedavg":
+        raise ConfigError(f"head-only=true (a linear probe) needs method='fedavg', got {cfg.method!r}")
     if cfg.rounds_min > cfg.rounds_max:
         raise ConfigError(f"run-config 'rounds-min'={cfg.rounds_min} exceeds 'rounds-max'={cfg.rounds_max}")
     _check_safe(cfg)

@@ -100,7 +100,7 @@ def train_adapter(msg: Message, context: Context) -> Message:
     slices = [int(s) for s in config["slices"]] if "slices" in config else None
     examples = site.slice_examples(slices)
     model = build_model(site.cfg, site.data.num_classes).model
-    model.activate([adapter], trainable=[adapter])
+    model.activate([adapter], trainable=[] if site.cfg.head_only else [adapter])  # head-only: a linear probe
     model.load_trainable_state(adapter, _tensors(msg.content["arrays"]))
     cfg = site.cfg
     settings = TrainSettings(

@@ -64,6 +64,7 @@ class PartitionFedAvg(FedAvg):
         self.participants.update(chosen)
         config["server-round"] = server_round
         config["artifact"] = self.artifact
+        self.round_report = {"bytes-down": len(chosen) * _nbytes(arrays)}
         return self._messages(chosen, arrays, config, MessageType.TRAIN)
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
@@ -81,11 +82,12 @@ class PartitionFedAvg(FedAvg):
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):  # noqa: ANN201
         ordered = self._sorted_complete(replies)
         arrays, metrics = super().aggregate_train(server_round, ordered)
-        self.round_report = {
+        self.round_report.update({
+            "bytes-up": sum(_nbytes(r.content["arrays"]) for r in ordered),
             "train-loss": float((metrics or {}).get("train-loss", 0.0)),
             "trained": [int(r.content["metrics"][PARTITION_KEY]) for r in ordered],
             "train-examples": sum(int(r.content["metrics"]["num-examples"]) for r in ordered),
-        }
+        })
         return arrays, metrics
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
@@ -96,6 +98,11 @@ class PartitionFedAvg(FedAvg):
             str(r.content["metrics"][PARTITION_KEY]): float(r.content["metrics"]["accuracy"]) for r in ordered
         }
         return metrics
+
+
+def _nbytes(arrays: ArrayRecord) -> int:
+    """The tensor payload of a record (what the training messages carry, without framing)."""
+    return int(sum(v.nbytes for v in to_numpy(arrays).values()))
 
 
 def all_units(run: ServerRun, partitions: Iterable[int]) -> list[str]:

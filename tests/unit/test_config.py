@@ -11,7 +11,25 @@ def test_pyproject_defaults_parse_to_the_dataclass_defaults_keys():
 
 
 def test_pyproject_defaults_equal_the_dataclass_defaults():
-    assert RunConfig().to_dict() == default_run_config()
+    assert RunConfig().to_dict() == parse_run_config(default_run_config()).to_dict()
+
+
+def test_keys_left_at_zero_take_the_task_and_method_defaults():
+    cfg = parse_run_config({**default_run_config(), "task": "digits-mlp"})
+    assert (cfg.num_rounds, cfg.local_epochs, cfg.lr) == (10, 2, 0.02)
+    assert cfg.lora_alpha == 2 * cfg.lora_r
+
+
+def test_a_users_value_overrides_the_task_default_and_alpha_follows_a_given_rank():
+    cfg = parse_run_config({**default_run_config(), "task": "digits-mlp", "lr": 0.5, "lora-r": 3})
+    assert (cfg.lr, cfg.lora_r, cfg.lora_alpha, cfg.num_rounds) == (0.5, 3, 6, 10)
+
+
+def test_method_defaults_take_precedence_over_task_defaults():
+    from fedforget.core.defaults import METHOD_DEFAULTS, default_for
+
+    key, value = next(iter(METHOD_DEFAULTS["fedsgt"].items()))
+    assert default_for(key, "fedsgt", "digits-mlp") == value
 
 
 @pytest.mark.parametrize(
@@ -19,7 +37,7 @@ def test_pyproject_defaults_equal_the_dataclass_defaults():
     [
         ({"task": "cifar"}, "'task'='cifar' is not one of"),
         ({"method": "magic"}, "'method'='magic' is not one of"),
-        ({"num-rounds": 0}, "'num-rounds' must be >= 1"),
+        ({"num-rounds": -1}, "'num-rounds' must be >= 1"),
         ({"num-rounds": "five"}, "'num-rounds' must be int"),
         ({"lr": -1.0}, "'lr' must be > 0"),
         ({"fraction-train": 1.5}, "'fraction-train' must be in"),
