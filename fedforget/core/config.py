@@ -88,9 +88,8 @@ class RunConfig:
     dp_clip: float = 1.0
     safe_schedule: str = "cosine"
     adapter_steps: int = 0
-    adapter_lr: float = 0.0
-    adapter_weight_decay: float = 1e-4
     adapter_width: int = 0
+    adapter_weight_decay: float = 1e-4
 
     def __post_init__(self) -> None:
         """Keys left at 0 take the method's and task's defaults, so a config is always concrete."""
@@ -262,7 +261,7 @@ def _check_safe(cfg: RunConfig) -> None:
     if not 0 < cfg.dp_delta < 1 or not 0 < cfg.dp_beta <= 1:
         raise ConfigError(f"run-config needs 0 < 'dp-delta' < 1 and 0 < 'dp-beta' <= 1, got {cfg.dp_delta} and "
                           f"{cfg.dp_beta}")
-    for name in ("adapter_steps", "adapter_width", "adapter_lr", "adapter_weight_decay"):
+    for name in ("adapter_steps", "adapter_width", "adapter_weight_decay"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"run-config {name.replace('_', '-')!r} must be >= 0 (0 = the task's default), "
                               f"got {getattr(cfg, name)}")

@@ -1,10 +1,9 @@
-"""How much each SAFE adapter trains and how big it is, resolved from the run config (pure).
+"""How much each SAFE adapter trains and how big it is, read off the (resolved) run config (pure).
 
 The budget is a number of optimiser steps per adapter, not passes over its data: a clique that holds
 few samples (many shards) still gets the steps it needs to fit, as the paper gives every adapter up
-to ``30·⌈N/B⌉`` AdamW steps whatever its size. A run config value of ``0`` for ``adapter-steps``,
-``adapter-lr`` or ``adapter-width`` means "the task's default" below, so a user who names only the
-method and the task gets adapters that learn.
+to ``30·⌈N/B⌉`` AdamW steps whatever its size. ``adapter-steps``, ``adapter-width`` and ``lr`` left at
+0 take SAFE's per-task defaults from :mod:`fedforget.core.defaults`.
 """
 
 from __future__ import annotations
@@ -12,15 +11,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any
-
-#: Per-task defaults, chosen on the held-out split of ``benchmarks/safe_bench.py --tune`` (see
-#: docs/design-decisions.md, "SAFE adapters trained by steps").
-SAFE_TASK_DEFAULTS: dict[str, dict[str, float]] = {
-    "digits-mlp": {"adapter-steps": 200, "adapter-lr": 0.02, "adapter-width": 64},
-    "fmnist-cnn": {"adapter-steps": 300, "adapter-lr": 0.02, "adapter-width": 128},
-    "fmnist-effnet": {"adapter-steps": 300, "adapter-lr": 0.02, "adapter-width": 256},
-}
-FALLBACK = {"adapter-steps": 300, "adapter-lr": 0.02, "adapter-width": 128}
 
 
 @dataclass(frozen=True)
@@ -60,14 +50,8 @@ class AdapterBudget:
                 "batch-size": self.batch_size, "schedule": self.schedule, "rounds": self.rounds}
 
 
-def task_default(task: str, key: str) -> float:
-    return SAFE_TASK_DEFAULTS.get(task, FALLBACK)[key]
-
-
 def adapter_budget(cfg: Any) -> AdapterBudget:
-    """The run's adapter budget: explicit run-config values win, ``0`` takes the task's default."""
-    steps = int(cfg.adapter_steps) or int(task_default(cfg.task, "adapter-steps"))
-    lr = float(cfg.adapter_lr) or float(task_default(cfg.task, "adapter-lr"))
-    width = int(cfg.adapter_width) or int(task_default(cfg.task, "adapter-width"))
-    return AdapterBudget(steps=steps, lr=lr, weight_decay=float(cfg.adapter_weight_decay), width=width,
-                         batch_size=int(cfg.batch_size), schedule=str(cfg.safe_schedule), rounds=int(cfg.num_rounds))
+    """The run's adapter budget (a :class:`~fedforget.core.config.RunConfig` whose auto keys are resolved)."""
+    return AdapterBudget(steps=int(cfg.adapter_steps), lr=float(cfg.lr), weight_decay=float(cfg.adapter_weight_decay),
+                         width=int(cfg.adapter_width), batch_size=int(cfg.batch_size), schedule=str(cfg.safe_schedule),
+                         rounds=int(cfg.num_rounds))

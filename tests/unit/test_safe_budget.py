@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from fedforget.core.config import ConfigError, RunConfig, parse_run_config
-from fedforget.core.safe_budget import SAFE_TASK_DEFAULTS, AdapterBudget, adapter_budget
+from fedforget.core.defaults import default_for
+from fedforget.core.safe_budget import AdapterBudget, adapter_budget
 from fedforget.tasks.safe_adapters import FrozenCrossAttention, batch_stream, init_adapters, train_adapters
 
 
@@ -18,9 +19,9 @@ def _budget(steps: int = 10, rounds: int = 3, schedule: str = "cosine") -> Adapt
 
 def test_zero_takes_the_tasks_default_and_explicit_values_win():
     auto = adapter_budget(RunConfig(method="safe", task="fmnist-effnet"))
-    wanted = SAFE_TASK_DEFAULTS["fmnist-effnet"]
-    assert (auto.steps, auto.lr, auto.width) == (wanted["adapter-steps"], wanted["adapter-lr"], wanted["adapter-width"])
-    mine = adapter_budget(RunConfig(method="safe", task="fmnist-effnet", adapter_steps=7, adapter_lr=0.3,
+    wanted = tuple(default_for(k, "safe", "fmnist-effnet") for k in ("adapter-steps", "lr", "adapter-width"))
+    assert (auto.steps, auto.lr, auto.width) == wanted and auto.weight_decay > 0
+    mine = adapter_budget(RunConfig(method="safe", task="fmnist-effnet", adapter_steps=7, lr=0.3,
                                     adapter_width=32, adapter_weight_decay=0.0))
     assert (mine.steps, mine.lr, mine.width, mine.weight_decay) == (7, 0.3, 32, 0.0)
 
@@ -66,7 +67,7 @@ def test_adapters_train_with_adamw_weight_decay_and_replay_bit_for_bit():
     assert not torch.equal(one["queries"], no_decay["queries"])  # the decay is applied
 
 
-@pytest.mark.parametrize("key,value", [("adapter-steps", -1), ("adapter-width", 6), ("adapter-lr", -0.1)])
+@pytest.mark.parametrize("key,value", [("adapter-steps", -1), ("adapter-width", 6), ("adapter-weight-decay", -0.1)])
 def test_bad_adapter_settings_are_refused_with_the_key_named(key, value):
     with pytest.raises(ConfigError, match=key):
         parse_run_config({"method": "safe", key: value})
