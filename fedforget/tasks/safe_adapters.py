@@ -39,13 +39,21 @@ class FrozenCrossAttention(nn.Module):
 
     def forward(self, tokens: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
         """tokens (B, T, D), queries (M, D) → one output token per (sample, query): (B, M, W)."""
-        b, t, _ = tokens.shape
+        return self.attend(self.keys_values(tokens), queries)
+
+    def keys_values(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(B, 2, T, W): the keys and values of frozen tokens under frozen θ, computed once per node and
+        reused by every step (they do not depend on the queries, the only thing that trains)."""
+        z = F.layer_norm(tokens, (self.dim,))
+        return torch.stack((z @ self.wk, z @ self.wv), dim=1)
+
+    def attend(self, kv: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+        """Cross-attention of each query over one sample's keys/values at a time (Eq. 4: per query)."""
+        b, _, t, _ = kv.shape
         m = queries.shape[0]
         h, dh = self.heads, self.width // self.heads
-        z = F.layer_norm(tokens, (self.dim,))
         q = F.layer_norm(queries, (self.dim,))
-        keys = (z @ self.wk).view(b, t, h, dh)
-        values = (z @ self.wv).view(b, t, h, dh)
+        keys, values = kv[:, 0].reshape(b, t, h, dh), kv[:, 1].reshape(b, t, h, dh)
         qh = (q @ self.wq).view(m, h, dh)
         att = torch.softmax(torch.einsum("mhd,bthd->bhmt", qh, keys) / math.sqrt(dh), dim=-1)
         out = torch.einsum("bhmt,bthd->bmhd", att, values).reshape(b, m, self.width) @ self.wo
@@ -61,7 +69,12 @@ def init_adapters(dim: int, count: int, seed: int, width: int = ATTN_WIDTH) -> P
 
 def adapter_logits(theta: FrozenCrossAttention, params: Params, tokens: torch.Tensor) -> torch.Tensor:
     """(B, M) logits of M binary classifiers: ``<v_i, LN(CA_θ(z, q_i))> + b_i``."""
-    out = theta(tokens, params["queries"])
+    return kv_logits(theta, params, theta.keys_values(tokens))
+
+
+def kv_logits(theta: FrozenCrossAttention, params: Params, kv: torch.Tensor) -> torch.Tensor:
+    """:func:`adapter_logits` from precomputed keys/values."""
+    out = theta.attend(kv, params["queries"])
     return (out * params["heads"]).sum(-1) + params["bias"]
 
 
@@ -109,10 +122,12 @@ def train_adapters(theta: FrozenCrossAttention, start: Params, tokens: torch.Ten
     steps = budget.round_steps(server_round)
     losses: list[float] = []
     with deterministic_torch():
+        with torch.no_grad():
+            kv = theta.keys_values(tokens) if len(steps) else tokens
         for step, idx in zip(steps, batch_stream(len(labels), budget.batch(len(labels)), steps, seed), strict=True):
             for group in opt.param_groups:
                 group["lr"] = budget.lr_at(step)
-            loss = F.binary_cross_entropy_with_logits(adapter_logits(theta, params, tokens[idx]), targets[idx])
+            loss = F.binary_cross_entropy_with_logits(kv_logits(theta, params, kv[idx]), targets[idx])
             opt.zero_grad()
             loss.backward()
             opt.step()
