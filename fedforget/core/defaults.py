@@ -23,7 +23,7 @@ AUTO_KEYS: tuple[str, ...] = (
 
 FALLBACK: dict[str, Value] = {
     "num-rounds": 10, "local-epochs": 1, "batch-size": 32, "lr": 0.005, "lora-r": 4, "rounds-per-phase": 1,
-    "adapter-steps": 300, "adapter-width": 128,
+    "adapter-steps": 100, "adapter-width": 128,
 }
 
 #: What plain FedAvg of LoRA + head needs per task (benchmarks/utility.py measures these).
@@ -47,7 +47,7 @@ METHOD_DEFAULTS: dict[str, dict[str, Value]] = {
 
 #: Method and task together, where the pair needs its own value.
 PAIR_DEFAULTS: dict[tuple[str, str], dict[str, Value]] = {
-    **{(m, "digits-mlp"): {"adapter-steps": 200, "adapter-width": 64} for m in ("safe", "protosisa")},
+    **{(m, "digits-mlp"): {"adapter-width": 64} for m in ("safe", "protosisa")},
     **{(m, "fmnist-effnet"): {"adapter-width": 256} for m in ("safe", "protosisa")},
 }
 
