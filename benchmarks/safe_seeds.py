@@ -219,6 +219,17 @@ def plot(report: dict[str, Any]) -> None:
     fig.savefig(OUT / "safe_seeds.png", dpi=120)
 
 
+def merge(paths: list[Path], out: Path) -> None:
+    """Reports of disjoint (series, n, seed) rows into one, summarised and plotted."""
+    parts = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
+    report = {**parts[0], "rows": [r for p in parts for r in p["rows"]],
+              "seeds": sorted({s for p in parts for s in p["seeds"]})}
+    report["summary"] = summarise(report["rows"], parts[0]["summary"]["references"], report["shards"])
+    out.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    plot(report)
+    print(json.dumps(report["summary"], indent=2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--task", default="fmnist-effnet")
@@ -231,10 +242,16 @@ def main() -> None:
     parser.add_argument("--drop-n", type=int, default=16)
     parser.add_argument("--work", default="runs/safe-seeds")
     parser.add_argument("--out", default=str(OUT / "safe_seeds.json"))
+    parser.add_argument("--extra", default="{}", help="JSON run-config overrides for every run")
+    parser.add_argument("--merge", default="", help="comma-separated reports (e.g. one per seed): merge, plot")
     args = parser.parse_args()
+    if args.merge:
+        merge([Path(p) for p in args.merge.split(",")], Path(args.out))
+        return
     work = Path(args.work).resolve()
     base = {"task": args.task, "train-size": args.train_size, "test-size": args.test_size}
     table = token_table(base, work)
+    base = {**base, **json.loads(args.extra)}
     seeds = [int(s) for s in args.seeds.split(",")]
     shards = [int(n) for n in args.shards.split(",")]
     dropped = [0, 2, 4, 8, 12][: 1 + sum(1 for d in (2, 4, 8, 12) if d < args.drop_n)]

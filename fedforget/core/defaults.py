@@ -41,8 +41,8 @@ METHOD_DEFAULTS: dict[str, dict[str, Value]] = {
     "fedsgt": {"rounds-per-phase": 2},
     "s3t": {"rounds-per-phase": 2},
     # SAFE's InCA adapters: AdamW steps per adapter on each node, whatever its clique holds (core/safe_budget.py)
-    "safe": {"num-rounds": 5, "lr": 0.02},
-    "protosisa": {"num-rounds": 5, "lr": 0.02},
+    "safe": {"num-rounds": 5, "lr": 0.005},
+    "protosisa": {"num-rounds": 5, "lr": 0.005},
 }
 
 #: Method and task together, where the pair needs its own value.
