@@ -8,7 +8,7 @@ from typing import Any
 
 from fedforget.core.defaults import AUTO_KEYS, resolve_defaults
 
-TASKS = ("digits-mlp", "fmnist-cnn", "fmnist-effnet", "rt-minilm", "hf")
+TASKS = ("digits-mlp", "fmnist-cnn", "fmnist-effnet", "rt-minilm", "hf", "fortunes-minilm")
 METHODS = ("fedavg", "fedsgt", "s3t", "sisa", "fedcio", "hosfl", "sfl", "zo-sfl", "fedshard", "safe", "protosisa")
 SERVING = ("allseq", "minseq", "longseq")
 PLACEMENTS = ("auto", "additive", "layer")
@@ -270,6 +270,6 @@ def _check_safe(cfg: RunConfig) -> None:
                           f"got {cfg.adapter_width}")
     if cfg.safe_dp and cfg.method != "safe":
         raise ConfigError(f"safe-dp=true needs method='safe', got {cfg.method!r}")
-    if cfg.method in SAFE_METHODS and cfg.task in ("rt-minilm", "hf"):
-        raise ConfigError(f"method {cfg.method!r} reads image-backbone tokens; use task digits-mlp, fmnist-cnn or "
-                          "fmnist-effnet")
+    if cfg.method in SAFE_METHODS and cfg.task == "hf":
+        raise ConfigError(f"method {cfg.method!r} reads backbone tokens of a built-in task; use task digits-mlp, "
+                          "fmnist-cnn, fmnist-effnet, rt-minilm or fortunes-minilm")

@@ -23,6 +23,8 @@ from fedforget.training.determinism import deterministic_torch, generator
 #: Width of the frozen attention (queries and tokens are projected to it); heads split it.
 ATTN_WIDTH = 128
 ATTN_HEADS = 4
+#: Attention bias of a padding token (text): exp(−1e9) is exactly 0 in float32.
+PAD_BIAS = -1e9
 Params = dict[str, torch.Tensor]
 
 
@@ -42,20 +44,27 @@ class FrozenCrossAttention(nn.Module):
         return self.attend(self.keys_values(tokens), queries)
 
     def keys_values(self, tokens: torch.Tensor) -> torch.Tensor:
-        """(B, 2, T, W): the keys and values of frozen tokens under frozen θ, computed once per node and
-        reused by every step (they do not depend on the queries, the only thing that trains)."""
-        z = F.layer_norm(tokens, (self.dim,))
-        return torch.stack((z @ self.wk, z @ self.wv), dim=1)
+        """(B, T, 2W + 1): keys, values and an attention bias of frozen tokens under frozen θ, computed once
+        per node and reused by every step (they do not depend on the queries, the only thing that trains).
+
+        A token row of NaNs is padding (text): its key and value are 0 and its bias is −1e9, so no query
+        attends to it; real tokens get bias 0.
+        """
+        pad = torch.isnan(tokens).any(-1, keepdim=True)
+        z = F.layer_norm(torch.where(pad, 0.0, tokens), (self.dim,))
+        keys, values = (torch.where(pad, 0.0, z @ w) for w in (self.wk, self.wv))
+        return torch.cat((keys, values, torch.where(pad, PAD_BIAS, 0.0)), dim=-1)
 
     def attend(self, kv: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
         """Cross-attention of each query over one sample's keys/values at a time (Eq. 4: per query)."""
-        b, _, t, _ = kv.shape
+        b, t, _ = kv.shape
         m = queries.shape[0]
-        h, dh = self.heads, self.width // self.heads
+        h, dh, w = self.heads, self.width // self.heads, self.width
         q = F.layer_norm(queries, (self.dim,))
-        keys, values = kv[:, 0].reshape(b, t, h, dh), kv[:, 1].reshape(b, t, h, dh)
+        keys, values = kv[..., :w].reshape(b, t, h, dh), kv[..., w : 2 * w].reshape(b, t, h, dh)
         qh = (q @ self.wq).view(m, h, dh)
-        att = torch.softmax(torch.einsum("mhd,bthd->bhmt", qh, keys) / math.sqrt(dh), dim=-1)
+        scores = torch.einsum("mhd,bthd->bhmt", qh, keys) / math.sqrt(dh) + kv[:, None, None, :, 2 * w]
+        att = torch.softmax(scores, dim=-1)
         out = torch.einsum("bhmt,bthd->bmhd", att, values).reshape(b, m, self.width) @ self.wo
         return F.layer_norm(out, (self.width,))
 

@@ -1,4 +1,5 @@
-"""SAFE on a multi-token backbone (fmnist-cnn: a 7×7 map of 32-wide tokens into the InCA cross-attention):
+"""SAFE on multi-token backbones (fmnist-cnn: a 7×7 map of 32-wide tokens; rt-minilm: 48 MiniLM word
+pieces, padding masked) into the InCA cross-attention:
 forget + clique retrain is bit-exact under `verify`, the node's token cache loses the forgotten sample,
 a clique trained with the sample is caught (negative control), and à-la-carte serving of the other
 clients equals what is served once a client has left."""
@@ -6,6 +7,7 @@ clients equals what is served once a client has left."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from safetensors.numpy import load_file
 
 from fedforget.core.safe_graph import SafePlan, a_la_carte
@@ -19,6 +21,7 @@ from .helpers import copy_store, train_in_process
 NODES = 3
 CNN = {"method": "safe", "task": "fmnist-cnn", "train-size": 240, "test-size": 60, "coarse": 2, "fine": 2,
        "num-rounds": 2, "adapter-steps": 4, "adapter-width": 32, "seed": 3}
+TEXT = {**CNN, "task": "rt-minilm", "train-size": 48, "test-size": 16, "coarse": 2, "fine": 1}
 
 
 def _cached_ids(state_dir) -> set[int]:  # noqa: ANN001
@@ -34,13 +37,15 @@ def _shas(store: Store) -> dict[str, str]:
         ledger.close()
 
 
-def test_multi_token_forget_and_clique_retrain_verify_bit_exact_and_purge_the_token_cache(tmp_path):
-    store = train_in_process(tmp_path / "store", NODES, **CNN)
+@pytest.mark.parametrize("config,tokens_per_sample", [(CNN, 49), (TEXT, 48)], ids=["fmnist-cnn", "rt-minilm"])
+def test_multi_token_forget_and_clique_retrain_verify_bit_exact_and_purge_the_token_cache(tmp_path, config,
+                                                                                           tokens_per_sample):
+    store = train_in_process(tmp_path / "store", NODES, **config)
     state = store.root / "clients" / "1"
     sample = store.manifest()["partitions"]["1"][0][0]
     assert sample in _cached_ids(state)
     tokens = load_file(str(next(state.glob("safe-features-train-*.safetensors"))))["tokens"]
-    assert tokens.shape[1] == 49  # many tokens per sample, not one pooled vector
+    assert tokens.shape[1] == tokens_per_sample  # many tokens per sample, not one pooled vector
     before = _shas(store)
     result = forget_request(store, samples=[sample])
     control = verify_store(copy_store(store.root, tmp_path, "control"), include_all=True)
