@@ -17,7 +17,7 @@ pytestmark = pytest.mark.e2e
 
 NODES = 3
 CONFIG = {"method": "safe", "task": "digits-mlp", "coarse": 2, "fine": 2, "num-rounds": 1, "adapter-steps": 4,
-          "seed": 5}
+          "lr": 0.02, "seed": 5}
 
 
 def _flow(fed, store_path, state_dir_of) -> None:  # noqa: ANN001
