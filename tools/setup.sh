@@ -25,6 +25,22 @@ if [ ! -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
   fi
 fi
 
+# 1b. Debian's fortunes (43 categories of quotes: the many-class text task), the same way.
+FORTUNES_DIR=/usr/share/games/fortunes
+if [ ! -f "$FORTUNES_DIR/cookie.dat" ]; then
+  if [ "$(id -u)" = 0 ]; then
+    say "apt: fortunes"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fortunes >/dev/null
+  else
+    FORTUNES_DIR="$ROOT/.cache/debian/usr/share/games/fortunes"
+    if [ ! -f "$FORTUNES_DIR/cookie.dat" ]; then
+      say "apt-get download fortunes fortunes-min (not root: unpacking into .cache)"
+      tmp=$(mktemp -d); (cd "$tmp" && apt-get download fortunes fortunes-min >/dev/null)
+      for deb in "$tmp"/*.deb; do dpkg-deb -x "$deb" "$ROOT/.cache/debian"; done; rm -rf "$tmp"
+    fi
+  fi
+fi
+
 # 2. The virtual environment, reinstalled only when the pins or this script change.
 [ -x "$VENV/bin/python" ] || { say "creating .venv with $PY"; "$PY" -m venv "$VENV"; }
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
@@ -61,6 +77,7 @@ $marker
 export FEDFORGET_HOME="$ROOT"
 export FEDFORGET_CACHE="$ROOT/.cache"
 export FEDFORGET_FMNIST_DIR="$FMNIST_DIR"
+export FEDFORGET_FORTUNES_DIR="$FORTUNES_DIR"
 export FLWR_HOME="$ROOT/.flwr"
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1
 export HF_HUB_OFFLINE=1

@@ -8,7 +8,7 @@ from typing import Any
 
 from fedforget.core.defaults import AUTO_KEYS, resolve_defaults
 
-TASKS = ("digits-mlp", "fmnist-cnn", "fmnist-effnet", "rt-minilm", "hf", "rt-smollm")
+TASKS = ("digits-mlp", "fmnist-cnn", "fmnist-effnet", "rt-minilm", "hf", "rt-smollm", "fortunes-minilm")
 METHODS = ("fedavg", "fedsgt", "s3t", "sisa", "fedcio", "hosfl", "sfl", "zo-sfl", "fedshard", "safe", "protosisa")
 SERVING = ("allseq", "minseq", "longseq")
 PLACEMENTS = ("auto", "additive", "layer")
@@ -89,6 +89,9 @@ class RunConfig:
     dp_beta: float = 1.0
     dp_clip: float = 1.0
     safe_schedule: str = "cosine"
+    adapter_steps: int = 0
+    adapter_width: int = 0
+    adapter_weight_decay: float = 1e-4
 
     def __post_init__(self) -> None:
         """Keys left at 0 take the method's and task's defaults, so a config is always concrete."""
@@ -264,8 +267,15 @@ def _check_safe(cfg: RunConfig) -> None:
     if not 0 < cfg.dp_delta < 1 or not 0 < cfg.dp_beta <= 1:
         raise ConfigError(f"run-config needs 0 < 'dp-delta' < 1 and 0 < 'dp-beta' <= 1, got {cfg.dp_delta} and "
                           f"{cfg.dp_beta}")
+    for name in ("adapter_steps", "adapter_width", "adapter_weight_decay"):
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"run-config {name.replace('_', '-')!r} must be >= 0 (0 = the task's default), "
+                              f"got {getattr(cfg, name)}")
+    if cfg.adapter_width % 4:
+        raise ConfigError(f"run-config 'adapter-width' must be a multiple of 4 (the attention's heads), "
+                          f"got {cfg.adapter_width}")
     if cfg.safe_dp and cfg.method != "safe":
         raise ConfigError(f"safe-dp=true needs method='safe', got {cfg.method!r}")
-    if cfg.method in SAFE_METHODS and cfg.task in ("rt-minilm", "hf"):
-        raise ConfigError(f"method {cfg.method!r} reads image-backbone tokens; use task digits-mlp, fmnist-cnn or "
-                          "fmnist-effnet")
+    if cfg.method in SAFE_METHODS and cfg.task == "hf":
+        raise ConfigError(f"method {cfg.method!r} reads backbone tokens of a built-in task; use task digits-mlp, "
+                          "fmnist-cnn, fmnist-effnet, rt-minilm or fortunes-minilm")

@@ -18,10 +18,12 @@ Value = int | float
 #: Run-config keys whose default is "the task's and method's value"; 0 selects it.
 AUTO_KEYS: tuple[str, ...] = (
     "num-rounds", "local-epochs", "batch-size", "lr", "lora-r", "lora-alpha", "rounds-per-phase",
+    "adapter-steps", "adapter-width",
 )
 
 FALLBACK: dict[str, Value] = {
     "num-rounds": 10, "local-epochs": 1, "batch-size": 32, "lr": 0.005, "lora-r": 4, "rounds-per-phase": 1,
+    "adapter-steps": 100, "adapter-width": 128,
 }
 
 #: What plain FedAvg of LoRA + head needs per task (benchmarks/utility.py measures these).
@@ -45,12 +47,17 @@ METHOD_DEFAULTS: dict[str, dict[str, Value]] = {
     "hosfl": {"num-rounds": 150},
     "zo-sfl": {"num-rounds": 150},
     "sfl": {"local-epochs": 1},
+    # SAFE's InCA adapters: AdamW steps per adapter on each node, whatever its clique holds (core/safe_budget.py)
+    "safe": {"num-rounds": 5, "lr": 0.005},
+    "protosisa": {"num-rounds": 5, "lr": 0.005},
 }
 
 #: Method and task together, where the pair needs its own value.
 PAIR_DEFAULTS: dict[tuple[str, str], dict[str, Value]] = {
     ("hosfl", "rt-smollm"): {"num-rounds": 60},  # about 50 s a round on 2 CPU cores
     ("zo-sfl", "rt-smollm"): {"num-rounds": 60},
+    **{(m, "digits-mlp"): {"adapter-width": 64} for m in ("safe", "protosisa")},
+    **{(m, "fmnist-effnet"): {"adapter-width": 256} for m in ("safe", "protosisa")},
 }
 
 

@@ -301,6 +301,24 @@ def safe_serving(plan_json: Mapping[str, Any], valid: Collection[str]) -> dict[s
             "deletions-left": len(cliques) * harmonic(n_valid) if n_valid else 0.0}
 
 
+def a_la_carte(plan: SafePlan, served: Collection[str], partitions: Collection[int]) -> list[str]:
+    """À-la-carte serving (paper §3, Fig. 1): of what is served, only the adapters whose whole training
+    data (every unit of their clique) and the prototypes whose cell come from ``partitions``, the
+    clients a caller is entitled to. Nothing retrains: it is the served model minus the adapters that
+    read anyone else, the same set instant forgetting of every other client leaves."""
+    allowed = {int(p) for p in partitions}
+
+    def entitled(units: Iterable[str]) -> bool:
+        return all(int(u.split(":")[0]) in allowed for u in units)
+
+    keep = []
+    for cid, *_ in plan.cliques():
+        if entitled(plan.members[cid]):
+            keep += [a for a in (plan.adapters(cid) if plan.dp else [cid]) if a in served]
+    keep += [plan.proto_id(u) for u in plan.sizes if entitled([u]) and plan.proto_id(u) in served]
+    return sorted(keep)
+
+
 def forget_cost(plan: SafePlan, touched_units: Collection[str], removed: int) -> dict[str, Any]:
     """Predicted cost of a request: cliques (exact SAFE) retrained and |M_x|, the samples they revisit."""
     touched = set(touched_units)

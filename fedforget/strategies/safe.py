@@ -21,6 +21,7 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedforget.core.config import RunConfig
+from fedforget.core.safe_budget import adapter_budget
 from fedforget.core.safe_dp import request_budget
 from fedforget.core.safe_graph import SafePlan, build_safe_plan
 from fedforget.core.seeds import derive_seed
@@ -28,7 +29,7 @@ from fedforget.store.ledger import Ledger
 from fedforget.strategies.messaging import PARTITION_KEY, discover_partitions, exchange, to_numpy
 from fedforget.strategies.run_setup import ServerRun, open_server_run, prepare_server_run
 from fedforget.strategies.safe_client import PARAM_KEYS, SEP, frozen_backbone
-from fedforget.tasks.safe_adapters import ATTN_WIDTH, init_adapters
+from fedforget.tasks.safe_adapters import init_adapters
 
 TRAIN_MESSAGE = f"{MessageType.TRAIN}.safe"
 PROTO_MESSAGE = f"{MessageType.QUERY}.safeproto"
@@ -83,6 +84,7 @@ class SafeTrainer:
     def __init__(self, grid: Grid, run: ServerRun, plan: SafePlan, ledger: Ledger, watermark: int, dim: int) -> None:
         self.grid, self.run, self.plan, self.ledger, self.watermark, self.dim = grid, run, plan, ledger, watermark, dim
         self.cfg = run.cfg
+        self.budget = adapter_budget(run.cfg)
         self.rebuilt: list[str] = []
         self.client_rounds = 0
         self.samples_visited = 0
@@ -113,7 +115,7 @@ class SafeTrainer:
     def _init(self, spec: dict[str, object]) -> Arrays:
         classes = list(spec["classes"])  # type: ignore[arg-type]
         params = init_adapters(self.dim, len(classes), derive_seed(self.cfg.seed, self.cfg.method, spec["id"], "init"),
-                               ATTN_WIDTH)
+                               self.budget.width)
         return {k: v.numpy() for k, v in params.items()}
 
     def _round(self, specs: list[dict[str, object]], current: dict[str, Arrays],
@@ -133,6 +135,7 @@ class SafeTrainer:
         started = time.monotonic()
         replies = exchange(self.grid, messages, self.cfg.round_timeout)
         replies = sorted(replies, key=lambda r: int(r.content["metrics"][PARTITION_KEY]))
+        spec_dp = {str(s["id"]): bool(s["dp"]) for s in specs}
         contributions: dict[str, list[tuple[int, Arrays]]] = {}
         losses = []
         for reply in replies:
@@ -143,7 +146,7 @@ class SafeTrainer:
                 if n > 0:
                     contributions.setdefault(aid, []).append(
                         (int(n), {k: arrays[f"{aid}{SEP}{k}"] for k in PARAM_KEYS}))
-                    self.samples_visited += int(n) * self.cfg.local_epochs
+                    self.samples_visited += self._visited(int(n), server_round, bool(spec_dp.get(aid)))
         out = {}
         for s in specs:
             aid = str(s["id"])
@@ -153,6 +156,12 @@ class SafeTrainer:
                                        "train-loss": float(np.mean(losses)) if losses else 0.0,
                                        "seconds": time.monotonic() - started, "action": self.cfg.action})
         return out
+
+    def _visited(self, held: int, server_round: int, dp: bool) -> int:
+        """Sample-gradient evaluations of one adapter on one node this round (its step budget × batch)."""
+        if dp:
+            return held * self.cfg.local_epochs
+        return len(self.budget.round_steps(server_round)) * self.budget.batch(held)
 
     def _finish(self, spec: dict[str, object], state: Arrays) -> None:
         aid = str(spec["id"])
@@ -239,7 +248,8 @@ def run_safe(grid: Grid, cfg: RunConfig) -> None:
         ledger.load_samples({p: [cells[p].get(c, []) for c in range(width)] for p in sorted(cells)})
         ledger.set_plan(plan.to_json())
         run.store.update_manifest(plan=plan.to_json(), cells={str(p): {str(c): v for c, v in cs.items()}
-                                                              for p, cs in cells.items()}, **{"token-dim": dim})
+                                                              for p, cs in cells.items()},
+                                  **{"token-dim": dim, "adapter-budget": adapter_budget(cfg).to_json()})
         trainer = SafeTrainer(grid, run, plan, ledger, 0, dim)
         trainer.train(trainer.specs(None))
         units = sorted(u for u in plan.sizes if plan.sizes[u] > 0) if plan.prototypes else []

@@ -15,6 +15,7 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from fedforget.core.config import RunConfig
+from fedforget.core.safe_budget import adapter_budget
 from fedforget.core.safe_graph import bilevel_cells
 from fedforget.core.seeds import derive_seed
 from fedforget.store.purge import drop_purged_copies
@@ -37,9 +38,9 @@ def frozen_backbone(task: str, hf_model: str, seed: int):  # noqa: ANN201
 
 
 @lru_cache(maxsize=4)
-def frozen_theta(dim: int, seed: int) -> FrozenCrossAttention:
+def frozen_theta(dim: int, seed: int, width: int) -> FrozenCrossAttention:
     """θ of the run: the same seeded, frozen cross-attention on every node and the server."""
-    return FrozenCrossAttention(dim, derive_seed(seed, "safe", "theta"))
+    return FrozenCrossAttention(dim, derive_seed(seed, "safe", "theta"), width)
 
 
 def node_cells(site: ClientSite, mode: str, coarse: int, fine: int, group: int | None) -> dict[int, list[int]]:
@@ -86,6 +87,7 @@ def train_cliques(msg: Message, context: Context) -> Message:
     specs = json.loads(str(config["cliques"]))
     server_round = int(config["server-round"])
     cells = node_cells(site, *_plan_args(config))
+    budget = adapter_budget(cfg)
     start = to_numpy(msg.content["arrays"])
     out: dict[str, np.ndarray] = {}
     counts: dict[str, int] = {}
@@ -97,18 +99,19 @@ def train_cliques(msg: Message, context: Context) -> Message:
         counts[clique] = len(ids)
         if ids:
             tokens, labels, _ = node_tokens(site, ids)
-            theta = frozen_theta(int(tokens.shape[-1]), cfg.seed)
-            settings = AdapterSettings(cfg.local_epochs, cfg.batch_size, cfg.lr, cfg.optimizer,
-                                       derive_seed(cfg.seed, cfg.method, clique, server_round, site.partition,
-                                                   "order"), cfg.safe_schedule, server_round, cfg.num_rounds)
+            theta = frozen_theta(int(tokens.shape[-1]), cfg.seed, budget.width)
             if spec.get("dp"):
                 from fedforget.tasks.safe_dp_training import train_dp_adapter
 
+                settings = AdapterSettings(cfg.local_epochs, cfg.batch_size, cfg.lr, cfg.optimizer,
+                                           derive_seed(cfg.seed, cfg.method, clique, server_round, site.partition,
+                                                       "order"), cfg.safe_schedule, server_round, cfg.num_rounds)
                 params, losses[clique] = train_dp_adapter(theta, params, tokens, labels, int(spec["classes"][0]),
                                                           settings, cfg, num_rounds=cfg.num_rounds)
             else:
+                order_seed = derive_seed(cfg.seed, cfg.method, clique, site.partition, "order")
                 params, losses[clique] = train_adapters(theta, params, tokens, labels, list(spec["classes"]),
-                                                        settings)
+                                                        budget, server_round, order_seed)
         for k in PARAM_KEYS:
             out[f"{clique}{SEP}{k}"] = np.ascontiguousarray(params[k].numpy())
     info = ConfigRecord({"counts": json.dumps(counts, sort_keys=True), "losses": json.dumps(losses, sort_keys=True)})

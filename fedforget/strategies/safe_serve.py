@@ -1,8 +1,9 @@
 """What a SAFE store serves: the mean logit of every valid adapter per class, mixed with prototypes.
 
 ``SAFE(z) = (1 − λ)·M(G)(z) + λ·Proto(z)`` with ``λ = exp(−d|S|/100)`` fixed by the plan (paper §7).
-A class whose every adapter left the ensemble (instant forgetting) is scored by ``λ·Proto`` alone,
-or not at all without prototypes (digest A11).
+A class whose every adapter left the ensemble (instant forgetting) gets its prototype score mapped
+onto the logits' scale in place of the missing mean logit (:func:`prototype_logits`), or no score at
+all without prototypes (digest A11).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 import torch
 
 from fedforget.core.config import RunConfig
+from fedforget.core.safe_budget import adapter_budget
 from fedforget.core.safe_graph import SafePlan
 from fedforget.store import Store
 from fedforget.strategies.safe_client import frozen_backbone, frozen_theta
@@ -49,7 +51,7 @@ def safe_scores(cfg: RunConfig, store: Store, plan_json: dict[str, Any], serving
     plan = SafePlan.from_json(plan_json)
     shas = {a["artifact"]: a["sha256"] for a in artifacts}
     served = list(serving["artifacts"])
-    theta = frozen_theta(int(tokens.shape[-1]), cfg.seed)
+    theta = frozen_theta(int(tokens.shape[-1]), cfg.seed, adapter_budget(cfg).width)
     n, k = len(tokens), plan.num_classes
     total, votes = np.zeros((n, k)), np.zeros(k)
     for aid in sorted(a for a in served if "/proto/" not in a):
@@ -65,8 +67,34 @@ def safe_scores(cfg: RunConfig, store: Store, plan_json: dict[str, Any], serving
         return np.where(np.isnan(ensemble), UNSCORED, ensemble)
     bank = prototype_bank(plan, store, shas, served, features.shape[1])
     proto = np.where(bank.counts > 0, bank.scores(features), np.nan)
-    lam = plan.lam
-    mixed = np.where(np.isnan(ensemble), lam * proto, (1 - lam) * ensemble + lam * np.nan_to_num(proto, nan=-1.0))
+    return mix_scores(ensemble, proto, plan.lam)
+
+
+def prototype_logits(ensemble: np.ndarray, proto: np.ndarray) -> np.ndarray:
+    """The ensemble's logits, with each class that has no adapter filled in from its prototype score.
+
+    Per sample, the cosine scores are mapped affinely onto the logit scale so that, over the classes that
+    do have adapters, they have the logits' mean and spread; a class with no adapter then competes with
+    the others on the logits' own scale (instant forgetting). Uses the sample's own scores only.
+    """
+    have = ~np.isnan(ensemble) & ~np.isnan(proto)
+    count = have.sum(axis=1)
+    e, c = np.where(have, ensemble, 0.0), np.where(have, proto, 0.0)
+    n = np.maximum(count, 1)
+    e_mean, c_mean = e.sum(1) / n, c.sum(1) / n
+    e_std = np.sqrt(np.where(have, (ensemble - e_mean[:, None]) ** 2, 0.0).sum(1) / n)
+    c_std = np.sqrt(np.where(have, (proto - c_mean[:, None]) ** 2, 0.0).sum(1) / n)
+    fit = (count > 1) & (c_std > 0) & (e_std > 0)
+    slope = np.where(fit, e_std / np.where(fit, c_std, 1.0), 1.0)
+    fill = e_mean[:, None] + slope[:, None] * (proto - c_mean[:, None])
+    missing = np.isnan(ensemble) & ~np.isnan(proto) & (count > 0)[:, None]
+    return np.where(missing, fill, ensemble)
+
+
+def mix_scores(ensemble: np.ndarray, proto: np.ndarray, lam: float) -> np.ndarray:
+    """``(1 − λ)·logits + λ·Proto`` per class; a class scored by neither (no samples left) never wins."""
+    logits = prototype_logits(ensemble, proto)
+    mixed = np.where(np.isnan(logits), lam * proto, (1 - lam) * logits + lam * np.nan_to_num(proto, nan=-1.0))
     return np.where(np.isnan(mixed), UNSCORED, mixed)
 
 

@@ -17,11 +17,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from fedforget.core.safe_budget import AdapterBudget
 from fedforget.training.determinism import deterministic_torch, generator
 
 #: Width of the frozen attention (queries and tokens are projected to it); heads split it.
 ATTN_WIDTH = 128
 ATTN_HEADS = 4
+#: Attention bias of a padding token (text): exp(−1e9) is exactly 0 in float32.
+PAD_BIAS = -1e9
 Params = dict[str, torch.Tensor]
 
 
@@ -38,15 +41,30 @@ class FrozenCrossAttention(nn.Module):
 
     def forward(self, tokens: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
         """tokens (B, T, D), queries (M, D) → one output token per (sample, query): (B, M, W)."""
-        b, t, _ = tokens.shape
+        return self.attend(self.keys_values(tokens), queries)
+
+    def keys_values(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(B, T, 2W + 1): keys, values and an attention bias of frozen tokens under frozen θ, computed once
+        per node and reused by every step (they do not depend on the queries, the only thing that trains).
+
+        A token row of NaNs is padding (text): its key and value are 0 and its bias is −1e9, so no query
+        attends to it; real tokens get bias 0.
+        """
+        pad = torch.isnan(tokens).any(-1, keepdim=True)
+        z = F.layer_norm(torch.where(pad, 0.0, tokens), (self.dim,))
+        keys, values = (torch.where(pad, 0.0, z @ w) for w in (self.wk, self.wv))
+        return torch.cat((keys, values, torch.where(pad, PAD_BIAS, 0.0)), dim=-1)
+
+    def attend(self, kv: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+        """Cross-attention of each query over one sample's keys/values at a time (Eq. 4: per query)."""
+        b, t, _ = kv.shape
         m = queries.shape[0]
-        h, dh = self.heads, self.width // self.heads
-        z = F.layer_norm(tokens, (self.dim,))
+        h, dh, w = self.heads, self.width // self.heads, self.width
         q = F.layer_norm(queries, (self.dim,))
-        keys = (z @ self.wk).view(b, t, h, dh)
-        values = (z @ self.wv).view(b, t, h, dh)
+        keys, values = kv[..., :w].reshape(b, t, h, dh), kv[..., w : 2 * w].reshape(b, t, h, dh)
         qh = (q @ self.wq).view(m, h, dh)
-        att = torch.softmax(torch.einsum("mhd,bthd->bhmt", qh, keys) / math.sqrt(dh), dim=-1)
+        scores = torch.einsum("mhd,bthd->bhmt", qh, keys) / math.sqrt(dh) + kv[:, None, None, :, 2 * w]
+        att = torch.softmax(scores, dim=-1)
         out = torch.einsum("bhmt,bthd->bmhd", att, values).reshape(b, m, self.width) @ self.wo
         return F.layer_norm(out, (self.width,))
 
@@ -60,63 +78,69 @@ def init_adapters(dim: int, count: int, seed: int, width: int = ATTN_WIDTH) -> P
 
 def adapter_logits(theta: FrozenCrossAttention, params: Params, tokens: torch.Tensor) -> torch.Tensor:
     """(B, M) logits of M binary classifiers: ``<v_i, LN(CA_θ(z, q_i))> + b_i``."""
-    out = theta(tokens, params["queries"])
+    return kv_logits(theta, params, theta.keys_values(tokens))
+
+
+def kv_logits(theta: FrozenCrossAttention, params: Params, kv: torch.Tensor) -> torch.Tensor:
+    """:func:`adapter_logits` from precomputed keys/values."""
+    out = theta.attend(kv, params["queries"])
     return (out * params["heads"]).sum(-1) + params["bias"]
 
 
 @dataclass(frozen=True)
 class AdapterSettings:
+    """Epoch-based settings, used by SAFE-DP's per-class-node trainer only."""
+
     epochs: int
     batch_size: int
     lr: float
     optimizer: str
     seed: int
-    #: ``cosine``: the lr anneals to 0 over the clique's whole run (``rounds`` rounds of ``epochs`` passes
-    #: over this node's clique data), the paper's schedule; ``constant``: ``lr`` throughout.
     schedule: str = "constant"
     server_round: int = 1
     rounds: int = 1
-
-
-def step_lr(settings: AdapterSettings, step: int, total: int) -> float:
-    """lr of the ``step``-th (0-based) of ``total`` optimizer steps of this clique on this node in the run."""
-    if settings.schedule != "cosine" or total <= 0:
-        return settings.lr
-    return settings.lr * 0.5 * (1.0 + math.cos(math.pi * step / total))
 
 
 def _optimizer(params: list[torch.Tensor], name: str, lr: float) -> torch.optim.Optimizer:
     return torch.optim.Adam(params, lr=lr) if name == "adam" else torch.optim.SGD(params, lr=lr)
 
 
-def train_adapters(theta: FrozenCrossAttention, start: Params, tokens: torch.Tensor, labels: torch.Tensor,
-                   classes: list[int], settings: AdapterSettings) -> tuple[Params, float]:
-    """Sigmoid BCE of one clique's binary classifiers on that clique's samples only (fresh optimizer).
+def batch_stream(held: int, batch: int, steps: range, seed: int) -> list[torch.Tensor]:
+    """Row indices of each step in ``steps``: consecutive slices of seeded permutations of ``held`` rows.
 
-    The loss is the mean over (sample, classifier) entries; the data order comes from the settings'
-    seed, so a clique replays bit for bit from its own data and seeds alone.
+    The stream is a pure function of (seed, held, batch), so the same global step reads the same rows
+    whether the run has one round or many; a batch may straddle two permutations.
+    """
+    g = generator(seed)
+    need = (steps.stop if len(steps) else 0) * batch
+    order = torch.cat([torch.randperm(held, generator=g) for _ in range(math.ceil(need / held))]) if need else None
+    return [order[t * batch : (t + 1) * batch] for t in steps] if order is not None else []
+
+
+def train_adapters(theta: FrozenCrossAttention, start: Params, tokens: torch.Tensor, labels: torch.Tensor,
+                   classes: list[int], budget: AdapterBudget, server_round: int, seed: int) -> tuple[Params, float]:
+    """One round of a clique on one node: AdamW (fresh state), sigmoid BCE of its binary classifiers.
+
+    Runs exactly ``budget.round_steps(server_round)`` steps whatever the node holds (a budget by steps,
+    not passes), each on ``budget.batch(held)`` of the clique's samples here, with the cosine lr of the
+    clique's global step; the data order comes from ``seed`` alone, so a clique replays bit for bit.
     """
     params = {k: v.detach().clone().requires_grad_(True) for k, v in start.items()}
     targets = (labels[:, None] == torch.as_tensor(classes)[None, :]).float()
-    opt = _optimizer(list(params.values()), settings.optimizer, settings.lr)
+    opt = torch.optim.AdamW(list(params.values()), lr=budget.lr, weight_decay=budget.weight_decay)
+    steps = budget.round_steps(server_round)
     losses: list[float] = []
-    per_epoch = math.ceil(len(labels) / settings.batch_size)
-    step = (settings.server_round - 1) * settings.epochs * per_epoch
-    total = settings.rounds * settings.epochs * per_epoch
     with deterministic_torch():
-        g = generator(settings.seed)
-        for _ in range(settings.epochs):
-            order = torch.randperm(len(labels), generator=g)
-            for s in range(0, len(order), settings.batch_size):
-                idx = order[s : s + settings.batch_size]
-                for group in opt.param_groups:
-                    group["lr"] = step_lr(settings, step, total)
-                step += 1
-                loss = F.binary_cross_entropy_with_logits(adapter_logits(theta, params, tokens[idx]), targets[idx])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                losses.append(float(loss.detach()))
+        with torch.no_grad():
+            kv = theta.keys_values(tokens) if len(steps) else tokens
+        for step, idx in zip(steps, batch_stream(len(labels), budget.batch(len(labels)), steps, seed), strict=True):
+            for group in opt.param_groups:
+                group["lr"] = budget.lr_at(step)
+            loss = F.binary_cross_entropy_with_logits(kv_logits(theta, params, kv[idx]), targets[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
     return {k: v.detach() for k, v in params.items()}, float(np.mean(losses)) if losses else 0.0
 
 

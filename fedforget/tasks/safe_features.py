@@ -1,8 +1,9 @@
 """Frozen backbone tokens for SAFE, computed once per client and cached in its state dir.
 
 Tokens are read where the backbone still has a spatial map: EfficientNet-Lite0's last feature map
-(2×2 tokens × 1280 at 64 px), the small CNN's conv2 map (7×7 × 32), else the pooled feature vector as
-a single token (digits-mlp). The pooled vector (mean of the tokens for the CNNs, which is exactly the
+(2×2 tokens × 1280 at 64 px), the small CNN's conv2 map (7×7 × 32), MiniLM's last hidden states (48
+word pieces × 384, padding rows set to NaN so θ masks them), else the pooled feature vector as a single
+token (digits-mlp). The pooled vector (mean of the tokens for the CNNs, which is exactly the
 backbone's own global pooling) feeds the prototypes.
 
 Each sample goes through the backbone alone (batch of one), so its tokens do not depend on which other
@@ -41,6 +42,12 @@ def _tokens_of(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[tor
         x = torch.max_pool2d(torch.relu(module.conv2(x)), 2)
         tokens = x.flatten(2).transpose(1, 2)
         return tokens, module(inputs[0])
+    if hasattr(module, "transformer"):  # rt-minilm (MeanPooledEncoder): every word-piece token, padding as NaN
+        from fedforget.tasks.text import masked_mean
+
+        ids, mask = inputs[0], inputs[1]
+        hidden = module.transformer(input_ids=ids, attention_mask=mask).last_hidden_state
+        return hidden.masked_fill(mask[..., None] == 0, float("nan")), masked_mean(hidden, mask)
     pooled = module(*inputs)
     return pooled[:, None, :], pooled
 

@@ -16,7 +16,7 @@ from fedforget.unlearning.verify import verify_store
 from .helpers import copy_store, train_in_process
 
 NODES = 3
-SAFE = {"method": "safe", "coarse": 2, "fine": 2, "num-rounds": 2, "local-epochs": 1}
+SAFE = {"method": "safe", "coarse": 2, "fine": 2, "num-rounds": 2, "adapter-steps": 6}
 
 
 @pytest.fixture(scope="module")
@@ -50,14 +50,26 @@ def test_one_forgotten_sample_retrains_exactly_one_clique_and_verify_is_bit_exac
     assert verify_store(store)["exact"]  # what is served at once never saw the sample
     done = _retrain(store)
     assert done["rebuilt"] == cliques
-    cfg = store.manifest()["config"]
-    predicted = result.affected["safe"]["revisited"]
-    assert done["samples-visited"] == predicted * cfg["num-rounds"] * cfg["local-epochs"]  # |M_x| per pass
+    assert done["samples-visited"] == _step_budget_visits(store, cliques[0], sample)  # steps, not passes
     after = _artifacts(store)
     changed = {a for a in after if after[a]["sha256"] != before[a]["sha256"]}
     assert changed == set(result.invalidated)
     report = verify_store(store, include_all=True)
     assert report["exact"] and report["served"] == len(after)
+
+
+def _step_budget_visits(store: Store, clique: str, forgotten: int) -> int:
+    """Every node of the clique takes the whole step budget, each step on min(batch, held) samples."""
+    from fedforget.core.safe_graph import SafePlan
+
+    manifest = store.manifest()
+    plan, budget = SafePlan.from_json(manifest["plan"]), manifest["adapter-budget"]
+    held: dict[str, int] = {}
+    for unit in plan.members[clique]:
+        p, c = unit.split(":")
+        ids = manifest["cells"][p][c]
+        held[p] = held.get(p, 0) + len([i for i in ids if i != forgotten])
+    return sum(budget["steps"] * min(budget["batch-size"], n) for n in held.values() if n)
 
 
 def test_verify_fails_for_a_clique_trained_with_the_forgotten_sample(safe_store, tmp_path):

@@ -143,15 +143,3 @@ def test_safe_dp_budget_refuses_bad_parameters():
         request_budget(0.0, 1e-10, 30, 1)
     with pytest.raises(ValueError):
         request_budget(1.0, 1e-10, 30, 2)
-
-
-def test_cosine_schedule_spans_the_whole_run_of_a_clique():
-    from fedforget.tasks.safe_adapters import AdapterSettings, step_lr
-
-    cos = AdapterSettings(1, 32, 0.01, "adam", 0, "cosine", 1, 10)
-    assert step_lr(cos, 0, 100) == pytest.approx(0.01)
-    assert step_lr(cos, 50, 100) == pytest.approx(0.005)
-    assert step_lr(cos, 99, 100) < 1e-4
-    assert all(step_lr(cos, t, 100) >= step_lr(cos, t + 1, 100) for t in range(99))
-    const = AdapterSettings(1, 32, 0.01, "adam", 0, "constant", 1, 10)
-    assert {step_lr(const, t, 100) for t in range(100)} == {0.01}
