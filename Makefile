@@ -53,7 +53,7 @@ bench: setup
 	@$(ACTIVATE) && python benchmarks/runtime_overhead.py && python benchmarks/unlearning_service.py \
 		&& python benchmarks/forget_scale.py && python benchmarks/fedshard_bench.py && python benchmarks/safe_bench.py
 
-# crash campaign, concurrent forget throughput, TLS cost (issue 7)
+# crash campaign, concurrent forget throughput, TLS cost
 bench-ops: setup
 	@$(ACTIVATE) && python benchmarks/crash_campaign.py && python benchmarks/ops_concurrency.py \
 		&& python benchmarks/ops_tls_cost.py && python benchmarks/ops_node_recovery.py

@@ -1,4 +1,4 @@
-"""Crash campaign (issue 7): kill -9 the coordinator inside `forget` (injected points and random
+"""Crash campaign: kill -9 the coordinator inside `forget` (injected points and random
 SIGKILLs) and retrain runs at random points; count requests, crashes, and anything lost or half applied.
 
     python benchmarks/crash_campaign.py [--forget-crashes 2000] [--retrain-crashes 20]

@@ -1,4 +1,4 @@
-"""FedShard benchmarks (issue 5): unlearning speed-up, the A1/A2 ablation, and fairness over leavers.
+"""FedShard benchmarks: unlearning speed-up, the A1/A2 ablation, and fairness over leavers.
 
 1. ``speedup``: for K ∈ {16, 32} and R ∈ {2, 4} with constant rounds T0, client-rounds and wall time
    of unlearning one client (path-only retrain) against FedShard training and FedAvg retrained from

@@ -1,5 +1,5 @@
-"""Forget throughput with one coordinator and with two coordinators at once on the same store
-(issue 7): SQLite `BEGIN IMMEDIATE` serialises them; nothing is lost.
+"""Forget throughput with one coordinator and with two coordinators at once on the same store:
+SQLite `BEGIN IMMEDIATE` serialises them; nothing is lost.
 
     python benchmarks/ops_concurrency.py [--requests 200]
 Writes docs/results/ops_concurrency.{json,png}.

@@ -1,4 +1,4 @@
-"""How long a round takes when a SuperNode dies in it (issue 7), on the loopback deployment with real
+"""How long a round takes when a SuperNode dies in it, on the loopback deployment with real
 processes: a normal run; runs where one SuperNode is ``kill -9``-ed while it holds a training message
 and restarted at once (redo path: its partition is re-mapped to the new node id and its work redone);
 and a run where it stays dead (exclude path, after a short ``FEDFORGET_NODE_REJOIN_S``; the redo runs

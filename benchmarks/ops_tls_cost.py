@@ -1,4 +1,4 @@
-"""The cost of TLS (+ SuperNode authentication) on the loopback deployment (issue 7): the same
+"""The cost of TLS (+ SuperNode authentication) on the loopback deployment: the same
 FedSGT run on `deploy/loopback.sh` insecure and with TLS=1 AUTH=1; round (wave) times from the
 store's metrics.
 

@@ -50,7 +50,7 @@ def forget(msg: Message, context: Context) -> Message:
     return forget_client.forget_samples(msg, context)
 
 
-# -- HO-SFL and the split baselines (issue 4); hosfl_client is imported on first use -------------
+# -- HO-SFL and the split baselines; hosfl_client is imported on first use -------------
 @app.train("forward")
 def split_forward(msg: Message, context: Context) -> Message:
     from fedforget.strategies import hosfl_client
@@ -72,7 +72,7 @@ def split_backprop(msg: Message, context: Context) -> Message:
     return hosfl_client.backprop(msg, context)
 
 
-# -- SAFE (issue 6); safe_client is imported on first use -----------------------------------------
+# -- SAFE; safe_client is imported on first use -----------------------------------------
 @app.train("safe")
 def safe_train(msg: Message, context: Context) -> Message:
     from fedforget.strategies import safe_client

@@ -200,7 +200,7 @@ def compute_serving(plan_json: dict[str, Any], valid: Collection[str]) -> dict[s
         from fedforget.core.fedshard import fedshard_serving
 
         return fedshard_serving(plan_json, valid)
-    if kind == "safe":  # SAFE (issue 6)
+    if kind == "safe":  # SAFE
         from fedforget.core.safe_graph import safe_serving
 
         return safe_serving(plan_json, valid)

@@ -59,7 +59,7 @@ class RunConfig:
     placement: str = "auto"
     prior: str = ""
     action: str = "train"
-    # -- HO-SFL and the split baselines (issue 4) --
+    # -- HO-SFL and the split baselines --
     cut: int = 1
     perturbations: int = 5
     mu: float = 0.001
@@ -67,7 +67,7 @@ class RunConfig:
     client_lr: float = 0.01
     eval_every: int = 1
     device: str = "auto"
-    # -- FedShard (issue 5) --
+    # -- FedShard --
     fanout: int = 2
     rounds_min: int = 2
     rounds_max: int = 4
@@ -77,7 +77,7 @@ class RunConfig:
     fallback: str = "last-valid"
     flat: bool = False
     plan_file: str = ""
-    # -- SAFE and its InCA baselines (issue 6) --
+    # -- SAFE and its InCA baselines --
     coarse: int = 4
     fine: int = 4
     coarse_by: str = "sample"
@@ -221,7 +221,7 @@ def parse_prior(text: str, groups: int) -> list[float]:
     return values
 
 
-# -- HO-SFL and the split baselines (issue 4) ----------------------------------------------------
+# -- HO-SFL and the split baselines ----------------------------------------------------
 SPLIT_METHODS = ("hosfl", "sfl", "zo-sfl")
 #: Blocks a split model can put on the client: digits-mlp fc1|fc2, fmnist-cnn conv1|conv2|fc1,
 #: rt-minilm transformer layers, rt-smollm decoder layers (the embeddings always stay on the client).
@@ -250,7 +250,7 @@ def sample_clients(partitions: list[int], fraction: float, seed: int) -> list[in
     return sorted(random.Random(seed).sample(ordered, k))
 
 
-# -- SAFE (issue 6) ------------------------------------------------------------------------------
+# -- SAFE ------------------------------------------------------------------------------
 SAFE_METHODS = ("safe", "protosisa")
 COARSE_BY = ("sample", "client")
 

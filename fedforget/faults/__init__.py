@@ -1,1 +1,1 @@
-"""Fault injection for the crash-safety tests and benchmarks (issue 7)."""
+"""Fault injection for the crash-safety tests and benchmarks."""

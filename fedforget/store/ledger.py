@@ -295,7 +295,7 @@ class Ledger:
                 u for u in units_named if self._touched_by(db, u, request)})
             crash_point("forget:forgotten-rows")
             invalidated = self._invalidate(db, touched)
-            from fedforget.store.safe_budget import charge_dp_budget  # SAFE-DP counters (issue 6)
+            from fedforget.store.safe_budget import charge_dp_budget  # SAFE-DP counters
 
             invalidated = sorted(set(invalidated) | set(charge_dp_budget(db, request)))
             crash_point("forget:invalidated")

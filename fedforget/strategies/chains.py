@@ -156,7 +156,7 @@ class ChainTrainer:
         self.num_classes = run.data.num_classes
         self.rebuilt: list[str] = []
         self.wave = 0
-        #: partitions lost in this run and the positions left unbuilt because they needed one (issue 7)
+        #: partitions lost in this run and the positions left unbuilt because they needed one
         self.excluded: set[int] = set()
         self.unbuilt: list[str] = []
         #: examples each position's last round trained on: FedCIO weighs its clusters' votes by it

@@ -1,6 +1,6 @@
 """Node failures during a run, with a deterministic rule so that what is served stays exact.
 
-Rule (docs/design-decisions.md, issue 7): a message whose node is unavailable (a ``NODE_UNAVAILABLE``
+Rule (docs/design-decisions.md): a message whose node is unavailable (a ``NODE_UNAVAILABLE``
 error, or no reply before the round timeout) or whose reply is malformed is **redone**: sent again,
 unchanged, to the node that now holds the same partition (a restarted SuperNode has a new node id;
 it is found with the same ``query`` the run starts with). Replies are pure functions of the message and

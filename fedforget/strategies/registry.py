@@ -19,7 +19,7 @@ METHODS: dict[str, Callable[[Grid, RunConfig], None]] = {
     "sisa": run_chains,
     "fedcio": run_chains,
 }
-# HO-SFL and the split baselines (issue 4)
+# HO-SFL and the split baselines
 METHODS.update({"hosfl": run_split_method, "sfl": run_split_method, "zo-sfl": run_split_method})
 
 
@@ -28,10 +28,10 @@ def get_method(name: str) -> Callable[[Grid, RunConfig], None]:
         return METHODS[name]
     except KeyError:
         raise ValueError(f"unknown method {name!r}; known: {', '.join(sorted(METHODS))}") from None
-# FedShard (issue 5)
+# FedShard
 METHODS["fedshard"] = run_fedshard
 
-# SAFE and ProtoSISA / SISA on InCA adapters (issue 6); imported on first use
+# SAFE and ProtoSISA / SISA on InCA adapters; imported on first use
 def _run_safe(grid: Grid, cfg: RunConfig) -> None:
     from fedforget.strategies.safe import run_safe
 

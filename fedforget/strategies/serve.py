@@ -51,7 +51,7 @@ def serving_probabilities(cfg: RunConfig, num_classes: int, store: Store, plan_j
     """Class probabilities of the served ensemble on ``inputs``; raises :class:`ServingError` if none."""
     if not serving.get("available"):
         raise ServingError("no valid model is left to serve; run `fedforget retrain`")
-    if plan_json.get("kind") == "safe":  # SAFE (issue 6): InCA adapters + prototypes, not LoRA
+    if plan_json.get("kind") == "safe":  # SAFE: InCA adapters + prototypes, not LoRA
         from fedforget.strategies.safe_serve import safe_probabilities
 
         return safe_probabilities(cfg, store, plan_json, serving, artifacts, inputs)[0]

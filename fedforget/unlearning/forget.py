@@ -41,7 +41,7 @@ def forget_request(store: Store, samples: Sequence[int] = (), slices: Sequence[s
         result = ledger.forget(samples=samples, slices=parse_slices(slices), clients=clients)
         plan = ledger.plan()
         result.affected = describe_invalidation(plan, result.invalidated)
-        if plan and plan.get("kind") == "safe" and result.request is not None:  # SAFE (issue 6)
+        if plan and plan.get("kind") == "safe" and result.request is not None:  # SAFE
             from fedforget.core.safe_graph import SafePlan, forget_cost
 
             result.affected["safe"] = {**forget_cost(SafePlan.from_json(plan), result.units, result.new_samples),

@@ -159,7 +159,7 @@ def print_status(status: dict[str, Any], console: Console, show_artifacts: bool 
         console.print(f"[bold red]corrupt artifacts are never served[/]: {', '.join(status['corrupt'])}")
 
 
-# -- HO-SFL and the split baselines (issue 4) ----------------------------------------------------
+# -- HO-SFL and the split baselines ----------------------------------------------------
 def split_summary(manifest: dict[str, Any], metrics: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Traffic by direction and kind (total and per client-round), samples and client memory of a split run."""
     from fedforget.core.hosfl_plan import summarize_traffic

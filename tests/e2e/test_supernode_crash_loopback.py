@@ -1,4 +1,4 @@
-"""A real SuperNode killed mid-round on the loopback deployment (issue 7): ``kill -9`` of its whole
+"""A real SuperNode killed mid-round on the loopback deployment: ``kill -9`` of its whole
 process session while it holds a ``train.chain`` message, then a restart with the same partition and
 state dir (a new node id). The run must finish, re-map the partition to the new node and redo its
 work, and serve exactly the bytes of an uninterrupted in-process run."""
