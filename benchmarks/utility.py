@@ -13,7 +13,7 @@ the ceiling).
     python benchmarks/utility.py --tasks fmnist-cnn --partitions iid,dir0.3 --seeds 1,2,3 \\
         --methods fedavg,fedsgt,s3t,fedshard --train-size 4000 --test-size 1000
     python benchmarks/utility.py --variant "fedsgt-r16=method='fedsgt' lora-r=16" --methods fedavg,fedsgt-r16
-    python benchmarks/utility.py --replot docs/results/utility_fmnist-cnn.json
+    python benchmarks/utility.py --replot docs/results/utility_fmnist-cnn.json [--markdown]
 
 Results: ``<out>.json`` (one row per run, a summary per method, the machine) and ``<out>.png``.
 Rows are appended as they finish (``--resume`` skips rows already in the JSON), so a long sweep can be
@@ -187,6 +187,19 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def markdown(summary: list[dict[str, Any]]) -> str:
+    """The summary as a Markdown table (for the README)."""
+    lines = ["| task | partitioning | method | seeds | accuracy | Δ vs fedavg (points, paired) | client-rounds "
+             "| MB down / up |", "|---|---|---|---|---|---|---|---|"]
+    for s in summary:
+        diff = "—" if s["paired-diff-mean"] is None or s["method"] == "fedavg" else (
+            f"{100 * s['paired-diff-mean']:+.1f} ± {100 * (s['paired-diff-std'] or 0):.1f}")
+        lines.append(f"| {s['task']} | {s['partition']} | {s['method']} | {len(s['seeds'])} | "
+                     f"{s['mean']:.3f} ± {s['std']:.3f} | {diff} | {s['client-rounds']:.0f} | "
+                     f"{s['bytes-down'] / 1e6:.1f} / {s['bytes-up'] / 1e6:.1f} |")
+    return "\n".join(lines)
+
+
 def show(summary: list[dict[str, Any]]) -> None:
     table = Table(title="served test accuracy (mean ± std over seeds), paired against fedavg")
     for col in ("task", "partition", "method", "n", "accuracy", "Δ vs fedavg (pts)", "client-rounds", "MB down",
@@ -262,10 +275,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="", help="output path without suffix (default docs/results/utility_<tasks>)")
     parser.add_argument("--resume", action="store_true", help="keep rows already in the JSON, run the rest")
     parser.add_argument("--replot", default="", help="redraw table and PNG from a JSON and exit")
+    parser.add_argument("--markdown", action="store_true", help="with --replot: print the table as Markdown")
     args = parser.parse_args(argv)
     if args.replot:
         path = Path(args.replot)
-        show(write(path, json.loads(path.read_text())["rows"], None))
+        summary = write(path, json.loads(path.read_text())["rows"], None)
+        print(markdown(summary)) if args.markdown else show(summary)
         return
     for spec in args.variant:
         name, _, text = spec.partition("=")

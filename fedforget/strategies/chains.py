@@ -33,7 +33,14 @@ from fedforget.store.crash import crash_point
 from fedforget.store.ledger import Ledger
 from fedforget.strategies.chain_model import default_module_init, fresh_module, initial_head, slot_name, split_state
 from fedforget.strategies.failover import check_chain_reply, exchange_redo_or_exclude
-from fedforget.strategies.messaging import PARTITION_KEY, NodeFailure, discover_partitions, to_numpy
+from fedforget.strategies.messaging import (
+    PARTITION_KEY,
+    NodeFailure,
+    discover_partitions,
+    payload_bytes,
+    record_bytes,
+    to_numpy,
+)
 from fedforget.strategies.module_shipping import (
     INIT_SEED_KEY,
     KEEP_KEY,
@@ -125,15 +132,6 @@ def _numpy(state: dict[str, torch.Tensor]) -> Arrays:
 
 def _record(arrays: Arrays) -> ArrayRecord:
     return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
-
-
-def _nbytes(arrays: dict[str, np.ndarray]) -> int:
-    return int(sum(v.nbytes for v in arrays.values()))
-
-
-def _payload_bytes(content: RecordDict) -> int:
-    """Tensor bytes a message really carries (every ArrayRecord in it)."""
-    return sum(_nbytes(to_numpy(record)) for record in content.array_records.values())
 
 
 @dataclass
@@ -267,7 +265,7 @@ class ChainTrainer:
                 return check_need_reply(reply, partitions[i], list(messages[i].content["config"][PREFIX_KEY]))
             return valid_reply(reply, i)
 
-        bytes_down = sum(_payload_bytes(m.content) for m in messages)
+        bytes_down = sum(payload_bytes(m.content) for m in messages)
         replies, lost = exchange_redo_or_exclude(self.grid, self.run.nodes, messages, partitions,
                                                  self.cfg.round_timeout, valid_or_need)
         needy = [i for i, r in enumerate(replies) if r is not None and need_of(r) is not None]
@@ -276,7 +274,7 @@ class ChainTrainer:
             for i in needy:
                 self.shipping.lost(partitions[i])
             again = [self._message(*rebuild[i], again=True) for i in needy]
-            bytes_down += sum(_payload_bytes(m.content) for m in again)
+            bytes_down += sum(payload_bytes(m.content) for m in again)
             answers, more = exchange_redo_or_exclude(
                 self.grid, self.run.nodes, again, [partitions[i] for i in needy], self.cfg.round_timeout,
                 lambda reply, j: valid_reply(reply, needy[j]))
@@ -310,7 +308,7 @@ class ChainTrainer:
             if set(self._participants(s.chain, s.position)) & self.excluded:
                 continue  # dropped by _drop_excluded
             ordered = sorted(by_owner.get(id(s), []), key=lambda r: int(r.content["metrics"][PARTITION_KEY]))
-            bytes_up += sum(_nbytes(to_numpy(r.content["arrays"])) for r in ordered)
+            bytes_up += sum(record_bytes(r.content["arrays"]) for r in ordered)
             useful = [r.content for r in ordered if int(r.content["metrics"]["num-examples"]) > 0]
             self.trained_on[id(s)] = sum(int(r["metrics"]["num-examples"]) for r in useful)
             examples += self.trained_on[id(s)]

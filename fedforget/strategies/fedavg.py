@@ -16,7 +16,14 @@ from flwr.supercore import log
 from fedforget.core.config import RunConfig, sample_clients
 from fedforget.core.seeds import derive_seed
 from fedforget.core.slicing import UnitId
-from fedforget.strategies.messaging import PARTITION_KEY, NodeFailure, check_replies, discover_partitions, to_numpy
+from fedforget.strategies.messaging import (
+    PARTITION_KEY,
+    NodeFailure,
+    check_replies,
+    discover_partitions,
+    record_bytes,
+    to_numpy,
+)
 from fedforget.strategies.run_setup import DEFAULT_ADAPTER, ServerRun, open_server_run, prepare_server_run
 from fedforget.training.supervised import evaluate
 
@@ -64,7 +71,7 @@ class PartitionFedAvg(FedAvg):
         self.participants.update(chosen)
         config["server-round"] = server_round
         config["artifact"] = self.artifact
-        self.round_report = {"bytes-down": len(chosen) * _nbytes(arrays)}
+        self.round_report = {"bytes-down": len(chosen) * record_bytes(arrays)}
         return self._messages(chosen, arrays, config, MessageType.TRAIN)
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
@@ -83,7 +90,7 @@ class PartitionFedAvg(FedAvg):
         ordered = self._sorted_complete(replies)
         arrays, metrics = super().aggregate_train(server_round, ordered)
         self.round_report.update({
-            "bytes-up": sum(_nbytes(r.content["arrays"]) for r in ordered),
+            "bytes-up": sum(record_bytes(r.content["arrays"]) for r in ordered),
             "train-loss": float((metrics or {}).get("train-loss", 0.0)),
             "trained": [int(r.content["metrics"][PARTITION_KEY]) for r in ordered],
             "train-examples": sum(int(r.content["metrics"]["num-examples"]) for r in ordered),
@@ -98,11 +105,6 @@ class PartitionFedAvg(FedAvg):
             str(r.content["metrics"][PARTITION_KEY]): float(r.content["metrics"]["accuracy"]) for r in ordered
         }
         return metrics
-
-
-def _nbytes(arrays: ArrayRecord) -> int:
-    """The tensor payload of a record (what the training messages carry, without framing)."""
-    return int(sum(v.nbytes for v in to_numpy(arrays).values()))
 
 
 def all_units(run: ServerRun, partitions: Iterable[int]) -> list[str]:

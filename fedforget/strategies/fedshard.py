@@ -55,7 +55,14 @@ from fedforget.store.check import corrupt_artifacts
 from fedforget.store.ledger import Ledger
 from fedforget.strategies.chain_model import default_module_init, initial_head
 from fedforget.strategies.chains import CHAIN_MESSAGE, evaluate_serving, send_forget
-from fedforget.strategies.messaging import PARTITION_KEY, discover_partitions, send_slots, to_numpy, to_record
+from fedforget.strategies.messaging import (
+    PARTITION_KEY,
+    discover_partitions,
+    payload_bytes,
+    send_slots,
+    to_numpy,
+    to_record,
+)
 from fedforget.strategies.run_setup import ServerRun, open_server_run, prepare_server_run
 from fedforget.strategies.serve import load_tensors
 
@@ -143,9 +150,11 @@ class ShardTrainer:
                     losses += [float(rd["metrics"]["train-loss"]) for rd in useful]
                 results[s.index].state = current[s.index]
             self.client_rounds += len(messages)
+            down = sum(payload_bytes(m.content) for m in messages)
+            up = sum(payload_bytes(r.content) for r in replies if r is not None and not r.has_error())
             self.run.store.append_metrics({
                 "stage": shards[0].stage if shards else 0, "round": server_round, "shards": len(active),
-                "client-rounds": len(messages), "train-examples": examples,
+                "client-rounds": len(messages), "bytes-down": down, "bytes-up": up, "train-examples": examples,
                 "train-loss": float(np.mean(losses)) if losses else 0.0,
                 "seconds": time.monotonic() - started, "action": self.cfg.action})
         if probe:

@@ -210,3 +210,13 @@ def to_record(arrays: dict[str, np.ndarray]) -> ArrayRecord:
 
 def to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
     return {k: v.numpy() for k, v in record.items()}
+
+
+def record_bytes(record: ArrayRecord) -> int:
+    """The tensor payload of a record, without framing: what the traffic figures count."""
+    return int(sum(v.nbytes for v in to_numpy(record).values()))
+
+
+def payload_bytes(content: RecordDict) -> int:
+    """Tensor bytes a message really carries (every ArrayRecord in it)."""
+    return sum(record_bytes(record) for record in content.array_records.values())
