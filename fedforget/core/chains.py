@@ -168,19 +168,37 @@ def rebuild_from(plan: ChainPlan, valid: Collection[str]) -> dict[str, int]:
     return out
 
 
-def layer_blocks(targets: Sequence[str], phases: int) -> list[list[str]]:
-    """S3T placement: phase ``i`` (0-based) trains the ``i``-th block of targets counted from the output.
+def layer_of(target: str) -> str:
+    """The layer a LoRA target sits in: its path up to the first numbered component (``encoder.layer.3``,
+    ``model.layers.3``), or the target itself when it is not in a numbered stack (``conv1``)."""
+    parts = target.split(".")
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[: i + 1])
+    return target
 
-    ``g = len(targets) // phases`` targets per block; blocks below ``phases·g`` get no module.
+
+def layer_blocks(targets: Sequence[str], phases: int) -> list[list[str]]:
+    """S3T placement: phase ``i`` (0-based) trains the ``i``-th block of layers counted from the output.
+
+    ``targets`` come in depth order and are grouped into layers (``layer_of``), so a block never splits
+    a layer's query from its value; ``g = layers // phases`` layers per block, and the layers below
+    ``phases·g`` get no module.
     """
-    g = len(targets) // phases
+    layers: list[list[str]] = []
+    for target in targets:
+        if layers and layer_of(layers[-1][-1]) == layer_of(target):
+            layers[-1].append(target)
+        else:
+            layers.append([target])
+    g = len(layers) // phases
     if g < 1:
         raise ValueError(
-            f"layer placement needs at least one LoRA target per phase: {len(targets)} targets for {phases} "
+            f"layer placement needs at least one layer per phase: {len(layers)} layers for {phases} "
             "phases; lower groups= or use placement='additive'"
         )
-    n = len(targets)
-    return [list(targets[n - (i + 1) * g : n - i * g]) for i in range(phases)]
+    n = len(layers)
+    return [[t for layer in layers[n - (i + 1) * g : n - i * g] for t in layer] for i in range(phases)]
 
 
 def single_serving(artifact: str, valid: Collection[str]) -> dict[str, Any]:

@@ -193,8 +193,16 @@ def test_layer_blocks_go_top_down_and_leave_the_bottom_out():
     assert layer_blocks(targets, 3) == [["l5", "l6"], ["l3", "l4"], ["l1", "l2"]]
     assert layer_blocks(targets, 7) == [[t] for t in reversed(targets)]
     assert layer_blocks(targets, 1) == [targets]
-    with pytest.raises(ValueError, match="at least one LoRA target per phase: 2 targets for 3 phases"):
+    with pytest.raises(ValueError, match="at least one layer per phase: 2 layers for 3 phases"):
         layer_blocks(["a", "b"], 3)
+
+
+def test_layer_blocks_count_whole_layers_not_target_modules():
+    targets = [f"encoder.layer.{i}.attention.self.{t}" for i in range(3) for t in ("query", "value")]
+    assert layer_blocks(targets, 2) == [targets[4:6], targets[2:4]]  # 3 layers: one each, the bottom left out
+    assert layer_blocks(targets, 3) == [targets[4:6], targets[2:4], targets[0:2]]
+    with pytest.raises(ValueError, match="3 layers for 4 phases"):
+        layer_blocks(targets, 4)  # 6 target modules, but only 3 layers
 
 
 def test_json_round_trip_keeps_the_plan():
