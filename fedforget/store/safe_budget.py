@@ -69,3 +69,15 @@ def dp_exposed_to_forgotten(ledger: Ledger) -> set[str]:
     rows = ledger.db.execute("SELECT DISTINCT e.artifact FROM dp_exposure e JOIN forgotten f ON f.unit = e.unit "
                              "JOIN artifacts a ON a.artifact = e.artifact WHERE f.request > a.watermark")
     return {r[0] for r in rows}
+
+
+def dp_training_nodes(ledger: Ledger) -> dict[str, set[int]]:
+    """DP adapter -> the partitions that trained it (own cells and DP neighbours: their noise is in it)."""
+    if ledger.db.execute("SELECT 1 FROM sqlite_master WHERE name='dp_budget'").fetchone() is None:
+        return {}
+    rows = ledger.db.execute("SELECT b.artifact, u.unit FROM dp_budget b JOIN (SELECT unit, artifact FROM dp_exposure "
+                             "UNION SELECT unit, artifact FROM lineage) u ON u.artifact = b.artifact")
+    out: dict[str, set[int]] = {}
+    for artifact, unit in rows:
+        out.setdefault(str(artifact), set()).add(int(str(unit).split(":")[0]))
+    return out

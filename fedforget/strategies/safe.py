@@ -97,7 +97,7 @@ class SafeTrainer:
             if self.plan.dp:
                 for adapter in self.plan.adapters(cid):
                     k = int(adapter.rsplit("/k", 1)[1])
-                    out.append({"id": adapter, "classes": [k], "units": units, "dp": True,
+                    out.append({"id": adapter, "classes": [k], "clique": list(classes), "units": units, "dp": True,
                                 "lineage": self.plan.node_units(adapter)})
             else:
                 out.append({"id": cid, "classes": classes, "units": units, "dp": False, "lineage": units})
@@ -123,8 +123,10 @@ class SafeTrainer:
         by_node: dict[int, list[dict[str, object]]] = {}
         for s in specs:
             for p, cells in self.plan.participants(s["units"]).items():  # type: ignore[arg-type]
-                by_node.setdefault(p, []).append({"id": s["id"], "classes": s["classes"], "cells": cells,
-                                                  "dp": s["dp"]})
+                item = {"id": s["id"], "classes": s["classes"], "cells": cells, "dp": s["dp"]}
+                if s["dp"]:
+                    item["clique"] = s["clique"]  # the node sizes σ for the clique's adapters together
+                by_node.setdefault(p, []).append(item)
         messages = []
         for p, items in sorted(by_node.items()):
             arrays = {f"{i['id']}{SEP}{k}": current[str(i["id"])][k] for i in items for k in PARAM_KEYS}

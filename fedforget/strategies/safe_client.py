@@ -16,8 +16,10 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricR
 
 from fedforget.core.config import RunConfig
 from fedforget.core.safe_budget import adapter_budget
+from fedforget.core.safe_dp import secret_seed
 from fedforget.core.safe_graph import bilevel_cells
 from fedforget.core.seeds import derive_seed
+from fedforget.store.node_secret import node_secret
 from fedforget.store.purge import drop_purged_copies
 from fedforget.store.tombstones import add_tombstones
 from fedforget.strategies.client_work import ClientSite
@@ -106,8 +108,11 @@ def train_cliques(msg: Message, context: Context) -> Message:
                 settings = AdapterSettings(cfg.local_epochs, cfg.batch_size, cfg.lr, cfg.optimizer,
                                            derive_seed(cfg.seed, cfg.method, clique, server_round, site.partition,
                                                        "order"), cfg.safe_schedule, server_round, cfg.num_rounds)
+                private_seed = secret_seed(node_secret(site.state_dir), "safe-dp", cfg.method, clique, server_round,
+                                           site.partition)
                 params, losses[clique] = train_dp_adapter(theta, params, tokens, labels, int(spec["classes"][0]),
-                                                          settings, cfg, num_rounds=cfg.num_rounds)
+                                                          [int(c) for c in spec["clique"]], settings, cfg,
+                                                          num_rounds=cfg.num_rounds, private_seed=private_seed)
             else:
                 order_seed = derive_seed(cfg.seed, cfg.method, clique, site.partition, "order")
                 params, losses[clique] = train_adapters(theta, params, tokens, labels, list(spec["classes"]),

@@ -195,9 +195,15 @@ def verify(
     if as_json:
         emit(result, True)
     else:
+        unchecked = {u["artifact"] for u in result["not_checked"]}
         for c in result["compared"]:
             mark = "[green]equal[/]" if c["equal"] else "[red]DIFFERENT[/]"
+            if c["artifact"] in unchecked:
+                mark = "[yellow]not checked (DP)[/]"
             console.print(f" {'●' if c['served'] else ' '} {c['artifact']}: {mark}")
+        for u in result["not_checked"]:
+            console.print(f" [yellow]DP adapter not checked bit for bit[/]: {u['artifact']} ({u['why']})",
+                          soft_wrap=True)
         for f in result["files"]:
             console.print(f" [red]served file {f['problem'].upper()}[/]: {f['artifact']} ({f['sha256'][:16]}…)")
         out = result["outputs"]
@@ -207,7 +213,9 @@ def verify(
         verdict = "[bold green]exact[/]" if result["exact"] else "[bold red]NOT exact[/]"
         console.print(f"{verdict}: {result['served_equal']}/{result['served']} served artifacts bit-identical to "
                       f"from-scratch training without {result['forgotten_samples']} forgotten sample(s)"
-                      + (f" ({result['reason']})" if result["reason"] else ""), soft_wrap=True)
+                      + (f" ({result['reason']})" if result["reason"] else "")
+                      + (f"; {len(unchecked)} served DP adapter(s) not checked, named above" if unchecked else ""),
+                      soft_wrap=True)
     if not result["exact"]:
         fail(f"NOT exact: {result['reason'] or 'a served artifact differs from scratch'}", code=1)
 

@@ -15,6 +15,11 @@ What is compared is what a user is served, never only what the ledger says about
   the valid artifacts, and, once every request is retrained, against the scratch run's own plan;
 * **outputs** — the served model's class probabilities on the whole test split against those of the
   same plan built from the scratch run's artifacts, with ``numpy.array_equal`` (bit for bit).
+
+SAFE-DP adapters are compared too when the verifier plays their nodes (simulation: it copies each
+node's DP secret into the scratch run's node). Served DP adapters it cannot check are named in
+``not_checked`` with why: ``dp_covered`` (they carry forgotten samples under DP) and
+``dp_unreproducible`` (a node that trained them keeps its secret elsewhere).
 """
 
 from __future__ import annotations
@@ -74,7 +79,28 @@ def compare_outputs(store: Store, scratch: Store, plan: dict[str, Any], stored: 
             "reason": None}
 
 
-def _scratch_run(store: Store, workdir: Path, forgotten: dict[int, list[int]]) -> Store:
+def node_secrets_here(store: Store, scratch_root: Path, partitions: int) -> set[int]:
+    """Give the scratch run's simulated nodes the DP secrets of the store's simulated nodes (the verifier
+    plays those nodes in simulation); return the partitions whose secret is not here (real SuperNodes
+    keep it in their own state dir), whose DP adapters therefore cannot be reproduced."""
+    import shutil
+
+    from fedforget.store.node_secret import secret_path
+
+    missing = set()
+    for partition in range(partitions):
+        source = secret_path(store.root / "clients" / str(partition))
+        if source.is_file():
+            target = secret_path(scratch_root / "clients" / str(partition))
+            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            shutil.copyfile(source, target)
+            target.chmod(0o600)
+        else:
+            missing.add(partition)
+    return missing
+
+
+def _scratch_run(store: Store, workdir: Path, forgotten: dict[int, list[int]]) -> tuple[Store, set[int]]:
     from fedforget.inprocess import run_in_process
     from fedforget.store.tombstones import add_tombstones
     from fedforget.strategies.client_work import dataset_key
@@ -85,18 +111,19 @@ def _scratch_run(store: Store, workdir: Path, forgotten: dict[int, list[int]]) -
     scratch_root = workdir / "scratch"
     for partition, ids in forgotten.items():
         add_tombstones(scratch_root / "clients" / str(partition), dataset_key(cfg), ids)
+    secretless = node_secrets_here(store, scratch_root, int(manifest["num-partitions"])) if cfg.safe_dp else set()
     config = {**cfg.to_dict(), "store": str(scratch_root), "action": "train"}
     if (manifest.get("plan") or {}).get("kind") == "fedshard":  # same plan: FedShard's guarantee (G17)
         plan_file = workdir / "plan.json"
         plan_file.write_text(json.dumps(manifest["plan"]), encoding="utf-8")
         config["plan-file"] = str(plan_file)
     run_in_process(config, int(manifest["num-partitions"]))
-    return Store.open(scratch_root)
+    return Store.open(scratch_root), secretless
 
 
 def verify_store(store: Store, include_all: bool = False, workdir: Path | None = None) -> dict[str, Any]:
     from fedforget.core.chains import compute_serving
-    from fedforget.store.safe_budget import dp_exposed_to_forgotten  # SAFE-DP
+    from fedforget.store.safe_budget import dp_exposed_to_forgotten, dp_training_nodes  # SAFE-DP
 
     ledger = store.ledger()
     try:
@@ -107,6 +134,7 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
         valid = ledger.valid_artifacts()
         all_retrained = ledger.retrained_watermark() >= ledger.last_request()
         dp_covered = dp_exposed_to_forgotten(ledger)
+        dp_nodes = dp_training_nodes(ledger)
     finally:
         ledger.close()
     served = set(serving.get("artifacts", []))
@@ -114,7 +142,7 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
     files = served_file_problems(store, shas, served)
     expected = json.loads(json.dumps(compute_serving(plan, valid) if plan else {"available": False, "artifacts": []}))
     with tempfile.TemporaryDirectory(prefix="fedforget-verify-", dir=workdir) as tmp:
-        scratch = _scratch_run(store, Path(tmp), forgotten)
+        scratch, secretless = _scratch_run(store, Path(tmp), forgotten)
         other = scratch.ledger()
         try:
             scratch_artifacts = other.artifacts()
@@ -122,7 +150,9 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
         finally:
             other.close()
         scratch_shas = {a["artifact"]: a["sha256"] for a in scratch_artifacts}
-        dp_served = sorted(served & dp_covered)
+        dp_unreproducible = {a for a, nodes in dp_nodes.items() if nodes & secretless} - dp_covered
+        unchecked = dp_covered | dp_unreproducible
+        dp_served = sorted(served & unchecked)
         if files:
             outputs = {"compared": False, "equal": None, "reason": "a served file is missing or corrupt"}
         elif dp_served:
@@ -139,8 +169,9 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
         theirs = scratch_shas.get(a["artifact"])
         compared.append({"artifact": a["artifact"], "served": a["artifact"] in served, "valid": a["valid"],
                          "sha256": a["sha256"], "scratch_sha256": theirs, "equal": theirs == a["sha256"],
-                         "dp_covered": a["artifact"] in dp_covered})
-    served_rows = [c for c in compared if c["served"] and not c["dp_covered"]]
+                         "dp_covered": a["artifact"] in dp_covered,
+                         "dp_unreproducible": a["artifact"] in dp_unreproducible})
+    served_rows = [c for c in compared if c["served"] and not c["dp_covered"] and not c["dp_unreproducible"]]
     plan_check = {"equal_recomputed": serving == expected,
                   "equal_scratch": serving == scratch_serving if all_retrained else None}
     plan_ok = plan_check["equal_recomputed"] and plan_check["equal_scratch"] is not False
@@ -152,12 +183,27 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
         "served_equal": sum(c["equal"] for c in served_rows),
         "forgotten_samples": sum(len(v) for v in forgotten.values()),
         "dp_covered": sorted(c["artifact"] for c in compared if c["served"] and c["dp_covered"]),
+        "dp_unreproducible": sorted(c["artifact"] for c in compared if c["served"] and c["dp_unreproducible"]),
+        "not_checked": _not_checked(compared),
         "files": files,
         "serving_plan": plan_check,
         "outputs": outputs,
         "compared": compared,
         "reason": _reason(served_rows, files, plan_check, outputs),
     }
+
+
+def _not_checked(compared: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Each served DP adapter left out of the bit-for-bit comparison, and why (named, never silent)."""
+    out = []
+    for c in compared:
+        if c["served"] and c["dp_covered"]:
+            out.append({"artifact": c["artifact"], "why": "carries forgotten samples under DP: (α, β)-forgetting "
+                        "within its request budget, not bit-exactness"})
+        elif c["served"] and c["dp_unreproducible"]:
+            out.append({"artifact": c["artifact"], "why": "its DP noise comes from a node secret this verifier "
+                        "does not hold (the node's own state dir)"})
+    return out
 
 
 def _reason(served_rows: list[dict[str, Any]], files: list[dict[str, str]], plan_check: dict[str, Any],
