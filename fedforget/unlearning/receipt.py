@@ -109,7 +109,7 @@ def build_receipt(store: Store, request: int, verify_result: dict[str, Any] | No
         "serving_after": serving,
         "verify": None if verify_result is None else {
             k: verify_result.get(k) for k in ("exact", "served", "served_equal", "forgotten_samples", "dp_covered",
-                                              "files", "serving_plan", "reason")} | {
+                                              "not_checked", "files", "serving_plan", "reason")} | {
             "outputs_equal": (verify_result.get("outputs") or {}).get("equal"),
             "served_sha256": sorted(c["sha256"] for c in verify_result.get("compared", []) if c["served"])},
     }
