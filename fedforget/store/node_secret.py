@@ -20,7 +20,6 @@ from pathlib import Path
 from flwr.common.logger import log
 
 from fedforget.core.safe_dp import SECRET_BYTES
-from fedforget.store.atomic import _fsync_dir
 
 SECRET_FILE = "dp-secret"
 
@@ -70,5 +69,9 @@ def _create(path: Path) -> bytes:
             raise
     finally:
         os.unlink(tmp)
-    _fsync_dir(path.parent)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)  # the link itself survives a crash
+    finally:
+        os.close(directory)
     return secret
