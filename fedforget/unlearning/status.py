@@ -97,10 +97,16 @@ def _sequences(plan: dict[str, Any] | None, serving: dict[str, Any]) -> list[dic
 
 
 def non_default_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The run config's values that differ from RunConfig's defaults (what a reader needs to know)."""
+    """The run config's values that differ from the defaults of its own method and task (what a reader
+    needs to know; the auto keys resolve per method and task, so another task's defaults would differ)."""
     from fedforget.core.config import RunConfig
 
-    defaults = RunConfig().to_dict()
+    base = RunConfig()
+    try:
+        defaults = RunConfig(method=str(config.get("method", base.method)),
+                             task=str(config.get("task", base.task))).to_dict()
+    except (TypeError, ValueError):  # a store written by another version: compare with the plain defaults
+        defaults = base.to_dict()
     return {k: v for k, v in config.items() if k not in defaults or defaults[k] != v}
 
 
