@@ -111,14 +111,15 @@ def exchange_redo_or_exclude(grid: Grid, nodes: dict[int, int], messages: Sequen
             break
         deadline = deadline or time.monotonic() + rejoin
         gone = {partitions[i] for i in lost if partitions[i] not in rejected}
-        while gone and time.monotonic() < deadline:
+        while gone:  # asked at least once, so a node already back is found even with no rejoin window
             moved = find_partition_nodes(grid, nodes, gone, max(1.0, deadline - time.monotonic()))
             for p, node in moved.items():
                 log(WARNING, "fedforget: partition %d is back on node %d; redoing its work", p, node)
                 nodes[p] = node
                 gone.discard(p)
-            if gone:
-                time.sleep(0.5)
+            if not gone or time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
         pending = [i for i in lost if partitions[i] not in gone]
         for i in pending:
             current[i] = _readdress(messages[i], nodes[partitions[i]])

@@ -5,6 +5,7 @@ more, then that partition is excluded by rule: the run finishes and the ledger n
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from fedforget.store import Store
@@ -74,3 +75,65 @@ def test_safe_bad_reply_leaves_only_what_reads_that_partition_unbuilt(safe_refer
     assert set(built).isdisjoint(unbuilt["artifacts"])
     assert set(built) | set(unbuilt["artifacts"]) == set(safe_reference)
     assert all(built[a] == safe_reference[a] for a in built)  # every built artifact is bit-identical
+
+
+FEDSHARD = {**DIGITS, "method": "fedshard", "fanout": 2, "rounds-min": 1, "rounds-max": 1, "local-epochs": 1,
+            "seed": 4}
+SHARD_NODES = 4
+
+
+@pytest.fixture(scope="module")
+def fedshard_reference(tmp_path_factory) -> dict[str, str]:
+    return artifact_shas(train_in_process(tmp_path_factory.mktemp("fedshard") / "s", SHARD_NODES, **FEDSHARD))
+
+
+def test_fedshard_client_that_raises_once_is_redone_bit_identically(fedshard_reference, tmp_path):
+    store = run_with({"kinds": ("train.chain",), "raise_once": {3}}, tmp_path / "s", nodes=SHARD_NODES,
+                     config=FEDSHARD)
+    assert artifact_shas(store) == fedshard_reference
+    assert _unbuilt(store) == {"artifacts": [], "partitions": []}
+
+
+@pytest.mark.parametrize("how", BAD)
+def test_fedshard_bad_reply_leaves_that_clients_path_unbuilt_and_serving_falls_back(fedshard_reference, tmp_path,
+                                                                                     how, monkeypatch):
+    monkeypatch.setenv(REJOIN_ENV, "1")
+    store = run_with({"kinds": ("train.chain",), "tamper": {0: how}}, tmp_path / "s", nodes=SHARD_NODES,
+                     config=FEDSHARD)
+    built, unbuilt = artifact_shas(store), _unbuilt(store)
+    assert unbuilt["partitions"] == [0] and unbuilt["artifacts"]
+    assert set(built).isdisjoint(unbuilt["artifacts"])
+    assert set(built) | set(unbuilt["artifacts"]) == set(fedshard_reference)
+    assert all(built[a] == fedshard_reference[a] for a in built)
+    ledger = store.ledger()
+    try:
+        clients = {a["artifact"]: a["meta"]["clients"] for a in ledger.artifacts()}
+        assert all(0 not in c for c in clients.values())  # what is built never saw the lost partition
+        assert ledger.serving()["available"]  # served from the shards that do not need it
+    finally:
+        ledger.close()
+
+
+HOSFL = {"task": "digits-mlp", "partitioner": "iid", "lr": 0.02, "client-lr": 0.01, "method": "hosfl",
+         "num-rounds": 2, "clients-per-round": 3, "perturbations": 2, "eval-every": 2, "seed": 4}
+
+
+@pytest.fixture(scope="module")
+def hosfl_reference(tmp_path_factory) -> dict[str, str]:
+    return artifact_shas(train_in_process(tmp_path_factory.mktemp("hosfl") / "s", NODES, **HOSFL))
+
+
+def test_hosfl_client_that_raises_once_is_redone_bit_identically(hosfl_reference, tmp_path):
+    store = run_with({"kinds": ("train.forward", "train.zo"), "raise_once": {1}}, tmp_path / "s", config=HOSFL)
+    assert artifact_shas(store) == hosfl_reference
+    assert all(r["dropped"] == [] for r in store.metrics() if r["round"] > 0)
+
+
+@pytest.mark.parametrize("how", BAD)
+def test_hosfl_bad_reply_is_rejected_and_that_client_dropped_from_the_round(hosfl_reference, tmp_path, how):
+    store = run_with({"kinds": ("train.forward",), "tamper": {1: how}}, tmp_path / "s", config=HOSFL)
+    rows = [r for r in store.metrics() if r["round"] > 0]
+    assert len(rows) == HOSFL["num-rounds"]  # the run finished
+    assert all(r["dropped"] == [1] and r["forward-ok"] == [0, 2] for r in rows)
+    assert all(np.isfinite(r["train-loss"]) for r in rows)  # nothing of the bad reply reached θ_s
+    assert artifact_shas(store)  # the model over the clients that answered is built and served
