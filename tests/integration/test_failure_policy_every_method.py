@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from rich.console import Console
 
 from fedforget.store import Store
 from fedforget.strategies.failover import REJOIN_ENV
+from fedforget.unlearning.status import print_status, store_status
 
 from .helpers import DIGITS, artifact_shas, train_in_process
 from .test_node_failure import run_with
@@ -50,6 +52,9 @@ def test_fedavg_bad_reply_is_rejected_and_the_global_model_stays_unbuilt(fedavg_
         assert not ledger.serving()["available"]
     finally:
         ledger.close()
+    console = Console(record=True, width=200)
+    print_status(store_status(store, accuracy=False), console)
+    assert "1 artifact(s) unbuilt (fedavg/global): partition(s) [2] were lost" in console.export_text()
 
 
 SAFE = {**DIGITS, "method": "safe", "coarse": 2, "fine": 2, "num-rounds": 2, "adapter-steps": 6, "seed": 4}
