@@ -83,7 +83,7 @@ class ShardResult:
 
     state: Arrays
     weight: int
-    excluded: list[list[int]] = field(default_factory=list)  # [round, partition]; empty since the failure rule
+    excluded: list[list[int]] = field(default_factory=list)  # stays empty: a lost client leaves the shard unbuilt
 
 
 class ShardTrainer:
