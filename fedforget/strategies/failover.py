@@ -8,6 +8,12 @@ the partition's data, so a redone message gives the bytes the first would have. 
 not come back within the rejoin window is **excluded**: every artifact that needs it in this run is
 left unbuilt (not recorded, so never served; the next ``fedforget retrain`` builds it), and every
 artifact that does not need it is built exactly as in a run without the failure.
+
+A ClientApp that raised is redone once on the same node (a transient fault: memory, a full disk), then
+its partition is excluded like a lost one; only when every message of an exchange raised twice does the
+run stop (that is a bug, not a node fault). Every method (chains, FedShard, SAFE, fedavg, the split
+methods) sends its training messages through :func:`exchange_redo_or_exclude` and checks replies with
+:func:`check_reply`; what "excluded" leaves unbuilt is each method's own, named in the ledger.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from logging import WARNING
 
 import numpy as np
@@ -24,7 +30,7 @@ from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedforget.strategies.messaging import PARTITION_KEY, NodeFailure, send_slots
+from fedforget.strategies.messaging import PARTITION_KEY, NodeFailure, ReliableGrid, send_slots
 
 REJOIN_ENV = "FEDFORGET_NODE_REJOIN_S"
 DEFAULT_REJOIN_S = 90.0
@@ -71,27 +77,32 @@ def exchange_redo_or_exclude(grid: Grid, nodes: dict[int, int], messages: Sequen
                              rejoin: float | None = None) -> tuple[list[Message | None], set[int]]:
     """Send ``messages`` (``partitions[i]`` holds the data of message i); return the valid replies in
     message order (None where excluded) and the partitions excluded. ``nodes`` is updated in place
-    when a partition comes back on a new node. A ClientApp that raised stops the run (NodeFailure)."""
+    when a partition comes back on a new node. A ClientApp that raised, or a reply ``validate``
+    rejects, gets one more try on the same node, then its partition is excluded; if every message
+    raised twice, the run stops (:class:`NodeFailure`, with the first reason)."""
     rejoin = rejoin_window() if rejoin is None else rejoin
     replies: list[Message | None] = [None] * len(messages)
     pending = list(range(len(messages)))
     current = list(messages)
     deadline: float | None = None
     rejected: dict[int, int] = {}
+    raised_why: dict[int, str] = {}
     while pending:
         answers = send_slots(grid, [current[i] for i in pending], timeout)
         lost = []
         for i, reply in zip(pending, answers, strict=True):
             p = partitions[i]
-            if reply is not None and reply.has_error() and reply.error.code not in GONE:
-                raise NodeFailure(f"partition {p}'s ClientApp failed: [{reply.error.code}] {reply.error.reason}")
+            raised = reply is not None and reply.has_error() and reply.error.code not in GONE
             why = "no reply" if reply is None else (
-                f"error {reply.error.code}" if reply.has_error() else (validate(reply, i) if validate else None))
+                f"error [{reply.error.code}] {reply.error.reason}" if reply.has_error()
+                else (validate(reply, i) if validate else None))
             if why is None:
                 replies[i] = reply
                 continue
             log(WARNING, "fedforget: partition %d: %s", p, why)
-            if reply is not None and not reply.has_error():  # malformed: the same node gets one more try
+            if raised:
+                raised_why[i] = why
+            if reply is not None and (raised or not reply.has_error()):  # raised or malformed: one more try
                 rejected[p] = rejected.get(p, 0) + 1
                 if rejected[p] > 1:
                     continue  # excluded
@@ -100,57 +111,114 @@ def exchange_redo_or_exclude(grid: Grid, nodes: dict[int, int], messages: Sequen
             break
         deadline = deadline or time.monotonic() + rejoin
         gone = {partitions[i] for i in lost if partitions[i] not in rejected}
-        while gone and time.monotonic() < deadline:
+        while gone:  # asked at least once, so a node already back is found even with no rejoin window
             moved = find_partition_nodes(grid, nodes, gone, max(1.0, deadline - time.monotonic()))
             for p, node in moved.items():
                 log(WARNING, "fedforget: partition %d is back on node %d; redoing its work", p, node)
                 nodes[p] = node
                 gone.discard(p)
-            if gone:
-                time.sleep(0.5)
+            if not gone or time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
         pending = [i for i in lost if partitions[i] not in gone]
         for i in pending:
             current[i] = _readdress(messages[i], nodes[partitions[i]])
     excluded = {partitions[i] for i, r in enumerate(replies) if r is None}
+    if messages and len(raised_why) == len(messages) and all(r is None for r in replies):
+        raise NodeFailure(f"every ClientApp failed (a bug, not a node fault): {raised_why[0]}")
     if excluded:
         log(WARNING, "fedforget: partition(s) %s excluded from this run; what needs them stays unbuilt",
             sorted(excluded))
     return replies, excluded
 
 
+class PartitionsExcluded(RuntimeError):
+    """Partitions excluded mid-run where the method cannot build anything without them (fedavg's one
+    global model): the run stops building, names them, and what they were needed for stays unbuilt."""
+
+    def __init__(self, partitions: set[int]) -> None:
+        super().__init__(f"partition(s) {sorted(partitions)} excluded")
+        self.partitions = set(partitions)
+
+
+class PolicyGrid(ReliableGrid):
+    """A Grid whose ``send_and_receive`` (what Flower's strategies call) follows the failure rule:
+    redo on restart, replies checked with ``validate(reply, partition, message)``, and
+    :class:`PartitionsExcluded` when a partition is lost for good in a ``train`` exchange."""
+
+    def __init__(self, inner: Grid, nodes: dict[int, int],
+                 validate: Callable[[Message, int, Message], str | None]) -> None:
+        super().__init__(inner)
+        self.nodes, self.validate = nodes, validate
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        messages = list(messages)
+        partition_of = {n: p for p, n in self.nodes.items()}
+        partitions = [partition_of[m.metadata.dst_node_id] for m in messages]
+        replies, lost = exchange_redo_or_exclude(
+            self.inner, self.nodes, messages, partitions, timeout if timeout is not None else float("inf"),
+            lambda reply, i: self.validate(reply, partitions[i], messages[i]))
+        trained = {p for p, m in zip(partitions, messages, strict=True) if m.metadata.message_type == MessageType.TRAIN}
+        if lost & trained:  # a lost evaluation only leaves that partition out of the round's metrics
+            raise PartitionsExcluded(lost & trained)
+        return [r for r in replies if r is not None]
+
+
 #: Bytes a serialised array may add to its tensor data (its name, dtype and shape header).
 FRAMING_PER_TENSOR = 512
 
 
-def check_chain_reply(reply: Message, partition: int, sent: dict[str, np.ndarray], max_examples: int) -> str | None:
-    """Why a client's ``train.chain`` reply cannot be aggregated (None if it can): it must come from the
-    partition asked, carry exactly the tensors sent (names, shapes, dtypes, finite values), no more bytes
-    than those, and sane metrics. A client cannot crash the run or smuggle data in with a bad reply."""
+def check_reply(reply: Message, partition: int, *, sent: dict[str, np.ndarray] | None = None,
+                max_examples: int | None = None, numbers: tuple[str, ...] = ("train-loss",),
+                record: str = "metrics", max_bytes: int | None = None) -> str | None:
+    """Why a client's reply cannot be used (None if it can). ``content[record]`` must name the partition
+    asked; ``num-examples`` (when ``max_examples`` is given) lies in 0..max_examples; every key in
+    ``numbers`` is a finite number. With ``sent``, ``content["arrays"]`` must carry exactly the tensors
+    sent (names, shapes, dtypes) and no more bytes than those; without it, all the reply's arrays together
+    stay under ``max_bytes``. Every float tensor must be finite. A client cannot crash the run or smuggle
+    data in with a bad reply."""
     content = reply.content
-    if "arrays" not in content or "metrics" not in content:
-        return "malformed reply: no arrays or metrics"
-    expected = sum(int(v.nbytes) for v in sent.values())
-    size = content["arrays"].count_bytes()
-    if size > expected + 4096 + FRAMING_PER_TENSOR * len(sent):  # serialised arrays carry name + header each
-        return f"oversized reply: {size} bytes of arrays, {expected} expected"
-    metrics = content["metrics"]
+    if record not in content.config_records and record not in content.metric_records:
+        return f"malformed reply: no {record}"
+    if sent is not None and "arrays" not in content:
+        return "malformed reply: no arrays"
+    size = sum(r.count_bytes() for r in content.array_records.values())
+    if sent is not None:
+        expected = sum(int(v.nbytes) for v in sent.values())
+        max_bytes = expected + 4096 + FRAMING_PER_TENSOR * len(sent)  # serialised arrays carry name + header
+    if max_bytes is not None and size > max_bytes:
+        return f"oversized reply: {size} bytes of arrays, at most {max_bytes} expected"
+    info = content[record]
     try:
-        pid, examples, loss = int(metrics[PARTITION_KEY]), int(metrics["num-examples"]), float(metrics["train-loss"])
+        pid = int(info[PARTITION_KEY])
+        examples = int(info["num-examples"]) if max_examples is not None else 0
+        values = [float(info[k]) for k in numbers]
     except (KeyError, TypeError, ValueError):
-        return "malformed metrics"
+        return f"malformed {record}"
     if pid != partition:
         return f"reply claims partition {pid}, not {partition}"
-    if not 0 <= examples <= max_examples or not math.isfinite(loss):
-        return f"implausible metrics (num-examples {examples}, loss {loss})"
+    if max_examples is not None and not 0 <= examples <= max_examples:
+        return f"implausible num-examples {examples}"
+    if not all(math.isfinite(v) for v in values):
+        return f"non-finite {', '.join(numbers)}: {values}"
     try:
-        arrays = {k: v.numpy() for k, v in content["arrays"].items()}
+        arrays = {f"{name}/{k}": v.numpy() for name, r in content.array_records.items() for k, v in r.items()}
     except Exception as exc:  # noqa: BLE001 - any undecodable array
         return f"undecodable arrays ({type(exc).__name__})"
-    if set(arrays) != set(sent):
-        return f"unexpected tensors {sorted(set(arrays) ^ set(sent))[:3]}"
+    if sent is not None:
+        got = {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith("arrays/")}
+        if set(got) != set(sent):
+            return f"unexpected tensors {sorted(set(got) ^ set(sent))[:3]}"
+        for key, value in got.items():
+            if value.shape != sent[key].shape or value.dtype != sent[key].dtype:
+                return (f"tensor {key}: {value.dtype}{list(value.shape)}, "
+                        f"expected {sent[key].dtype}{list(sent[key].shape)}")
     for key, value in arrays.items():
-        if value.shape != sent[key].shape or value.dtype != sent[key].dtype:
-            return f"tensor {key}: {value.dtype}{list(value.shape)}, expected {sent[key].dtype}{list(sent[key].shape)}"
-        if not np.isfinite(value).all():
+        if np.issubdtype(value.dtype, np.inexact) and not np.isfinite(value).all():
             return f"tensor {key} has non-finite values"
     return None
+
+
+def check_chain_reply(reply: Message, partition: int, sent: dict[str, np.ndarray], max_examples: int) -> str | None:
+    """:func:`check_reply` for a ``train.chain`` reply: the tensors sent, examples, a finite loss."""
+    return check_reply(reply, partition, sent=sent, max_examples=max_examples)

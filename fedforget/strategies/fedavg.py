@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from logging import INFO
+from logging import INFO, WARNING
 
 import numpy as np
 import torch
@@ -16,9 +16,11 @@ from flwr.supercore import log
 from fedforget.core.config import RunConfig, sample_clients
 from fedforget.core.seeds import derive_seed
 from fedforget.core.slicing import UnitId
+from fedforget.strategies.failover import PartitionsExcluded, PolicyGrid, check_reply
 from fedforget.strategies.messaging import (
     PARTITION_KEY,
     NodeFailure,
+    ReliableGrid,
     check_replies,
     discover_partitions,
     record_bytes,
@@ -41,7 +43,9 @@ class PartitionFedAvg(FedAvg):
     """Flower's FedAvg with the choices exactness needs.
 
     Partitions (not random node ids) are sampled, with a seed per round; replies are aggregated in
-    partition order; an error or missing reply stops the run instead of being averaged around.
+    partition order. The Grid it runs on (:class:`PolicyGrid`) redoes lost or failed messages and
+    checks every reply; a partition lost for good stops the training instead of being averaged
+    around (the global model needs every partition: it stays unbuilt until ``retrain``).
     """
 
     def __init__(self, nodes: dict[int, int], train_partitions: list[int], fraction_train: float,
@@ -57,10 +61,11 @@ class PartitionFedAvg(FedAvg):
         #: What the clients reported in the last round, for metrics.jsonl.
         self.round_report: dict[str, object] = {}
         self._expected = 0
+        self._expected_type = MessageType.TRAIN
 
     def _messages(self, partitions: list[int], arrays: ArrayRecord, config: ConfigRecord,
                   message_type: str) -> list[Message]:
-        self._expected = len(partitions)
+        self._expected, self._expected_type = len(partitions), message_type
         return list(self._construct_messages(RecordDict({"arrays": arrays, "config": config}),
                                              [self.nodes[p] for p in partitions], message_type))
 
@@ -82,7 +87,7 @@ class PartitionFedAvg(FedAvg):
     def _sorted_complete(self, replies: Iterable[Message]) -> list[Message]:
         replies = list(replies)
         check_replies(replies)
-        if len(replies) != self._expected:
+        if len(replies) != self._expected and self._expected_type == MessageType.TRAIN:
             raise NodeFailure(f"{self._expected - len(replies)} node(s) did not reply before the round timeout")
         return sorted(replies, key=lambda r: int(r.content["metrics"][PARTITION_KEY]))
 
@@ -132,11 +137,19 @@ def run_fedavg(grid: Grid, cfg: RunConfig) -> None:
         ledger.load_samples(run.plan.slices)
         ledger.set_plan({"kind": "single", "artifact": ARTIFACT})
     try:
-        sha, participants = _train(grid, run)
-        ledger.record_artifact(ARTIFACT, sha, "lora+head", all_units(run, participants), watermark,
-                               {"adapter": DEFAULT_ADAPTER, "rounds": cfg.num_rounds, "slot": DEFAULT_ADAPTER})
+        try:
+            sha, participants = _train(grid, run)
+        except PartitionsExcluded as lost:  # the global model needs every partition: it stays unbuilt
+            sha, participants = None, lost.partitions
+            ledger.set_meta("unbuilt", {"artifacts": [ARTIFACT], "partitions": sorted(lost.partitions)})
+            log(WARNING, "fedforget: %s stays unbuilt: partition(s) %s were lost; run `fedforget retrain` "
+                "when they are back", ARTIFACT, sorted(lost.partitions))
+        else:
+            ledger.set_meta("unbuilt", {"artifacts": [], "partitions": []})
+            ledger.record_artifact(ARTIFACT, sha, "lora+head", all_units(run, participants), watermark,
+                                   {"adapter": DEFAULT_ADAPTER, "rounds": cfg.num_rounds, "slot": DEFAULT_ADAPTER})
         if cfg.action == "retrain":
-            ledger.finish_retrain(watermark, [ARTIFACT])
+            ledger.finish_retrain(watermark, [ARTIFACT] if sha else [])
         else:
             ledger.refresh_serving()
         evaluate_serving(run, ledger)
@@ -144,6 +157,15 @@ def run_fedavg(grid: Grid, cfg: RunConfig) -> None:
         ledger.close()
     run.store.update_manifest(**{"rounds-done": cfg.num_rounds})
     log(INFO, "fedforget: store written to %s (artifact %s sha256 %s)", run.store.root, ARTIFACT, sha)
+
+
+def check_fedavg_reply(run: ServerRun, reply: Message, partition: int, sent: Message) -> str | None:
+    """A train reply carries the tensors sent back, trained on at most the partition's examples;
+    an evaluate reply carries finite metrics and no tensors."""
+    if sent.metadata.message_type == MessageType.TRAIN:
+        return check_reply(reply, partition, sent=to_numpy(sent.content["arrays"]),
+                           max_examples=len(run.plan.partition_ids(partition)))
+    return check_reply(reply, partition, numbers=("accuracy", "loss"), max_bytes=0)
 
 
 def _train(grid: Grid, run: ServerRun) -> tuple[str, set[int]]:
@@ -164,7 +186,9 @@ def _train(grid: Grid, run: ServerRun) -> tuple[str, set[int]]:
         return MetricRecord({"accuracy": result["accuracy"], "loss": result["loss"]})
 
     initial = ArrayRecord(run.bundle.initial_state)
-    result = strategy.start(grid, initial, num_rounds=cfg.num_rounds, timeout=cfg.round_timeout,
+    policy = PolicyGrid(grid.inner if isinstance(grid, ReliableGrid) else grid, run.nodes,
+                        lambda reply, partition, sent: check_fedavg_reply(run, reply, partition, sent))
+    result = strategy.start(policy, initial, num_rounds=cfg.num_rounds, timeout=cfg.round_timeout,
                             train_config=ConfigRecord({"adapter": DEFAULT_ADAPTER}), evaluate_fn=evaluate_fn)
     final = {k: np.ascontiguousarray(v) for k, v in to_numpy(result.arrays).items()}
     sha = run.store.put_arrays(final, {"artifact": ARTIFACT, "method": cfg.method, "task": cfg.task})

@@ -13,9 +13,12 @@ with the cached rounds: the path to the root for a leaving client (digest §4.3,
 ``plan-file`` replays a stored tree instead of running A1/A2 (what ``verify`` does: the guarantee
 is relative to the plan, digest G17).
 
-A node that fails in a round (an error reply, or none within ``round-timeout``) is left out of
-that round of its shard by rule and recorded (``excluded`` in the shard's metadata), so one dead
-node does not stall the stage.
+Node failures follow the rule of :mod:`fedforget.strategies.failover`: a lost node is redone on the
+node that now holds its partition, a raising one once more on the same node, a bad reply (NaN,
+oversized, another partition's, malformed) is rejected. A partition lost for good is excluded: every
+shard that has it as a client (its path to the root) stays unbuilt, named in the ledger's ``unbuilt``
+(serving falls back as after its leaving; ``retrain`` builds the path later), and every other shard
+is built exactly as without the failure, so one dead node does not stall the stage.
 """
 
 from __future__ import annotations
@@ -55,11 +58,11 @@ from fedforget.store.check import corrupt_artifacts
 from fedforget.store.ledger import Ledger
 from fedforget.strategies.chain_model import default_module_init, initial_head
 from fedforget.strategies.chains import CHAIN_MESSAGE, evaluate_serving, send_forget
+from fedforget.strategies.failover import check_chain_reply, exchange_redo_or_exclude
 from fedforget.strategies.messaging import (
     PARTITION_KEY,
     discover_partitions,
     payload_bytes,
-    send_slots,
     to_numpy,
     to_record,
 )
@@ -80,7 +83,7 @@ class ShardResult:
 
     state: Arrays
     weight: int
-    excluded: list[list[int]] = field(default_factory=list)  # [round, partition]
+    excluded: list[list[int]] = field(default_factory=list)  # stays empty: a lost client leaves the shard unbuilt
 
 
 class ShardTrainer:
@@ -92,6 +95,9 @@ class ShardTrainer:
         self.cfg = run.cfg
         self.gone = gone or set()  # clients with no data left: not contacted
         self.rebuilt: list[str] = []
+        #: partitions lost in this run and the shards left unbuilt because they have one as a client
+        self.excluded: set[int] = set()
+        self.unbuilt: list[str] = []
         self.client_rounds = 0
         self.client_angles: dict[int, float] = {}
         self._probe: dict[int, Arrays] = {}
@@ -103,6 +109,10 @@ class ShardTrainer:
     def _members(self, shard: ShardNode) -> list[int]:
         return [c for c in shard.clients if c not in self.gone]
 
+    def lost(self, shard: ShardNode) -> bool:
+        """Whether ``shard`` has a client excluded in this run (it, and its path up, stay unbuilt)."""
+        return bool(set(shard.clients) & self.excluded)
+
     def _message(self, shard: ShardNode, partition: int, state: Arrays, server_round: int) -> Message:
         slices = list(range(len(self.run.plan.slices[partition])))
         content = RecordDict({
@@ -112,32 +122,42 @@ class ShardTrainer:
         })
         return Message(content, dst_node_id=self.run.nodes[partition], message_type=CHAIN_MESSAGE)
 
+    def _exchange(self, messages: list[Message], parts: list[int], starts: list[Arrays]) -> list[Message | None]:
+        """Send one round's messages under the failure rule; the valid replies (None: partition excluded)."""
+        def valid(reply: Message, i: int) -> str | None:
+            return check_chain_reply(reply, parts[i], starts[i], len(self.run.plan.partition_ids(parts[i])))
+
+        replies, lost = exchange_redo_or_exclude(self.grid, self.run.nodes, messages, parts, self.cfg.round_timeout,
+                                                 valid)
+        self.excluded |= lost
+        return replies
+
     def train_stage(self, shards: Sequence[ShardNode], inits: dict[int, Arrays]) -> dict[int, ShardResult]:
         """FedAvg inside each shard for its own number of rounds; shards with fewer rounds idle."""
         current = dict(inits)
         results = {s.index: ShardResult(inits[s.index], 0) for s in shards}
         probe = self.cfg.action == "train" and bool(shards) and shards[0].stage == 1
         for server_round in range(1, max((s.rounds for s in shards), default=0) + 1):
-            active = [s for s in shards if s.rounds >= server_round and self._members(s)]
-            messages, owners = [], []
+            active = [s for s in shards if s.rounds >= server_round and self._members(s) and not self.lost(s)]
+            messages, owners, parts = [], [], []
             for s in active:
                 for p in self._members(s):
                     messages.append(self._message(s, p, current[s.index], server_round))
                     owners.append((s.index, p))
+                    parts.append(p)
             started = time.monotonic()
-            replies = send_slots(self.grid, messages, self.cfg.round_timeout)
+            starts = [current[i] for i, _ in owners]
+            replies = self._exchange(messages, parts, starts)
             answered = dict(zip(owners, replies, strict=True))
             examples, losses = 0, []
             for s in active:
+                if self.lost(s):
+                    log(WARNING, "fedforget: %s round %d: a client was lost; the shard stays unbuilt", s.artifact,
+                        server_round)
+                    continue
                 useful = []
                 for p in self._members(s):
-                    reply = answered.get((s.index, p))
-                    if reply is None or reply.has_error():
-                        why = reply.error.reason if reply is not None else "no reply before the round timeout"
-                        log(WARNING, "fedforget: %s round %d: partition %d left out (%s)", s.artifact,
-                            server_round, p, why)
-                        results[s.index].excluded.append([server_round, p])
-                        continue
+                    reply = answered[(s.index, p)]
                     if int(reply.content["metrics"]["num-examples"]) > 0:
                         useful.append(reply.content)
                 if probe and server_round == 1:
@@ -159,6 +179,9 @@ class ShardTrainer:
                 "seconds": time.monotonic() - started, "action": self.cfg.action})
         if probe:
             self._finish_probe()
+        for s in shards:
+            if self.lost(s):  # nothing of it is used: weight 0, state as it started
+                results[s.index] = ShardResult(inits[s.index], 0)
         return results
 
     def _finish_probe(self) -> None:
@@ -172,6 +195,9 @@ class ShardTrainer:
         self.client_angles = {c: float(a) for c, a in zip(clients, update_angles(updates), strict=True)}
 
     def record(self, shard: ShardNode, result: ShardResult, angle: float, signed: float) -> None:
+        if self.lost(shard):
+            self.unbuilt.append(shard.artifact)
+            return
         sha = self.run.store.put_arrays(result.state, {"artifact": shard.artifact, "method": self.cfg.method,
                                                        "task": self.cfg.task})
         units = [f"{c}:{s}" for c in shard.clients for s in range(len(self.run.plan.slices[c]))]
@@ -274,6 +300,7 @@ def run_fedshard(grid: Grid, cfg: RunConfig) -> None:
         trainer = ShardTrainer(grid, run, ledger, watermark=0)
         tree = _train_tree(trainer, cfg, sorted(nodes), replay)
         ledger.set_plan(tree.serving_json(cfg.fallback))
+        ledger.set_meta("unbuilt", {"artifacts": trainer.unbuilt, "partitions": sorted(trainer.excluded)})
         ledger.set_meta("client-angles", {str(c): a for c, a in trainer.client_angles.items()})
         run.store.update_manifest(plan=tree.to_json(), **{"rounds-done": sum(
             max(s.rounds for s in stage) for stage in tree.stages)})
@@ -325,6 +352,7 @@ def retrain_fedshard(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
                 log(INFO, "fedforget: FedShard stage %d/%d: retrained %s", stage[0].stage, len(tree.stages),
                     ", ".join(s.artifact for s in todo))
             below = stage
+        ledger.set_meta("unbuilt", {"artifacts": trainer.unbuilt, "partitions": sorted(trainer.excluded)})
         serving = ledger.finish_retrain(watermark, trainer.rebuilt)
         result = evaluate_serving(run, ledger)
         run.store.append_metrics({"final": True, "action": "retrain", "accuracy": result["accuracy"],

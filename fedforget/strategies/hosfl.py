@@ -19,11 +19,15 @@ for the round (its own optimizer), steps it on every local batch, and averages t
 (SFLv1, the paper's baseline, where non-IID client drift comes from). HO-SFL's server keeps a shadow θ_c,
 updated with the same (seeds, v̄) as every client, and evaluates [θ_c; θ_s] on the test split.
 
-Failure rule: each exchange waits at most ``round-timeout`` seconds. A client that answers with an
-error or not at all is dropped for the rest of the round: the round goes on with the K' clients
-that answered (θ_s steps on their mean gradient; v̄ is their mean); if nobody answers, the round's
-update is zero. A dropped client is not behind for good: its version stays where it was, and the
-next time it is sampled it replays the missed (seed, v̄) entries.
+Failure rule (the common one of :mod:`fedforget.strategies.failover`, with no rejoin wait: a round
+cannot be held for a node): each exchange waits at most ``round-timeout`` seconds. A client whose
+ClientApp raised, or whose reply is malformed, NaN, oversized or claims another partition, is asked
+once more; a restarted node that is already back is redone on its new node id. A client still
+failing, or silent, is dropped for the rest of the round (named in the round's ``dropped``): the
+round goes on with the K' clients that answered (θ_s steps on their mean gradient; v̄ is their
+mean); if nobody answers, the round's update is zero; if every client raised twice, the run stops
+(a bug, not a node fault). A dropped client is not behind for good: its version stays where it was,
+and the next time it is sampled it replays the missed (seed, v̄) entries.
 
 Traffic is measured on the real messages: payload bytes per record, the records being named by
 kind (activations, feedback, aggregation, control), in each direction; Flower's own serialized size
@@ -46,8 +50,9 @@ from torch import nn
 from fedforget.core.config import ConfigError, RunConfig
 from fedforget.core.hosfl_plan import History, TrafficLedger, round_seeds, sample_round
 from fedforget.core.seeds import derive_seed
+from fedforget.strategies.failover import FRAMING_PER_TENSOR, check_reply, exchange_redo_or_exclude
 from fedforget.strategies.fedavg import all_units
-from fedforget.strategies.messaging import PARTITION_KEY, discover_partitions, send_with_retries
+from fedforget.strategies.messaging import discover_partitions
 from fedforget.strategies.run_setup import prepare_server_run
 from fedforget.tasks.split import SplitModel, cached_split_model, split_device
 from fedforget.training import zo
@@ -128,6 +133,7 @@ class SplitRun:
         self.samples = 0
         self.peak_rss = 0.0  # the largest client peak RSS reported this round (MB)
         self.artifact = f"{cfg.method}/global"
+        self.max_reply_bytes = self._reply_bound()
 
     def _optimizer(self, params: Sequence[torch.Tensor] | None = None) -> torch.optim.Optimizer | None:
         if self.cfg.method == "zo-sfl" and params is None:
@@ -145,14 +151,15 @@ class SplitRun:
         """Send, wait at most ``round-timeout``; the partitions that answered cleanly, with their replies."""
         for m in msgs.values():
             count_message(self.ledger, m, "down")
-        replies = send_with_retries(self.grid, list(msgs.values()), self.cfg.round_timeout)
+        parts = list(msgs)
+        replies, _ = exchange_redo_or_exclude(self.grid, self.nodes, list(msgs.values()), parts,
+                                              self.cfg.round_timeout, lambda r, i: self._check(r, parts[i], phase),
+                                              rejoin=0.0)
+        self.partition_of = {n: p for p, n in self.nodes.items()}
         ok: dict[int, Message] = {}
-        for r in replies:
-            if r.has_error():
-                log(WARNING, "fedforget: %s: a client answered with an error, dropped for this round: [%s] %s",
-                    phase, r.error.code, r.error.reason)
+        for part, r in zip(parts, replies, strict=True):
+            if r is None:
                 continue
-            part = int(r.content["control"][PARTITION_KEY])
             ok[part] = r
             count_message(self.ledger, r, "up")
             self.peak_rss = max(self.peak_rss, float(r.content["control"].get("peak-rss-mb", 0.0)))
@@ -161,6 +168,33 @@ class SplitRun:
             log(WARNING, "fedforget: %s: partitions %s did not answer within %.0f s or failed; the round goes on "
                 "with %d of %d", phase, missing, self.cfg.round_timeout, len(ok), len(msgs))
         return dict(sorted(ok.items()))
+
+    def _check(self, reply: Message, part: int, phase: str) -> str | None:
+        """A reply names its partition and carries finite tensors, at most :attr:`max_reply_bytes` of them,
+        with the activations (and labels) a forward reply needs, or the aggregate a ``zo`` reply needs."""
+        why = check_reply(reply, part, record="control", numbers=(), max_bytes=self.max_reply_bytes)
+        if why is None and phase == "forward":
+            acts = reply.content.array_records.get("activations")
+            prefix = "plus-" if self.cfg.method == "zo-sfl" else ""
+            if acts is None or f"{prefix}z" not in acts or "y" not in acts:
+                return "malformed reply: no activations"
+        if why is None and phase == "zo" and "aggregation" not in reply.content.array_records:
+            return "malformed reply: no aggregation"
+        return why
+
+    def _reply_bound(self) -> int:
+        """The most bytes of tensors any reply may carry: two batches of activations (ZO-SFL sends z₊ and
+        z₋) with their labels, θ_c, the P scalars, and framing; measured on one test example."""
+        inputs = tuple(x[:1].to(self.device) for x in self.run.data.test.inputs)
+        client, was_training = self.split.client, self.split.client.training
+        client.eval()  # no dropout draw, no norm statistics: the run's state is untouched
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            out = client(*inputs)
+        client.train(was_training)
+        out = out if isinstance(out, tuple) else (out,)
+        per_example = sum(int(t.nbytes) for t in out) + 8  # + the int64 label
+        return (2 * self.cfg.batch_size * per_example + 4 * self.split.d_c + 8 * self.cfg.perturbations
+                + 4096 + 8 * FRAMING_PER_TENSOR)
 
     def _message(self, part: int, records: dict[str, ArrayRecord | ConfigRecord], kind: str,
                  server_round: int) -> Message:

@@ -7,6 +7,10 @@ partition order. Prototype sums come per cell (the ledger's unit), each one an a
 ``action='retrain'``: clients delete forgotten samples for good, then only invalid cliques retrain
 (from their seeded init, same seeds and rounds) and only invalid cells resend prototype sums.
 SAFE-DP (``safe-dp=true``): one artifact per class node; see :mod:`fedforget.tasks.safe_dp_training`.
+
+Failures follow the rule of :mod:`fedforget.strategies.failover`: a lost or raising node is redone, a
+bad reply rejected; a partition excluded for good leaves every artifact that reads its cells unbuilt
+(named in the ledger's ``unbuilt``), and every other artifact is built as without the failure.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from fedforget.core.safe_dp import request_budget
 from fedforget.core.safe_graph import SafePlan, build_safe_plan
 from fedforget.core.seeds import derive_seed
 from fedforget.store.ledger import Ledger
-from fedforget.strategies.messaging import PARTITION_KEY, discover_partitions, exchange, to_numpy
+from fedforget.strategies.failover import FRAMING_PER_TENSOR, check_reply, exchange_redo_or_exclude
+from fedforget.strategies.messaging import NodeFailure, discover_partitions, to_numpy
 from fedforget.strategies.run_setup import ServerRun, open_server_run, prepare_server_run
 from fedforget.strategies.safe_client import PARAM_KEYS, SEP, frozen_backbone
 from fedforget.tasks.safe_adapters import init_adapters
@@ -88,6 +93,9 @@ class SafeTrainer:
         self.rebuilt: list[str] = []
         self.client_rounds = 0
         self.samples_visited = 0
+        #: partitions lost in this run and the artifacts left unbuilt because they read their cells
+        self.excluded: set[int] = set()
+        self.unbuilt: list[str] = []
 
     def specs(self, wanted: set[str] | None) -> list[dict[str, object]]:
         """What each artifact trains: its classes and the units (cells) it reads."""
@@ -107,10 +115,21 @@ class SafeTrainer:
         current = {str(s["id"]): self._init(s) for s in specs}
         for server_round in range(1, self.cfg.num_rounds + 1):
             current = self._round(specs, current, server_round)
+            specs = self._drop_excluded(specs)
             log(INFO, "fedforget: safe round %d/%d: %d adapter artifact(s)", server_round, self.cfg.num_rounds,
                 len(specs))
         for s in specs:
             self._finish(s, current[str(s["id"])])
+
+    def _drop_excluded(self, specs: list[dict[str, object]]) -> list[dict[str, object]]:
+        """Artifacts that read a lost partition's cells stop here and stay unbuilt."""
+        kept = []
+        for s in specs:
+            if set(self.plan.participants(s["units"])) & self.excluded:  # type: ignore[arg-type]
+                self.unbuilt.append(str(s["id"]))
+            else:
+                kept.append(s)
+        return kept
 
     def _init(self, spec: dict[str, object]) -> Arrays:
         classes = list(spec["classes"])  # type: ignore[arg-type]
@@ -135,8 +154,19 @@ class SafeTrainer:
             messages.append(Message(RecordDict({"arrays": _record(arrays), "config": config}),
                                     dst_node_id=self.run.nodes[p], message_type=TRAIN_MESSAGE))
         started = time.monotonic()
-        replies = exchange(self.grid, messages, self.cfg.round_timeout)
-        replies = sorted(replies, key=lambda r: int(r.content["metrics"][PARTITION_KEY]))
+        parts = sorted(by_node)
+
+        def valid(reply: Message, i: int) -> str | None:
+            items = by_node[parts[i]]
+            sent = to_numpy(messages[i].content["arrays"])
+            rows = len(self.run.plan.partition_ids(parts[i])) * len(items)
+            return check_reply(reply, parts[i], sent=sent, max_examples=rows, numbers=()) or check_counts(
+                reply, {str(it["id"]) for it in items}, rows)
+
+        answered, lost = exchange_redo_or_exclude(self.grid, self.run.nodes, messages, parts,
+                                                  self.cfg.round_timeout, valid)
+        self.excluded |= lost
+        replies = [r for r in answered if r is not None]  # in partition order
         spec_dp = {str(s["id"]): bool(s["dp"]) for s in specs}
         contributions: dict[str, list[tuple[int, Arrays]]] = {}
         losses = []
@@ -179,6 +209,19 @@ class SafeTrainer:
         self.rebuilt.append(aid)
 
 
+def check_counts(reply: Message, adapters: set[str], max_examples: int) -> str | None:
+    """A ``train.safe`` reply's per-adapter counts and losses: adapters sent, plausible counts, finite losses."""
+    try:
+        counts = json.loads(str(reply.content["info"]["counts"]))
+        losses = json.loads(str(reply.content["info"]["losses"]))
+        bad = (set(counts) - adapters or set(losses) - adapters
+               or not all(0 <= int(n) <= max_examples for n in counts.values())
+               or not all(np.isfinite(float(v)) for v in losses.values()))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return "malformed info"
+    return "implausible counts or losses" if bad else None
+
+
 def fedavg(contributions: list[tuple[int, Arrays]]) -> Arrays:
     """FedAvg of one block, weighted by that block's own sample counts, summed in the given order."""
     total = float(sum(n for n, _ in contributions))
@@ -192,17 +235,33 @@ def fedavg(contributions: list[tuple[int, Arrays]]) -> Arrays:
 
 
 def collect_prototypes(grid: Grid, run: ServerRun, plan: SafePlan, ledger: Ledger, units: list[str],
-                       watermark: int, dim: int) -> list[str]:
-    """Ask the holders of ``units`` for their cells' prototype sums; one artifact per cell."""
+                       watermark: int, dim: int, unbuilt: list[str], excluded: set[int]) -> list[str]:
+    """Ask the holders of ``units`` for their cells' prototype sums; one artifact per cell. Cells of a
+    partition lost for good are added to ``unbuilt`` (and it to ``excluded``)."""
     if not units:
         return []
     by_node = plan.participants(units)
     messages = [Message(RecordDict({"config": ConfigRecord({"cells": json.dumps(cells), "dim": dim,
                                                              **_plan_config(plan, p)})}),
                         dst_node_id=run.nodes[p], message_type=PROTO_MESSAGE) for p, cells in by_node.items()]
+    parts = list(by_node)
+
+    def valid(reply: Message, i: int) -> str | None:
+        cells = by_node[parts[i]]
+        # per cell: a float64 sum of ``dim`` values and one int64 count, each framed
+        why = check_reply(reply, parts[i], numbers=(), max_bytes=len(cells) * (dim * 8 + 8 + 2 * FRAMING_PER_TENSOR))
+        wanted = {f"{c}{SEP}{k}" for c in cells for k in ("sum", "count")}
+        if why is None and ("arrays" not in reply.content or set(reply.content["arrays"]) != wanted):
+            return "unexpected prototype tensors"
+        return why
+
+    answered, lost = exchange_redo_or_exclude(grid, run.nodes, messages, parts, run.cfg.round_timeout, valid)
     rebuilt = []
-    for reply in exchange(grid, messages, run.cfg.round_timeout):
-        p = int(reply.content["metrics"][PARTITION_KEY])
+    for p, reply in zip(parts, answered, strict=True):
+        if reply is None:  # lost partition: its cells' prototypes stay unbuilt
+            unbuilt.extend(plan.proto_id(f"{p}:{cell}") for cell in by_node[p])
+            excluded.add(p)
+            continue
         arrays = to_numpy(reply.content["arrays"])
         for cell in by_node[p]:
             unit = f"{p}:{cell}"
@@ -221,7 +280,11 @@ def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> 
     messages = [Message(RecordDict({"arrays": _record({"samples": np.asarray(ids, dtype=np.int64)})}),
                         dst_node_id=run.nodes[p], message_type=FORGET_MESSAGE)
                 for p, ids in sorted(forgotten.items())]
-    return sum(int(r.content["info"]["deleted"]) for r in exchange(grid, messages, run.cfg.round_timeout))
+    replies, lost = exchange_redo_or_exclude(grid, run.nodes, messages, sorted(forgotten), run.cfg.round_timeout)
+    if lost:
+        raise NodeFailure(f"partition(s) {sorted(lost)} did not confirm deleting their forgotten samples; the "
+                          "retrain stops (nothing half-done is served); run `fedforget retrain` when they are back")
+    return sum(int(r.content["info"]["deleted"]) for r in replies)
 
 
 def evaluate_safe(run: ServerRun, ledger: Ledger) -> dict[str, float]:
@@ -255,7 +318,8 @@ def run_safe(grid: Grid, cfg: RunConfig) -> None:
         trainer = SafeTrainer(grid, run, plan, ledger, 0, dim)
         trainer.train(trainer.specs(None))
         units = sorted(u for u in plan.sizes if plan.sizes[u] > 0) if plan.prototypes else []
-        protos = collect_prototypes(grid, run, plan, ledger, units, 0, dim)
+        protos = collect_prototypes(grid, run, plan, ledger, units, 0, dim, trainer.unbuilt, trainer.excluded)
+        ledger.set_meta("unbuilt", {"artifacts": trainer.unbuilt, "partitions": sorted(trainer.excluded)})
         serving = ledger.refresh_serving()
         result = evaluate_safe(run, ledger)
         run.store.append_metrics({"final": True, "action": "train", "accuracy": result["accuracy"],
@@ -289,7 +353,8 @@ def retrain_safe(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
             trainer.train(invalid)
         stale = [u for u in sorted(plan.sizes) if plan.sizes[u] > 0 and plan.prototypes
                  and plan.proto_id(u) not in valid]
-        protos = collect_prototypes(grid, run, plan, ledger, stale, watermark, dim)
+        protos = collect_prototypes(grid, run, plan, ledger, stale, watermark, dim, trainer.unbuilt, trainer.excluded)
+        ledger.set_meta("unbuilt", {"artifacts": trainer.unbuilt, "partitions": sorted(trainer.excluded)})
         serving = ledger.finish_retrain(watermark, trainer.rebuilt + protos)
         result = evaluate_safe(run, ledger)
         run.store.append_metrics({"final": True, "action": "retrain", "accuracy": result["accuracy"],

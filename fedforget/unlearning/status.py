@@ -155,12 +155,13 @@ def print_status(status: dict[str, Any], console: Console, show_artifacts: bool 
         print_tree(status["tree"], console)
     if status["retrain_required"]:
         console.print("[bold red]retrain required[/]: no valid model is left to serve; run `fedforget retrain`")
-    elif not status["serving"]:
+    elif not status["serving"] and not status.get("unbuilt", {}).get("artifacts"):
         console.print("[yellow]nothing is served yet: the run did not finish[/]")
     if status.get("unbuilt", {}).get("artifacts"):
         u = status["unbuilt"]
-        console.print(f"[yellow]{len(u['artifacts'])} artifact(s) unbuilt[/]: partition(s) {u['partitions']} were lost "
-                      "mid-run; `fedforget retrain` builds them when the nodes are back")
+        named = ", ".join(u["artifacts"][:6]) + (", …" if len(u["artifacts"]) > 6 else "")
+        console.print(f"[yellow]{len(u['artifacts'])} artifact(s) unbuilt[/] ({named}): partition(s) {u['partitions']} "
+                      "were lost mid-run; `fedforget retrain` builds them when the nodes are back")
     if status["corrupt"]:
         console.print(f"[bold red]corrupt artifacts are never served[/]: {', '.join(status['corrupt'])}")
 

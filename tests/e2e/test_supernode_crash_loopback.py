@@ -1,10 +1,12 @@
 """A real SuperNode killed mid-round on the loopback deployment: ``kill -9`` of its whole
-process session while it holds a ``train.chain`` message, then a restart with the same partition and
+process session while it holds a training message (``train.chain`` of a chain method, or fedavg's
+``train``: the same failure rule serves both), then a restart with the same partition and
 state dir (a new node id). The run must finish, re-map the partition to the new node and redo its
 work, and serve exactly the bytes of an uninterrupted in-process run."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -21,6 +23,7 @@ NODES = 3
 VICTIM = 1
 CONFIG = {"method": "fedsgt", "task": "digits-mlp", "groups": 2, "budget": 2, "slices-per-client": 1, "lr": 0.02,
           "local-epochs": 2, "seed": 5}
+FEDAVG = {"method": "fedavg", "task": "digits-mlp", "num-rounds": 2, "lr": 0.02, "local-epochs": 1, "seed": 5}
 
 
 def _artifacts(store: Store) -> tuple[dict[str, str], list[str]]:
@@ -32,11 +35,19 @@ def _artifacts(store: Store) -> tuple[dict[str, str], list[str]]:
         ledger.close()
 
 
-def test_supernode_killed_mid_round_is_remapped_after_restart_and_serves_exact_bytes(tmp_path):
+#: the fedavg case passes (measured: 3 min 51 s wall on the loaded 2-core box, mostly the SuperLink's ~55 s
+#: to declare the killed node gone and the re-send patience), too long for every CI run: opt in with
+#: FEDFORGET_E2E_EVERY_METHOD=1
+EVERY_METHOD = pytest.mark.skipif(not os.environ.get("FEDFORGET_E2E_EVERY_METHOD"),
+                                  reason="set FEDFORGET_E2E_EVERY_METHOD=1 to kill a SuperNode under fedavg too")
+
+
+@pytest.mark.parametrize("config", [CONFIG, pytest.param(FEDAVG, marks=EVERY_METHOD)], ids=["fedsgt", "fedavg"])
+def test_supernode_killed_mid_round_is_remapped_after_restart_and_serves_exact_bytes(tmp_path, config):
     store_path = tmp_path / "s"
     out = tmp_path / "flwr-run.out"
     with loopback_deployment(tmp_path / "deploy", NODES) as fed, open(out, "w") as sink:
-        run = subprocess.Popen(fed.run_command(flwr_run_config(CONFIG, store_path)), env=fed.env, cwd=app_dir(),
+        run = subprocess.Popen(fed.run_command(flwr_run_config(config, store_path)), env=fed.env, cwd=app_dir(),
                                stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             fed.kill_node_mid_round(VICTIM, lambda: run.poll() is None)  # past its partition query
@@ -49,6 +60,6 @@ def test_supernode_killed_mid_round_is_remapped_after_restart_and_serves_exact_b
     assert f"partition {VICTIM} is back on node" in log, log[-3000:]  # re-mapped by the redo rule
     assert "excluded" not in log
     shas, served = _artifacts(Store.open(store_path))
-    reference, reference_served = _artifacts(train_in_process(tmp_path / "inproc", NODES, **CONFIG))
+    reference, reference_served = _artifacts(train_in_process(tmp_path / "inproc", NODES, **config))
     assert served and served == reference_served  # everything built and served, nothing left out
     assert shas == reference  # the same bytes as the uninterrupted in-process run

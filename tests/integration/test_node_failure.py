@@ -17,6 +17,7 @@ from fedforget.inprocess import InProcessGrid, default_run_config, run_in_proces
 from fedforget.server_app import app as server_app
 from fedforget.store import Store
 from fedforget.strategies.failover import REJOIN_ENV
+from fedforget.strategies.messaging import PARTITION_KEY
 
 from .helpers import artifact_shas, train_in_process
 
@@ -29,8 +30,11 @@ class FaultyGrid(InProcessGrid):
     """Nodes that die (every later message answers NODE_UNAVAILABLE), optionally coming back under a new
     node id with the same partition, as a restarted SuperNode does; or that send malformed replies."""
 
-    def __init__(self, *args, die: dict[int, bool] | None = None, tamper: dict[int, str] | None = None, **kwargs):
+    def __init__(self, *args, die: dict[int, bool] | None = None, tamper: dict[int, str] | None = None,
+                 kinds: tuple[str, ...] = (CHAIN,), raise_once: set[int] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.kinds = kinds  # the message types that die or are tampered with
+        self.raise_once = set(raise_once or ())  # partitions whose next such message raises, once
         self.die = dict(die or {})  # partition -> comes back?
         self.tamper = dict(tamper or {})  # partition -> how its chain replies are broken
         self.dead: set[int] = set()
@@ -43,7 +47,18 @@ class FaultyGrid(InProcessGrid):
         for msg in messages:
             node = msg.metadata.dst_node_id
             part = self._partition(node) if node in self.contexts else None
-            if node in self.dead or (msg.metadata.message_type == CHAIN and part in self.die):
+            kind = msg.metadata.message_type in self.kinds
+            if kind and part in self.raise_once:
+                self.raise_once.discard(part)
+                msg_id = str(uuid.uuid4())
+                msg.metadata.__dict__["_message_id"] = msg_id
+                reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason="RuntimeError: disk full"),
+                                reply_to=msg)
+                reply.metadata.__dict__["_message_id"] = str(uuid.uuid4())
+                self._replies[msg_id] = reply
+                ids.append(msg_id)
+                continue
+            if node in self.dead or (kind and part in self.die):
                 if node not in self.dead and part in self.die:
                     self.dead.add(node)
                     if self.die.pop(part):  # restart: same partition, same disk state, new node id
@@ -59,7 +74,7 @@ class FaultyGrid(InProcessGrid):
                 ids.append(msg_id)
                 continue
             [msg_id] = super().push_messages([msg])
-            if msg.metadata.message_type == CHAIN and part in self.tamper:
+            if kind and part in self.tamper:
                 self._replies[msg_id] = self._broken(self._replies[msg_id], self.tamper[part])
             ids.append(msg_id)
         return ids
@@ -69,24 +84,35 @@ class FaultyGrid(InProcessGrid):
 
     @staticmethod
     def _broken(reply: Message, how: str) -> Message:
-        arrays = {k: v.numpy().copy() for k, v in reply.content["arrays"].items()}
+        """The reply with its first tensor record broken (NaN, smuggled bytes, a wrong shape), its
+        partition id changed, or its tensors missing; every other record kept."""
+        if reply.has_error():
+            return reply
+        records = dict(reply.content.items())
+        name = next(k for k, v in records.items() if isinstance(v, ArrayRecord))
+        arrays = {k: v.numpy().copy() for k, v in records[name].items()}
+        first = next(k for k, v in arrays.items() if np.issubdtype(v.dtype, np.floating))
         if how == "nan":
-            first = next(iter(arrays))
             arrays[first] = np.full_like(arrays[first], np.nan)
         elif how == "oversized":
             arrays["smuggled"] = np.zeros(4_000_000, dtype=np.float32)
         elif how == "shape":
-            first = next(iter(arrays))
             arrays[first] = np.zeros((3, 3), dtype=arrays[first].dtype)
-        content = RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in arrays.items()}),
-                             "metrics": reply.content["metrics"]})
-        out = Message(content, reply_to=reply)  # keep ids of the original reply
+        elif how == "partition":
+            meta = next(k for k, v in records.items() if not isinstance(v, ArrayRecord) and PARTITION_KEY in v)
+            records[meta] = type(records[meta])({**dict(records[meta]), PARTITION_KEY: 99})
+        if how == "malformed":
+            del records[name]
+        else:
+            records[name] = ArrayRecord({k: Array(v) for k, v in arrays.items()})
+        out = Message(RecordDict(records), reply_to=reply)  # keep ids of the original reply
         out.metadata.__dict__.update({k: v for k, v in reply.metadata.__dict__.items()})
         return out
 
 
-def run_with(grid_kwargs: dict, store, action: str = "train", nodes: int = 3) -> Store:  # noqa: ANN001
-    config = {**default_run_config(), **CONFIG, "store": str(store), "action": action}
+def run_with(grid_kwargs: dict, store, action: str = "train", nodes: int = 3,  # noqa: ANN001
+             config: dict | None = None) -> Store:
+    config = {**default_run_config(), **(CONFIG if config is None else config), "store": str(store), "action": action}
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, InProcessGrid.SERVER_NODE_ID, 1
     grid = FaultyGrid(client_app, nodes, config, **grid_kwargs)
     server_app(grid, Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config=config))

@@ -13,6 +13,7 @@ from fedforget.inprocess import InProcessGrid, default_run_config
 from fedforget.server_app import app as server_app
 from fedforget.store import Store
 from fedforget.strategies import messaging
+from fedforget.strategies.failover import REJOIN_ENV
 from fedforget.strategies.messaging import NodeFailure
 
 from .helpers import DIGITS, served_sha, train_in_process
@@ -72,11 +73,24 @@ def test_a_reply_that_never_comes_is_asked_for_again(tmp_path, monkeypatch):
     assert served_sha(silent) == clean
 
 
-def test_a_transport_failure_that_persists_stops_the_run(tmp_path):
-    with pytest.raises(NodeFailure, match="object-push session expired"):
-        _run(tmp_path / "s", 1, {"losses": 100})
+def test_a_transport_failure_that_persists_excludes_the_partition_and_leaves_the_model_unbuilt(tmp_path,
+                                                                                                monkeypatch):
+    monkeypatch.setenv(REJOIN_ENV, "1")
+    store = _run(tmp_path / "s", 1, {"losses": 100})
+    ledger = store.ledger()
+    try:
+        assert ledger.get_meta("unbuilt") == {"artifacts": ["fedavg/global"], "partitions": [0]}
+        assert not ledger.serving()["available"]
+    finally:
+        ledger.close()
 
 
-def test_a_client_exception_is_not_retried(tmp_path):
-    with pytest.raises(NodeFailure, match="replied with an error"):
-        _run(tmp_path / "s", 2, {"losses": 1, "code": ErrorCode.CLIENT_APP_RAISED_EXCEPTION})
+def test_a_client_exception_is_redone_once_and_the_result_is_unchanged(tmp_path):
+    clean = served_sha(train_in_process(tmp_path / "clean", num_nodes=2, **{"num-rounds": 2}))
+    redone = _run(tmp_path / "s", 2, {"losses": 1, "code": ErrorCode.CLIENT_APP_RAISED_EXCEPTION})
+    assert served_sha(redone) == clean
+
+
+def test_a_client_exception_on_every_node_stops_the_run(tmp_path):
+    with pytest.raises(NodeFailure, match="every ClientApp failed"):
+        _run(tmp_path / "s", 2, {"losses": 100, "code": ErrorCode.CLIENT_APP_RAISED_EXCEPTION})
