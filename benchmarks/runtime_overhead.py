@@ -80,9 +80,9 @@ MESSAGE_IMPORTS = {
 LABELS = {
     "in-process": "in-process\n(run_in_process)",
     "ray-simulation": "Ray simulation\n(flwr run)",
-    "loopback-deployment": "loopback deployment\n(flwr run, N SuperNodes)",
-    "floor": "floor\n(plain PyTorch loop)",
-    "flower-floor": "Flower floor\n(NumPy ClientApp, N SuperNodes)",
+    "loopback-deployment": "loopback deployment\n(flwr run,\nN SuperNodes)",
+    "floor": "floor\n(plain PyTorch\nloop)",
+    "flower-floor": "Flower floor\n(NumPy ClientApp,\nN SuperNodes)",
 }
 FLWR_RUN_TIMEOUT = 3600.0
 console = Console()
