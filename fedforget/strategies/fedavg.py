@@ -58,6 +58,8 @@ class PartitionFedAvg(FedAvg):
         self.seed = seed
         self.artifact = artifact
         self.participants: set[int] = set()
+        #: The partitions sampled this round: they alone evaluate it, so a round costs what is sampled.
+        self.chosen: list[int] = sorted(nodes)
         #: What the clients reported in the last round, for metrics.jsonl.
         self.round_report: dict[str, object] = {}
         self._expected = 0
@@ -74,6 +76,7 @@ class PartitionFedAvg(FedAvg):
         chosen = sample_clients(self.train_partitions, self.fraction_train,
                                 derive_seed(self.seed, "sample", self.artifact, server_round))
         self.participants.update(chosen)
+        self.chosen = chosen
         config["server-round"] = server_round
         config["artifact"] = self.artifact
         self.round_report = {"bytes-down": len(chosen) * record_bytes(arrays)}
@@ -82,7 +85,7 @@ class PartitionFedAvg(FedAvg):
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
         config["server-round"] = server_round
-        return self._messages(sorted(self.nodes), arrays, config, MessageType.EVALUATE)
+        return self._messages(self.chosen, arrays, config, MessageType.EVALUATE)
 
     def _sorted_complete(self, replies: Iterable[Message]) -> list[Message]:
         replies = list(replies)

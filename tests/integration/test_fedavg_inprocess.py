@@ -47,6 +47,13 @@ def test_lineage_holds_only_the_partitions_that_trained(tmp_path):
     assert len({u.split(":")[0] for u in lineage(store, "fedavg/global")}) == 3
 
 
+def test_only_the_sampled_partitions_evaluate_a_round(tmp_path):
+    store = train_in_process(tmp_path / "s", num_nodes=10, **{"num-rounds": 2, "fraction-train": 0.3})
+    for row in store.metrics()[1:]:
+        assert len(row["trained"]) == 3
+        assert sorted(int(p) for p in row["client-accuracies"]) == row["trained"]
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [({"task": "nope"}, "'task'='nope'"), ({"method": "nope"}, "'method'='nope'"), ({"num-rounds": -1}, "num-rounds")],
