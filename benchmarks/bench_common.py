@@ -115,5 +115,6 @@ class RoundWatcher:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 return
-            self.rows.append((int(row["round"]), now, float(row["accuracy"])))
-            self.on_round(int(row["round"]), float(row["accuracy"]))
+            accuracy = float(row.get("accuracy", "nan"))  # a chain method's phase rows carry none
+            self.rows.append((int(row.get("round", len(self.rows))), now, accuracy))
+            self.on_round(self.rows[-1][0], accuracy)
