@@ -2,8 +2,8 @@
 engine with 10, 100 and 1,000 virtual SuperNodes (``options.num-supernodes``).
 
 For each task × method × number of clients it runs ``flwr run`` on Flower's managed local SuperLink
-and measures the wall time (start-up until the round-0 evaluation, then the rounds), the machine's
-memory growth during the run (system-wide, sampled: Ray's actors are separate processes), the store's
+and measures the wall time (start-up, then seconds per round), the peak memory of the run's process
+tree (the local SuperLink, the simulation and Ray's processes below it, sampled), the store's
 size on disk, the time of one ``fedforget forget`` and of ``fedforget status`` on the result (the
 operator's commands, interpreter start-up included), and how many lines ``status`` prints.
 
@@ -53,12 +53,14 @@ METHODS: dict[str, dict[str, object]] = {
 
 
 class MemoryPeak:
-    """Samples the machine's used memory in a thread; ``growth`` is the peak over the level at start."""
+    """Samples, in a thread, the summed RSS of the run's process tree: the local SuperLink that ``flwr
+    run`` starts on this federation's port, and everything below it (the simulation process, Ray's head
+    and its actors). ``peak_mib`` is the largest sum seen."""
 
-    def __init__(self, every: float = 0.25) -> None:
+    def __init__(self, superlink_port: str, every: float = 0.25) -> None:
+        self.port = superlink_port
         self.every = every
-        self.start = psutil.virtual_memory().used
-        self.peak = self.start
+        self.peak = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -70,13 +72,26 @@ class MemoryPeak:
         self._stop.set()
         self._thread.join()
 
+    def _tree_rss(self) -> int:
+        seen: dict[int, int] = {}
+        for proc in psutil.process_iter(["cmdline"]):
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            if "flower-superlink" not in cmdline or f"--port {self.port}" not in cmdline:
+                continue
+            try:
+                for member in [proc, *proc.children(recursive=True)]:
+                    seen[member.pid] = member.memory_info().rss
+            except psutil.Error:
+                continue
+        return sum(seen.values())
+
     def _loop(self) -> None:
         while not self._stop.wait(self.every):
-            self.peak = max(self.peak, psutil.virtual_memory().used)
+            self.peak = max(self.peak, self._tree_rss())
 
     @property
-    def growth_mib(self) -> float:
-        return (self.peak - self.start) / 2**20
+    def peak_mib(self) -> float:
+        return self.peak / 2**20
 
 
 def run_config(config: dict[str, object], store: Path) -> str:
@@ -103,12 +118,13 @@ def one_run(task: str, method: str, clients: int, args: argparse.Namespace, work
     folder = work / f"{task}-{method}-{clients}"
     store = folder / "store"
     row: dict[str, Any] = {"task": task, "method": method, "clients": clients, "config": config}
-    with simulation_federation(folder / "flwr-home", clients) as fed, MemoryPeak() as memory:
+    with simulation_federation(folder / "flwr-home", clients) as fed, \
+            MemoryPeak(fed.env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"]) as memory:
         t0 = time.monotonic()
         with RoundWatcher(store, t0, lambda rnd, acc: None) as watch:
             proc = fed.flwr_run(run_config(config, store), timeout=FLWR_RUN_TIMEOUT)
         wall = time.monotonic() - t0
-    row.update({"wall-s": round(wall, 2), "memory-growth-mib": round(memory.growth_mib, 1), "ok": proc.returncode == 0})
+    row.update({"wall-s": round(wall, 2), "peak-rss-mib": round(memory.peak_mib, 1), "ok": proc.returncode == 0})
     if proc.returncode != 0 or "store written to" not in proc.stdout:
         row["error"] = (proc.stdout + proc.stderr)[-2000:]
         return row
@@ -141,7 +157,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
     rows = [r for r in report["runs"] if r.get("ok")]
     keys = sorted({(r["task"], r["method"]) for r in rows})
     panels = [("per-round-s", "seconds per round (fedavg) / per position round (fedsgt)"),
-              ("memory-growth-mib", "memory growth during the run, MiB"), ("forget-s", "one `fedforget forget`, s")]
+              ("peak-rss-mib", "peak RSS of SuperLink + simulation + Ray, MiB"),
+              ("forget-s", "one `fedforget forget`, s")]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6))
     for ax, (key, title) in zip(axes, panels, strict=True):
         for task, method in keys:
