@@ -53,10 +53,11 @@ bench: setup
 	@$(ACTIVATE) && python benchmarks/runtime_overhead.py && python benchmarks/unlearning_service.py \
 		&& python benchmarks/forget_scale.py && python benchmarks/fedshard_bench.py && python benchmarks/safe_bench.py
 
-# crash campaign, concurrent forget throughput, TLS cost
+# crash campaign, concurrent forget throughput, TLS cost, node recovery, 10 to 1,000 clients
 bench-ops: setup
 	@$(ACTIVATE) && python benchmarks/crash_campaign.py && python benchmarks/ops_concurrency.py \
-		&& python benchmarks/ops_tls_cost.py && python benchmarks/ops_node_recovery.py
+		&& python benchmarks/ops_tls_cost.py && python benchmarks/ops_node_recovery.py \
+		&& python benchmarks/many_clients.py
 
 clean-runs:
 	rm -rf runs
