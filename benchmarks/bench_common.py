@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import psutil
@@ -73,7 +73,39 @@ def quiet_flower() -> Iterator[None]:
         logger.setLevel(level)
 
 
-class RoundWatcher:
+def run_config_string(overrides: dict[str, object], store: Path) -> str:
+    """``flwr run --run-config`` text: TOML values (strings quoted)."""
+    parts = [f"{k}={json.dumps(v)}" for k, v in overrides.items()]
+    return " ".join(parts) + f" store={json.dumps(str(store))}"
+
+
+class Poller:
+    """Calls ``tick`` every ``poll`` seconds in a daemon thread while the ``with`` block runs, and
+    once more on leaving it (so the last state is never missed)."""
+
+    def __init__(self, poll: float) -> None:
+        self.poll = poll
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def tick(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.tick()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.poll):
+            self.tick()
+
+
+class RoundWatcher(Poller):
     """Polls a store's ``metrics.jsonl`` in a thread and notes when each round's row appears.
 
     A row is written right after the central evaluation of a round (round 0 = before training), so
@@ -82,28 +114,13 @@ class RoundWatcher:
     """
 
     def __init__(self, store: Path, t0: float, on_round: Callable[[int, float], None], poll: float = 0.05) -> None:
+        super().__init__(poll)
         self.path = store / METRICS
         self.t0 = t0
         self.on_round = on_round
-        self.poll = poll
         self.rows: list[tuple[int, float, float]] = []  # (round, seconds since t0, accuracy)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def __enter__(self) -> RoundWatcher:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._read()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.poll):
-            self._read()
-
-    def _read(self) -> None:
+    def tick(self) -> None:
         try:
             text = self.path.read_text(encoding="utf-8")
         except OSError:

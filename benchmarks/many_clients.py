@@ -27,7 +27,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import psutil  # noqa: E402
-from bench_common import RoundWatcher, machine_info  # noqa: E402
+from bench_common import Poller, RoundWatcher, machine_info, run_config_string  # noqa: E402
 from rich.progress import Progress  # noqa: E402
 
 from fedforget.launch import simulation_federation  # noqa: E402
@@ -52,25 +51,15 @@ METHODS: dict[str, dict[str, object]] = {
 }
 
 
-class MemoryPeak:
+class MemoryPeak(Poller):
     """Samples, in a thread, the summed RSS of the run's process tree: the local SuperLink that ``flwr
     run`` starts on this federation's port, and everything below it (the simulation process, Ray's head
     and its actors). ``peak_mib`` is the largest sum seen."""
 
     def __init__(self, superlink_port: str, every: float = 0.25) -> None:
+        super().__init__(every)
         self.port = superlink_port
-        self.every = every
         self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def __enter__(self) -> MemoryPeak:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
     def _tree_rss(self) -> int:
         seen: dict[int, int] = {}
@@ -85,18 +74,12 @@ class MemoryPeak:
                 continue
         return sum(seen.values())
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.every):
-            self.peak = max(self.peak, self._tree_rss())
+    def tick(self) -> None:
+        self.peak = max(self.peak, self._tree_rss())
 
     @property
     def peak_mib(self) -> float:
         return self.peak / 2**20
-
-
-def run_config(config: dict[str, object], store: Path) -> str:
-    parts = [f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in config.items()]
-    return " ".join(parts) + f' store="{store}"'
 
 
 def store_bytes(store: Path) -> int:
@@ -122,7 +105,7 @@ def one_run(task: str, method: str, clients: int, args: argparse.Namespace, work
             MemoryPeak(fed.env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"]) as memory:
         t0 = time.monotonic()
         with RoundWatcher(store, t0, lambda rnd, acc: None) as watch:
-            proc = fed.flwr_run(run_config(config, store), timeout=FLWR_RUN_TIMEOUT)
+            proc = fed.flwr_run(run_config_string(config, store), timeout=FLWR_RUN_TIMEOUT)
         wall = time.monotonic() - t0
     row.update({"wall-s": round(wall, 2), "peak-rss-mib": round(memory.peak_mib, 1), "ok": proc.returncode == 0})
     if proc.returncode != 0 or "store written to" not in proc.stdout:

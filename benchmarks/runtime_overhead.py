@@ -49,7 +49,7 @@ os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
 import numpy as np
 import psutil
 import torch
-from bench_common import RoundWatcher, machine_info, quiet_flower
+from bench_common import RoundWatcher, machine_info, quiet_flower, run_config_string
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -146,12 +146,6 @@ def import_costs(repeats: int = 3) -> dict[str, dict[str, Any]]:
 # -- the job ----------------------------------------------------------------------------------------
 def job_overrides(args: argparse.Namespace) -> dict[str, object]:
     return {"method": "fedavg", "task": args.task, "num-rounds": args.rounds, "seed": args.seed}
-
-
-def run_config_string(overrides: dict[str, object], store: Path) -> str:
-    """``flwr run --run-config`` text: TOML values (strings quoted)."""
-    parts = [f"{k}={json.dumps(v)}" for k, v in overrides.items()]
-    return " ".join(parts) + f" store={json.dumps(str(store))}"
 
 
 def store_result(store_path: Path, wall: float, rows: list[tuple[int, float, float]]) -> dict[str, Any]:
