@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -314,54 +315,88 @@ ARMS = {"hosfl": ("hosfl", CLIENT_LR["hosfl"]), "hosfl-frozen": ("hosfl", 0.0), 
         "zo-sfl": ("zo-sfl", CLIENT_LR["zo-sfl"])}
 
 
-def control(quick: bool, tmp: Path) -> dict[str, Any]:
-    """hosfl against the same run with the client frozen, SFL with a local epoch per round (the paper's
-    SFLv1, given the same number of training samples), and ZO-SFL; IID and Dirichlet(1); seeds 1..3.
+def _paired(res: dict[str, Any], part_name: str, arm: str, ref: str) -> dict[str, Any] | None:
+    """arm − ref per seed (the same data, partition and initialisation), in accuracy points."""
+    runs = res["runs"]
+    diffs = [100 * (runs[f"{part_name}/{arm}/{s}"]["accuracy"] - runs[f"{part_name}/{ref}/{s}"]["accuracy"])
+             for s in res["seeds"] if f"{part_name}/{arm}/{s}" in runs and f"{part_name}/{ref}/{s}" in runs]
+    if len(diffs) < 2:
+        return None
+    return {"per-seed": [round(d, 2) for d in diffs], "mean": round(statistics.mean(diffs), 2),
+            "std": round(statistics.stdev(diffs), 2)}
 
-    Arms run in order of importance (hosfl and its control first) and the JSON is rewritten after every
-    run, so a partial result is never lost.
+
+def _control(name: str, tmp: Path, base: dict[str, Any], seeds: tuple[int, ...], rounds: int,
+             parts: tuple[tuple[str, dict[str, Any]], ...], arms: dict[str, tuple[str, float]],
+             title: str) -> dict[str, Any]:
+    """Arms × partitionings × seeds; SFL gets the samples of ``rounds`` hosfl rounds as local-epoch rounds.
+
+    Arms run in order of importance (hosfl and its control first) and ``hosfl_<name>.json`` is rewritten
+    after every run, so a partial result is never lost. Paired differences against the frozen client
+    are per seed (same data, partition and initialisation).
     """
-    seeds = (1,) if quick else (1, 2, 3)
-    rounds = 8 if quick else int(os.environ.get("HOSFL_CONTROL_ROUNDS", "40"))
-    size = {"train-size": 3000, "test-size": 500}
-    per_client = size["train-size"] // CLIENTS
-    sfl_rounds = max(1, round(rounds * int(BASE["batch-size"]) / per_client))  # the same samples processed
-    res: dict[str, Any] = {"seeds": list(seeds), "rounds": rounds, "sfl-rounds": sfl_rounds, "sizes": size,
-                           "arms": {}, "runs": {}}
-    parts = (("iid", {"partitioner": "iid"}), ("dirichlet-1", {"partitioner": "dirichlet", "dirichlet-alpha": 1.0}))
-    for arm, (method, client_lr) in ARMS.items():
+    per_client = int(base["train-size"]) // CLIENTS
+    sfl_rounds = max(1, round(rounds * int(base["batch-size"]) / per_client))  # the same samples processed
+    res: dict[str, Any] = {"config": base, "seeds": list(seeds), "rounds": rounds, "sfl-rounds": sfl_rounds,
+                           "arms": {}, "runs": {}, "paired-vs-frozen": {}}
+    for arm, (method, client_lr) in arms.items():
         for part_name, part in parts:
             finals = []
             for seed in seeds:
                 n = sfl_rounds if method == "sfl" else rounds
-                rows, _, secs = _run(tmp / f"ctl-{part_name}-{arm}-{seed}", method=method, seed=seed, **part, **size,
-                                     **{"num-rounds": n, "eval-every": n, "client-lr": client_lr, "local-epochs": 1})
+                rows, _, secs = _run(tmp / f"{name}-{part_name}-{arm}-{seed}",
+                                     **{**base, "method": method, "seed": seed, **part, "num-rounds": n,
+                                        "eval-every": n, "client-lr": client_lr, "local-epochs": 1})
                 final = [r for r in rows if "accuracy" in r][-1]
                 finals.append(final["accuracy"])
                 res["runs"][f"{part_name}/{arm}/{seed}"] = {"accuracy": final["accuracy"],
                                                             "samples": final.get("samples-total", 0),
                                                             "seconds": round(secs, 1)}
-                print(f"control {part_name} {arm} seed {seed}: {final['accuracy']:.4f} "
+                print(f"{name} {part_name} {arm} seed {seed}: {final['accuracy']:.4f} "
                       f"({final.get('samples-total', 0)} samples, {secs:.0f} s)", flush=True)
-                mean = sum(finals) / len(finals)
-                res["arms"][f"{part_name}/{arm}"] = {"mean": round(mean, 4), "min": min(finals), "max": max(finals),
-                                                     "spread": round(max(finals) - min(finals), 4),
+                res["arms"][f"{part_name}/{arm}"] = {"mean": round(sum(finals) / len(finals), 4), "min": min(finals),
+                                                     "max": max(finals), "spread": round(max(finals) - min(finals), 4),
                                                      "per-seed": list(finals)}
-                (OUT / "hosfl_control.json").write_text(json.dumps({"benchmark": "hosfl_control", "partial": True,
+                if arm != "hosfl-frozen" and (paired := _paired(res, part_name, arm, "hosfl-frozen")):
+                    res["paired-vs-frozen"][f"{part_name}/{arm}"] = paired
+                (OUT / f"hosfl_{name}.json").write_text(json.dumps({"benchmark": f"hosfl_{name}", "partial": True,
                                                                     "machine": machine_info(), **res}, indent=1))
     fig, ax = plt.subplots(figsize=(8, 4))
     keys = list(res["arms"])
     means = [res["arms"][k]["mean"] for k in keys]
-    errs = [[res["arms"][k]["mean"] - res["arms"][k]["min"] for k in keys],
-            [res["arms"][k]["max"] - res["arms"][k]["mean"] for k in keys]]
+    errs = [[max(0.0, res["arms"][k]["mean"] - res["arms"][k]["min"]) for k in keys],
+            [max(0.0, res["arms"][k]["max"] - res["arms"][k]["mean"]) for k in keys]]
     ax.bar(range(len(keys)), means, yerr=errs, capsize=3)
     ax.set_xticks(range(len(keys)), keys, rotation=35, ha="right", fontsize=8)
     ax.set_ylabel("final test accuracy (mean, min-max over seeds)")
     ax.set_ylim(0, 1)
-    ax.set_title(f"fmnist-cnn: hosfl vs frozen client, {rounds} rounds (sfl: {sfl_rounds} local-epoch rounds)")
+    ax.set_title(f"{title}, {rounds} rounds (sfl: {sfl_rounds} local-epoch rounds)")
     fig.tight_layout()
-    fig.savefig(OUT / "hosfl_control.png", dpi=110)
+    fig.savefig(OUT / f"hosfl_{name}.png", dpi=110)
     return res
+
+
+def control(quick: bool, tmp: Path) -> dict[str, Any]:
+    """hosfl against the same run with the client frozen, SFL with a local epoch per round (the paper's
+    SFLv1, given the same number of training samples), and ZO-SFL on ``fmnist-cnn``; IID and
+    Dirichlet(1); seeds 1..3."""
+    rounds = 8 if quick else int(os.environ.get("HOSFL_CONTROL_ROUNDS", "40"))
+    parts = (("iid", {"partitioner": "iid"}), ("dirichlet-1", {"partitioner": "dirichlet", "dirichlet-alpha": 1.0}))
+    seeds = (1,) if quick else (1, 2, 3)
+    return _control("control", tmp, {**BASE, "train-size": 3000, "test-size": 500}, seeds, rounds, parts, ARMS,
+                    "fmnist-cnn: hosfl vs frozen client")
+
+
+def control_llm(quick: bool, tmp: Path) -> dict[str, Any]:
+    """The same control on the language model (``rt-smollm``, SmolLM2-135M cut after 3 decoder layers,
+    batch 16), reduced to fit 2 CPU cores: 480 / 400 snippets, IID, 40 rounds, the task's and method's
+    defaults for every step size (client-lr 0.01, server Adam lr 1e-3); hosfl, frozen client and SFL."""
+    rounds = 2 if quick else int(os.environ.get("HOSFL_CONTROL_LLM_ROUNDS", "40"))
+    base = {"task": "rt-smollm", "cut": 3, "clients-per-round": 3, "batch-size": 16, "perturbations": 5,
+            "mu": 1e-3, "train-size": 160 if quick else 480, "test-size": 48 if quick else 400}
+    arms = {"hosfl": ("hosfl", 0.01), "hosfl-frozen": ("hosfl", 0.0), "sfl": ("sfl", 0.01)}
+    return _control("control_llm", tmp, base, (1,) if quick else (1, 2, 3), rounds, (("iid", {"partitioner": "iid"}),),
+                    arms, "rt-smollm (SmolLM2-135M, cut 3): hosfl vs frozen client")
 
 
 # -- 6. traffic at language-model scale (the paper's Table 3, per training sample) ----------------------
@@ -414,7 +449,7 @@ def tune(quick: bool, tmp: Path) -> dict[str, Any]:
 
 
 PARTS = {"traffic-llm": traffic_llm, "accuracy": accuracy, "traffic": traffic, "memory": memory, "sweeps": sweeps,
-         "control": control, "tune": tune}
+         "control": control, "control-llm": control_llm, "tune": tune}
 
 
 def main() -> None:
@@ -423,7 +458,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny budgets, for a smoke run")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
-    names = [n for n in PARTS if n != "traffic-llm"] if args.part == "all" else [args.part]
+    names = [n for n in PARTS if n not in ("traffic-llm", "control-llm")] if args.part == "all" else [args.part]
     with tempfile.TemporaryDirectory(prefix="hosfl-bench-") as tmp:
         for name in names:
             t0 = time.monotonic()

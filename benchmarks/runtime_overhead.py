@@ -11,7 +11,8 @@ The same job (method ``fedavg``, task, clients, rounds and seed fixed, every oth
   ClientApp derives, and the states are averaged with FedAvg's weights in partition order;
 * ``flower-floor``: Flower's own floor on the same loopback deployment (same SuperNodes and rounds):
   ``benchmarks/flower_floor``, a ServerApp sending the job's messages (one query, then per round one
-  train and one evaluate message per node) to a NumPy ClientApp that replies at once.
+  train message per node, and one evaluate message per node after the last round) to a NumPy ClientApp
+  that replies at once.
 
 The loopback deployment's round is then split into that Flower floor, the ClientApp's imports (a
 fresh interpreter per message, timed per message type in ``import_costs``) and the training compute
@@ -428,9 +429,9 @@ def plain_fedavg(cfg: RunConfig, num_partitions: int, store_path: Path, t0: floa
 def round_split(results: dict[str, dict[str, Any]], imports: dict[str, dict[str, Any]], args: argparse.Namespace,
                 cores: int) -> dict[str, Any] | None:
     """One loopback deployment round, apportioned: Flower's floor (its own round, measured), the imports
-    (one fresh ClientApp per train and evaluate message, run ``cores`` at a time), the compute (the plain
-    loop's round, client-side evaluation included) and what is left (data loading, model building,
-    serialisation, the store)."""
+    (one fresh ClientApp per train message, and per evaluate message after the last round, run ``cores``
+    at a time), the compute (the plain loop's round, client-side evaluation included) and what is left
+    (data loading, model building, serialisation, the store)."""
     deploy, flower, floor = (results.get(n, {}) for n in ("loopback-deployment", "flower-floor", "floor"))
     if not all(r.get("rounds_s") for r in (deploy, flower, floor)):
         return None
@@ -438,7 +439,8 @@ def round_split(results: dict[str, dict[str, Any]], imports: dict[str, dict[str,
     deployment_round = deploy["rounds_s"] / rounds
     flower_round = flower["rounds_s"] / rounds
     lora = imports["train/evaluate (LoRA)"]["import_s"]
-    imports_round = 2 * args.clients * lora / max(cores, 1)
+    messages = (rounds + 1) / rounds  # per node and round: one train, plus one evaluate after the last round
+    imports_round = messages * args.clients * lora / max(cores, 1)
     compute_round = (floor["rounds_s"] + floor.get("client_eval_s", 0.0)) / rounds
     return {
         "deployment_round_s": round(deployment_round, 3),
@@ -446,7 +448,8 @@ def round_split(results: dict[str, dict[str, Any]], imports: dict[str, dict[str,
         "imports_round_s": round(imports_round, 3),
         "compute_round_s": round(compute_round, 3),
         "rest_round_s": round(deployment_round - flower_round - imports_round - compute_round, 3),
-        "model": f"imports = 2 messages x {args.clients} nodes x {lora:.2f} s (LoRA handler imports) / {cores} cores",
+        "model": f"imports = {messages:.2f} messages x {args.clients} nodes x {lora:.2f} s (LoRA handler imports) "
+                 f"/ {cores} cores",
     }
 
 

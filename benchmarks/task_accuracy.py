@@ -106,7 +106,10 @@ def run_task(task: str, budget: dict[str, int], work: Path, progress: Progress) 
         "num-classes": data.num_classes,
         "majority-class-accuracy": float(torch.bincount(labels).max()) / len(labels),
         "accuracy_per_round": [float(m["accuracy"]) for m in rows],
-        "client_accuracy_per_round": [float(m["client-accuracy"]) for m in rows if "client-accuracy" in m],
+        # the clients' accuracy on each global model: round r's train replies evaluate model r-1, the
+        # last model has evaluate messages of its own
+        "client_accuracy_per_round": [float(m["received-accuracy"]) for m in rows if "received-accuracy" in m]
+        + [float(m["client-accuracy"]) for m in rows[-1:] if "client-accuracy" in m],
         "loss_per_round": [float(m["loss"]) for m in rows],
         "final_accuracy": float(rows[-1]["accuracy"]),
         "best_accuracy": max(float(m["accuracy"]) for m in rows),

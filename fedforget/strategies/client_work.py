@@ -13,7 +13,7 @@ from fedforget.strategies.client_site import (  # re-exported: the node's view l
     describe,
     node_partition,
 )
-from fedforget.strategies.messaging import PARTITION_KEY, to_numpy
+from fedforget.strategies.messaging import PARTITION_KEY, RECEIVED, to_numpy
 from fedforget.strategies.run_setup import build_model, local_test_share
 from fedforget.training.supervised import TrainSettings, evaluate, train_supervised
 
@@ -25,8 +25,21 @@ def _tensors(record: ArrayRecord) -> dict[str, torch.Tensor]:
     return {k: torch.from_numpy(v.copy()) for k, v in to_numpy(record).items()}
 
 
+def _evaluate_share(site: ClientSite, model: torch.nn.Module) -> dict[str, float]:
+    """Accuracy and loss of ``model`` on this client's share of the test split."""
+    share = local_test_share(site.data, site.partition, site.num_partitions, site.cfg.seed)
+    return evaluate(model, share.inputs, share.labels)
+
+
 def train_adapter(msg: Message, context: Context) -> Message:
-    """Load the received adapter + head, train it on this partition's data, send it back."""
+    """Load the received adapter + head, train it on this partition's data, send it back.
+
+    With ``evaluate-received`` in the config the client first evaluates the model it received on its
+    share of the test split and adds ``received-accuracy``, ``received-loss`` and ``received-examples``
+    to the reply: the previous round's evaluation rides on this round's message instead of a message
+    (and, on a deployment, a ClientApp process) of its own. Evaluation trains nothing and draws no
+    random numbers, so the trained state is the same either way.
+    """
     site = ClientSite.from_context(context)
     config = msg.content["config"]
     adapter = str(config.get("adapter", "default"))
@@ -37,6 +50,7 @@ def train_adapter(msg: Message, context: Context) -> Message:
     model = build_model(site.cfg, site.data.num_classes).model
     model.activate([adapter], trainable=[] if site.cfg.head_only else [adapter])  # head-only: a linear probe
     model.load_trainable_state(adapter, _tensors(msg.content["arrays"]))
+    received = _evaluate_share(site, model) if bool(config.get("evaluate-received", False)) else None
     cfg = site.cfg
     settings = TrainSettings(
         epochs=cfg.local_epochs, batch_size=cfg.batch_size, lr=cfg.lr, optimizer=cfg.optimizer,
@@ -45,6 +59,9 @@ def train_adapter(msg: Message, context: Context) -> Message:
     result = train_supervised(model, examples.inputs, examples.labels, settings)
     metrics = MetricRecord({"num-examples": result.num_examples, "train-loss": result.mean_loss,
                             PARTITION_KEY: site.partition})
+    if received is not None:
+        metrics.update({f"{RECEIVED}accuracy": received["accuracy"], f"{RECEIVED}loss": received["loss"],
+                        f"{RECEIVED}examples": int(received["num-examples"])})
     return Message(RecordDict({"arrays": ArrayRecord(model.trainable_state(adapter)), "metrics": metrics}),
                    reply_to=msg)
 
@@ -56,8 +73,7 @@ def evaluate_adapter(msg: Message, context: Context) -> Message:
     model = build_model(site.cfg, site.data.num_classes).model
     model.activate([adapter], trainable=[adapter])
     model.load_trainable_state(adapter, _tensors(msg.content["arrays"]))
-    share = local_test_share(site.data, site.partition, site.num_partitions, site.cfg.seed)
-    result = evaluate(model, share.inputs, share.labels)
+    result = _evaluate_share(site, model)
     metrics = MetricRecord({"num-examples": int(result["num-examples"]), "accuracy": result["accuracy"],
                             "loss": result["loss"], PARTITION_KEY: site.partition})
     return Message(RecordDict({"metrics": metrics}), reply_to=msg)

@@ -19,6 +19,7 @@ from fedforget.core.slicing import UnitId
 from fedforget.strategies.failover import PartitionsExcluded, PolicyGrid, check_reply
 from fedforget.strategies.messaging import (
     PARTITION_KEY,
+    RECEIVED,
     NodeFailure,
     ReliableGrid,
     check_replies,
@@ -33,10 +34,26 @@ ARTIFACT = "fedavg/global"
 
 
 def _mean_metrics(records: list[RecordDict], weighting_key: str) -> MetricRecord:
-    """Flower's weighted mean of client metrics, without the partition id (not a quantity)."""
+    """Flower's weighted mean of client metrics, without the partition id (not a quantity) and without
+    the received model's evaluation (weighted by test examples instead, in ``_received_evaluation``)."""
     merged = aggregate_metricrecords(records, weighting_key)
-    merged.pop(PARTITION_KEY, None)
+    for key in [PARTITION_KEY, *(k for k in merged if k.startswith(RECEIVED))]:
+        merged.pop(key, None)
     return merged
+
+
+def _received_evaluation(replies: list[Message]) -> dict[str, object]:
+    """The sampled clients' accuracy on the model they received, as the evaluate round would report it:
+    the mean weighted by each client's test examples, and each partition's own."""
+    metrics = [r.content["metrics"] for r in replies if f"{RECEIVED}accuracy" in r.content["metrics"]]
+    total = sum(int(m[f"{RECEIVED}examples"]) for m in metrics)
+    if not total:
+        return {}
+    return {
+        "received-accuracy": sum(float(m[f"{RECEIVED}accuracy"]) * int(m[f"{RECEIVED}examples"]) for m in metrics)
+        / total,
+        "received-accuracies": {str(m[PARTITION_KEY]): float(m[f"{RECEIVED}accuracy"]) for m in metrics},
+    }
 
 
 class PartitionFedAvg(FedAvg):
@@ -46,10 +63,14 @@ class PartitionFedAvg(FedAvg):
     partition order. The Grid it runs on (:class:`PolicyGrid`) redoes lost or failed messages and
     checks every reply; a partition lost for good stops the training instead of being averaged
     around (the global model needs every partition: it stays unbuilt until ``retrain``).
+
+    Client-side evaluation rides on the train messages: round r's clients evaluate the model they
+    receive (round r-1's) before training on it, and only the last round's model gets evaluate
+    messages of its own. A round is then one message per sampled node instead of two.
     """
 
     def __init__(self, nodes: dict[int, int], train_partitions: list[int], fraction_train: float,
-                 seed: int, artifact: str) -> None:
+                 seed: int, artifact: str, num_rounds: int) -> None:
         super().__init__(fraction_train=fraction_train, fraction_evaluate=1.0, min_train_nodes=1,
                          min_evaluate_nodes=1, min_available_nodes=len(nodes),
                          train_metrics_aggr_fn=_mean_metrics, evaluate_metrics_aggr_fn=_mean_metrics)
@@ -57,6 +78,7 @@ class PartitionFedAvg(FedAvg):
         self.train_partitions = sorted(train_partitions)
         self.seed = seed
         self.artifact = artifact
+        self.num_rounds = num_rounds
         self.participants: set[int] = set()
         #: The partitions sampled this round: they alone evaluate it, so a round costs what is sampled.
         self.chosen: list[int] = sorted(nodes)
@@ -79,11 +101,14 @@ class PartitionFedAvg(FedAvg):
         self.chosen = chosen
         config["server-round"] = server_round
         config["artifact"] = self.artifact
+        config["evaluate-received"] = True
         self.round_report = {"bytes-down": len(chosen) * record_bytes(arrays)}
         return self._messages(chosen, arrays, config, MessageType.TRAIN)
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
+        if server_round < self.num_rounds:  # the next round's train messages evaluate this model
+            return []
         config["server-round"] = server_round
         return self._messages(self.chosen, arrays, config, MessageType.EVALUATE)
 
@@ -102,10 +127,13 @@ class PartitionFedAvg(FedAvg):
             "train-loss": float((metrics or {}).get("train-loss", 0.0)),
             "trained": [int(r.content["metrics"][PARTITION_KEY]) for r in ordered],
             "train-examples": sum(int(r.content["metrics"]["num-examples"]) for r in ordered),
+            **_received_evaluation(ordered),
         })
         return arrays, metrics
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        if server_round < self.num_rounds:  # nothing was sent (see configure_evaluate)
+            return None
         ordered = self._sorted_complete(replies)
         metrics = super().aggregate_evaluate(server_round, ordered)
         self.round_report["client-accuracy"] = float((metrics or {}).get("accuracy", 0.0))
@@ -163,18 +191,23 @@ def run_fedavg(grid: Grid, cfg: RunConfig) -> None:
 
 
 def check_fedavg_reply(run: ServerRun, reply: Message, partition: int, sent: Message) -> str | None:
-    """A train reply carries the tensors sent back, trained on at most the partition's examples;
-    an evaluate reply carries finite metrics and no tensors."""
+    """A train reply carries the tensors sent back, trained on at most the partition's examples, and
+    the received model's finite evaluation on at most the test split; an evaluate reply carries finite
+    metrics and no tensors."""
     if sent.metadata.message_type == MessageType.TRAIN:
-        return check_reply(reply, partition, sent=to_numpy(sent.content["arrays"]),
-                           max_examples=len(run.plan.partition_ids(partition)))
+        why = check_reply(reply, partition, sent=to_numpy(sent.content["arrays"]),
+                          max_examples=len(run.plan.partition_ids(partition)),
+                          numbers=("train-loss", f"{RECEIVED}accuracy", f"{RECEIVED}loss", f"{RECEIVED}examples"))
+        if why is None and not 0 <= int(reply.content["metrics"][f"{RECEIVED}examples"]) <= len(run.data.test):
+            return f"implausible {RECEIVED}examples"
+        return why
     return check_reply(reply, partition, numbers=("accuracy", "loss"), max_bytes=0)
 
 
 def _train(grid: Grid, run: ServerRun) -> tuple[str, set[int]]:
     cfg = run.cfg
     model = run.bundle.model
-    strategy = PartitionFedAvg(run.nodes, sorted(run.nodes), cfg.fraction_train, cfg.seed, ARTIFACT)
+    strategy = PartitionFedAvg(run.nodes, sorted(run.nodes), cfg.fraction_train, cfg.seed, ARTIFACT, cfg.num_rounds)
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         model.load_trainable_state(DEFAULT_ADAPTER, {k: torch.from_numpy(v) for k, v in to_numpy(arrays).items()})

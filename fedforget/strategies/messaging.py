@@ -20,6 +20,8 @@ from flwr.supercore import log
 
 POLL_SECONDS = 0.05
 PARTITION_KEY = "partition-id"
+#: Prefix of a train reply's metrics about the model it received (evaluation folded into training).
+RECEIVED = "received-"
 MAX_ATTEMPTS = 3
 #: Transport-level failures worth another attempt: the message or reply objects went missing, or the
 #: ClientApp process crashed (e.g. killed for memory) before it could answer.

@@ -6,6 +6,7 @@ from fedforget.client_app import app as client_app
 from fedforget.core.config import ConfigError
 from fedforget.inprocess import run_in_process
 from fedforget.server_app import app as server_app
+from fedforget.store import Store
 from fedforget.strategies.messaging import NodeFailure
 
 from .helpers import lineage, served_sha, train_in_process
@@ -49,9 +50,53 @@ def test_lineage_holds_only_the_partitions_that_trained(tmp_path):
 
 def test_only_the_sampled_partitions_evaluate_a_round(tmp_path):
     store = train_in_process(tmp_path / "s", num_nodes=10, **{"num-rounds": 2, "fraction-train": 0.3})
-    for row in store.metrics()[1:]:
+    rows = store.metrics()
+    for row in rows[1:]:
         assert len(row["trained"]) == 3
-        assert sorted(int(p) for p in row["client-accuracies"]) == row["trained"]
+        assert sorted(int(p) for p in row["received-accuracies"]) == row["trained"]
+    assert sorted(int(p) for p in rows[-1]["client-accuracies"]) == rows[-1]["trained"]
+
+
+def _counting_client(counts: list[str]) -> ClientApp:
+    """The real ClientApp behind a wrapper that notes each message's type."""
+    counting = ClientApp()
+
+    def relay(msg: Message, context: Context) -> Message:
+        counts.append(msg.metadata.message_type)
+        return client_app(msg, context)
+
+    counting.query()(relay)
+    counting.train()(relay)
+    counting.evaluate()(relay)
+    return counting
+
+
+def test_evaluation_rides_on_the_train_messages_and_trains_nothing(tmp_path):
+    counts: list[str] = []
+    run_in_process({"task": "digits-mlp", "store": str(tmp_path / "s"), "num-rounds": 3}, 3,
+                   server_app=server_app, client_app=_counting_client(counts))
+    assert counts.count("train") == 9 and counts.count("evaluate") == 3  # only the last model: 3 + 0 + 0 + 3
+    rows = Store.open(tmp_path / "s").metrics()
+    assert [sorted(r["received-accuracies"]) for r in rows[1:]] == [["0", "1", "2"]] * 3
+    assert 0 < rows[1]["received-accuracy"] < rows[3]["received-accuracy"] < 1  # model 0 vs model 2
+    assert sorted(rows[3]["client-accuracies"]) == ["0", "1", "2"] and "client-accuracies" not in rows[2]
+
+    from fedforget.strategies import client_work
+
+    def train_without_evaluating(msg: Message, context: Context) -> Message:
+        msg.content["config"]["evaluate-received"] = False
+        reply = client_work.train_adapter(msg, context)
+        assert "received-accuracy" not in reply.content["metrics"]
+        reply.content["metrics"].update({"received-accuracy": 0.5, "received-loss": 1.0, "received-examples": 1})
+        return reply
+
+    plain = ClientApp()
+    plain.query()(client_app)
+    plain.evaluate()(client_app)
+    plain.train()(train_without_evaluating)
+    run_in_process({"task": "digits-mlp", "store": str(tmp_path / "p"), "num-rounds": 3}, 3,
+                   server_app=server_app, client_app=plain)
+    assert served_sha(Store.open(tmp_path / "p")) == served_sha(Store.open(tmp_path / "s"))
 
 
 @pytest.mark.parametrize(

@@ -28,8 +28,9 @@ def main(grid: Grid, context: Context) -> None:
     nodes = sorted(grid.get_node_ids())
     t_query = _round_trip(grid, nodes, MessageType.QUERY, RecordDict({"config": ConfigRecord({"q": 1})}))
     per_round = []
-    for _ in range(rounds):
-        t_train = _round_trip(grid, nodes, MessageType.TRAIN, RecordDict({"arrays": payload}))
-        t_eval = _round_trip(grid, nodes, MessageType.EVALUATE, RecordDict({"arrays": payload}))
-        per_round.append(t_train + t_eval)
+    for r in range(1, rounds + 1):  # fedavg: evaluation rides on the next round's train message
+        t_round = _round_trip(grid, nodes, MessageType.TRAIN, RecordDict({"arrays": payload}))
+        if r == rounds:  # only the last model gets evaluate messages of its own
+            t_round += _round_trip(grid, nodes, MessageType.EVALUATE, RecordDict({"arrays": payload}))
+        per_round.append(t_round)
     print(f"flower-floor: query {t_query:.3f} s; rounds {' '.join(f'{t:.3f}' for t in per_round)} s", flush=True)
