@@ -146,3 +146,13 @@ def test_forgetting_a_safe_shard_id_is_refused_and_the_store_is_unchanged(shard_
     assert after == files
     status = CliRunner().invoke(app, ["status", "--store", str(store.root), "--json"])
     assert status.exit_code == 0 and json.loads(status.output)["safe_shard"] == SHARD
+
+
+def test_protosisa_shards_all_read_the_whole_safe_shard_and_verify_is_exact(tmp_path):
+    store = train_in_process(tmp_path / "store", NODES, **{**SAFE, "method": "protosisa", "num-rounds": 1,
+                                                           "safe-shard": 50})
+    final = [m for m in store.metrics() if m.get("final")][-1]
+    budget = store.manifest()["adapter-budget"]
+    shards = len(_cliques(final["served"]))  # every shard holds every class, so each reads all 50 rows
+    assert final["safe-shard-visited"] == shards * budget["steps"] * min(budget["batch-size"], 50)
+    assert verify_store(store)["exact"]
