@@ -92,6 +92,7 @@ class RunConfig:
     adapter_steps: int = 0
     adapter_width: int = 0
     adapter_weight_decay: float = 1e-4
+    safe_shard: int = 0
 
     def __post_init__(self) -> None:
         """Keys left at 0 take the method's and task's defaults, so a config is always concrete."""
@@ -253,6 +254,8 @@ def sample_clients(partitions: list[int], fraction: float, seed: int) -> list[in
 # -- SAFE ------------------------------------------------------------------------------
 SAFE_METHODS = ("safe", "protosisa")
 COARSE_BY = ("sample", "client")
+#: Upper bound of 'safe-shard' (server-held samples); the task's unused rows bound it further at run time.
+SAFE_SHARD_MAX = 1_000_000
 
 
 def _check_safe(cfg: RunConfig) -> None:
@@ -276,6 +279,20 @@ def _check_safe(cfg: RunConfig) -> None:
                           f"got {cfg.adapter_width}")
     if cfg.safe_dp and cfg.method != "safe":
         raise ConfigError(f"safe-dp=true needs method='safe', got {cfg.method!r}")
+    _check_safe_shard(cfg)
     if cfg.method in SAFE_METHODS and cfg.task == "hf":
         raise ConfigError(f"method {cfg.method!r} reads backbone tokens of a built-in task; use task digits-mlp, "
                           "fmnist-cnn, fmnist-effnet, rt-minilm or fortunes-minilm")
+
+
+def _check_safe_shard(cfg: RunConfig) -> None:
+    """'safe-shard': a count of server-held samples, only for the InCA methods and not under SAFE-DP."""
+    if not 0 <= cfg.safe_shard <= SAFE_SHARD_MAX:
+        raise ConfigError(f"run-config 'safe-shard' must be in 0..{SAFE_SHARD_MAX} (0 = no safe shard), "
+                          f"got {cfg.safe_shard}")
+    if cfg.safe_shard and cfg.method not in SAFE_METHODS:
+        raise ConfigError(f"safe-shard={cfg.safe_shard} needs method='safe' or 'protosisa' (a server-held shard "
+                          f"every clique reads), got {cfg.method!r}; set safe-shard=0")
+    if cfg.safe_shard and cfg.safe_dp:
+        raise ConfigError("safe-shard is not supported with safe-dp=true (the DP class nodes are per client); "
+                          "set safe-shard=0 or safe-dp=false")

@@ -132,6 +132,8 @@ class SafePlan:
     lam: float
     dp: bool = False
     dp_k: int = 0
+    #: the server-held safe shard: class -> its samples of that class (every clique of the class reads them)
+    shard: dict[int, int] = field(default_factory=dict)
 
     def cell(self, g: int, k: int) -> int:
         return g * self.num_classes + k
@@ -171,8 +173,20 @@ class SafePlan:
         p, c = unit.split(":")
         return f"{self.method}/proto/p{p}/c{c}"
 
+    def shard_proto_id(self, label: int) -> str:
+        """The safe shard's prototype sum of one class: no lineage, so no request ever invalidates it."""
+        return f"{self.method}/proto/safe-shard/k{label}"
+
+    def shard_proto_artifacts(self) -> list[str]:
+        return [self.shard_proto_id(k) for k, n in sorted(self.shard.items()) if n > 0] if self.prototypes else []
+
     def proto_artifacts(self) -> list[str]:
-        return [self.proto_id(u) for u in sorted(self.sizes) if self.sizes[u] > 0] if self.prototypes else []
+        cells = [self.proto_id(u) for u in sorted(self.sizes) if self.sizes[u] > 0] if self.prototypes else []
+        return cells + self.shard_proto_artifacts()
+
+    def shard_size(self, classes: Iterable[int]) -> int:
+        """Safe-shard samples a clique of ``classes`` also trains on."""
+        return sum(self.shard.get(int(k), 0) for k in classes)
 
     def participants(self, units: Iterable[str]) -> dict[int, list[int]]:
         """partition -> the cells it holds among ``units``."""
@@ -189,7 +203,7 @@ class SafePlan:
         return {"kind": "safe", "method": self.method, "num-classes": self.num_classes, "coarse": self.coarse,
                 "fine": self.fine, "mode": self.mode, "classes": self.classes, "members": self.members,
                 "sizes": self.sizes, "prototypes": self.prototypes, "lambda": self.lam, "dp": self.dp,
-                "dp-k": self.dp_k}
+                "dp-k": self.dp_k, "safe-shard": {str(k): n for k, n in sorted(self.shard.items())}}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> SafePlan:
@@ -197,7 +211,8 @@ class SafePlan:
                    [[list(map(int, c)) for c in g] for g in d["classes"]],
                    {str(k): list(map(str, v)) for k, v in d["members"].items()},
                    {str(k): int(v) for k, v in d["sizes"].items()}, bool(d["prototypes"]), float(d["lambda"]),
-                   bool(d.get("dp", False)), int(d.get("dp-k", 0)))
+                   bool(d.get("dp", False)), int(d.get("dp-k", 0)),
+                   {int(k): int(v) for k, v in (d.get("safe-shard") or {}).items()})
 
     def graph(self) -> ShardGraph:
         """The refined shard graph: class nodes, each clique fully connected (for |M_x| and tests)."""
@@ -256,7 +271,7 @@ def bilevel_cells(labels: Mapping[int, Mapping[int, int]], num_classes: int, coa
 
 def build_safe_plan(method: str, labels: Mapping[int, Mapping[int, int]], num_classes: int, coarse: int, fine: int,
                     mode: str, prototypes: bool, seed: int, dp: bool = False, dp_k: int = 0,
-                    ) -> tuple[SafePlan, dict[int, dict[int, list[int]]]]:
+                    shard: Mapping[int, int] | None = None) -> tuple[SafePlan, dict[int, dict[int, list[int]]]]:
     """The plan and its cells. ``method='protosisa'`` (and SISA, ``prototypes=False``) use uniform shards."""
     if coarse < 1 or fine < 1:
         raise ValueError(f"coarse and fine must be >= 1, got {coarse} and {fine}")
@@ -280,7 +295,7 @@ def build_safe_plan(method: str, labels: Mapping[int, Mapping[int, int]], num_cl
     n = sum(len(c) for c in classes)
     plan = SafePlan(method, num_classes, groups if mode == "uniform" else coarse, 1 if mode == "uniform" else fine,
                     mode, classes, members, sizes, prototypes, prototype_weight(total / n) if prototypes else 0.0,
-                    dp, dp_k)
+                    dp, dp_k, {int(k): int(v) for k, v in sorted((shard or {}).items()) if v > 0})
     return plan, cells
 
 
@@ -316,11 +331,13 @@ def a_la_carte(plan: SafePlan, served: Collection[str], partitions: Collection[i
         if entitled(plan.members[cid]):
             keep += [a for a in (plan.adapters(cid) if plan.dp else [cid]) if a in served]
     keep += [plan.proto_id(u) for u in plan.sizes if entitled([u]) and plan.proto_id(u) in served]
+    keep += [a for a in plan.shard_proto_artifacts() if a in served]  # server data: everyone is entitled
     return sorted(keep)
 
 
 def forget_cost(plan: SafePlan, touched_units: Collection[str], removed: int) -> dict[str, Any]:
     """Predicted cost of a request: cliques (exact SAFE) retrained and |M_x|, the samples they revisit."""
     touched = set(touched_units)
-    hit = [cid for cid, *_ in plan.cliques() if touched & set(plan.members[cid])]
-    return {"cliques": hit, "revisited": sum(plan.clique_size(c) for c in hit) - removed}
+    hit = [(cid, cls) for cid, _, _, cls in plan.cliques() if touched & set(plan.members[cid])]
+    revisited = sum(plan.clique_size(c) + plan.shard_size(cls) for c, cls in hit) - removed
+    return {"cliques": [c for c, _ in hit], "revisited": revisited}

@@ -3,7 +3,9 @@
 Training: every clique runs ``num-rounds`` FedAvg rounds among only the clients holding its cells;
 all cliques advance in the same Flower rounds (one message per client carries the blocks of its
 cliques), but each block is averaged on its own, weighted by that clique's sample counts, in
-partition order. Prototype sums come per cell (the ledger's unit), each one an artifact of its own.
+partition order. With a safe shard (``safe-shard`` > 0) the server is one more contributor to every
+clique, after the partitions (:mod:`fedforget.strategies.safe_shard`). Prototype sums come per cell (the
+ledger's unit), each one an artifact of its own, and per class of the safe shard (never invalidated).
 ``action='retrain'``: clients delete forgotten samples for good, then only invalid cliques retrain
 (from their seeded init, same seeds and rounds) and only invalid cells resend prototype sums.
 SAFE-DP (``safe-dp=true``): one artifact per class node; see :mod:`fedforget.tasks.safe_dp_training`.
@@ -28,12 +30,14 @@ from fedforget.core.config import RunConfig
 from fedforget.core.safe_budget import adapter_budget
 from fedforget.core.safe_dp import request_budget
 from fedforget.core.safe_graph import SafePlan, build_safe_plan
+from fedforget.core.safe_shard import class_counts
 from fedforget.core.seeds import derive_seed
 from fedforget.store.ledger import Ledger
 from fedforget.strategies.failover import FRAMING_PER_TENSOR, check_reply, exchange_redo_or_exclude
 from fedforget.strategies.messaging import NodeFailure, discover_partitions, to_numpy
 from fedforget.strategies.run_setup import ServerRun, open_server_run, prepare_server_run
-from fedforget.strategies.safe_client import PARAM_KEYS, SEP, frozen_backbone
+from fedforget.strategies.safe_client import PARAM_KEYS, SEP, frozen_backbone, frozen_theta
+from fedforget.strategies.safe_shard import SafeShard, load_safe_shard, safe_shard_ids
 from fedforget.tasks.safe_adapters import init_adapters
 
 TRAIN_MESSAGE = f"{MessageType.TRAIN}.safe"
@@ -53,16 +57,18 @@ def token_dim(cfg: RunConfig) -> int:
     return int(tokens.shape[-1])
 
 
-def make_plan(cfg: RunConfig, run: ServerRun) -> tuple[SafePlan, dict[int, dict[int, list[int]]]]:
-    """The graph from seeds and the partitions' labels only (digest §7.1)."""
+def make_plan(cfg: RunConfig, run: ServerRun, shard: SafeShard | None = None,
+              ) -> tuple[SafePlan, dict[int, dict[int, list[int]]]]:
+    """The graph from seeds and the partitions' labels only (digest §7.1), plus the safe shard's class counts."""
     labels = {}
     for p in sorted(run.plan.slices):
         ids = run.plan.partition_ids(p)
         labels[p] = dict(zip(ids, run.data.train.by_ids(ids).labels.tolist(), strict=True))
     mode = "uniform" if cfg.method == "protosisa" else cfg.coarse_by
     k = request_budget(cfg.dp_epsilon, cfg.dp_delta, cfg.dp_alpha, cfg.dp_beta) if cfg.safe_dp else 0
+    counts = class_counts(shard.labels.tolist()) if shard is not None else {}
     return build_safe_plan(cfg.method, labels, run.data.num_classes, cfg.coarse, cfg.fine, mode, cfg.prototypes,
-                           cfg.seed, dp=cfg.safe_dp, dp_k=k)
+                           cfg.seed, dp=cfg.safe_dp, dp_k=k, shard=counts)
 
 
 def _group_of(plan: SafePlan, partition: int) -> int | None:
@@ -86,13 +92,17 @@ def _record(arrays: Arrays) -> ArrayRecord:
 class SafeTrainer:
     """Trains a set of adapter artifacts (cliques, or class nodes under SAFE-DP) over the Grid."""
 
-    def __init__(self, grid: Grid, run: ServerRun, plan: SafePlan, ledger: Ledger, watermark: int, dim: int) -> None:
+    def __init__(self, grid: Grid, run: ServerRun, plan: SafePlan, ledger: Ledger, watermark: int, dim: int,
+                 shard: SafeShard | None = None) -> None:
         self.grid, self.run, self.plan, self.ledger, self.watermark, self.dim = grid, run, plan, ledger, watermark, dim
+        self.shard = shard
         self.cfg = run.cfg
         self.budget = adapter_budget(run.cfg)
         self.rebuilt: list[str] = []
         self.client_rounds = 0
         self.samples_visited = 0
+        #: sample gradients the server took on the safe shard (not in ``samples_visited``, the clients' work)
+        self.shard_visited = 0
         #: partitions lost in this run and the artifacts left unbuilt because they read their cells
         self.excluded: set[int] = set()
         self.unbuilt: list[str] = []
@@ -179,6 +189,7 @@ class SafeTrainer:
                     contributions.setdefault(aid, []).append(
                         (int(n), {k: arrays[f"{aid}{SEP}{k}"] for k in PARAM_KEYS}))
                     self.samples_visited += self._visited(int(n), server_round, bool(spec_dp.get(aid)))
+        self._add_shard(specs, current, server_round, contributions)
         out = {}
         for s in specs:
             aid = str(s["id"])
@@ -188,6 +199,20 @@ class SafeTrainer:
                                        "train-loss": float(np.mean(losses)) if losses else 0.0,
                                        "seconds": time.monotonic() - started, "action": self.cfg.action})
         return out
+
+    def _add_shard(self, specs: list[dict[str, object]], current: dict[str, Arrays], server_round: int,
+                   contributions: dict[str, list[tuple[int, Arrays]]]) -> None:
+        """The server's own contribution to each clique's FedAvg (after the partitions): its safe-shard samples
+        of the clique's classes, trained from the same start with the same budget as a client."""
+        if self.shard is None:
+            return
+        theta = frozen_theta(self.dim, self.cfg.seed, self.budget.width)
+        for s in (s for s in specs if not s["dp"]):  # SAFE-DP with a safe shard is refused by the config
+            aid, classes = str(s["id"]), [int(k) for k in s["classes"]]  # type: ignore[attr-defined]
+            n, arrays = self.shard.train(self.cfg, theta, aid, classes, current[aid], self.budget, server_round)
+            if n > 0:
+                contributions.setdefault(aid, []).append((n, arrays))
+                self.shard_visited += self._visited(n, server_round, False)
 
     def _visited(self, held: int, server_round: int, dp: bool) -> int:
         """Sample-gradient evaluations of one adapter on one node this round (its step budget × batch)."""
@@ -275,6 +300,25 @@ def collect_prototypes(grid: Grid, run: ServerRun, plan: SafePlan, ledger: Ledge
     return sorted(rebuilt)
 
 
+def record_shard_prototypes(run: ServerRun, plan: SafePlan, ledger: Ledger, shard: SafeShard | None,
+                            wanted: list[str], watermark: int) -> list[str]:
+    """The safe shard's per-class prototype sums, one artifact per class, with no lineage: no request can
+    invalidate them (the server's data is never forgotten), so only a missing one is ever (re)built."""
+    if shard is None:
+        return []
+    rebuilt = []
+    for label, aid in ((k, plan.shard_proto_id(k)) for k in sorted(plan.shard)):
+        if aid not in wanted:
+            continue
+        total, count = shard.prototype_sum(label)
+        state = {"sum": np.ascontiguousarray(total), "count": np.asarray([count], dtype=np.int64),
+                 "label": np.asarray([label], dtype=np.int64)}
+        sha = run.store.put_arrays(state, {"artifact": aid, "method": run.cfg.method, "task": run.cfg.task})
+        ledger.record_artifact(aid, sha, "prototype", [], watermark, {"label": label, "safe-shard": True})
+        rebuilt.append(aid)
+    return rebuilt
+
+
 def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> int:
     """``query.safeforget``: clients tombstone the samples and drop their cached tokens."""
     messages = [Message(RecordDict({"arrays": _record({"samples": np.asarray(ids, dtype=np.int64)})}),
@@ -304,8 +348,10 @@ def run_safe(grid: Grid, cfg: RunConfig) -> None:
     if cfg.action == "retrain":
         retrain_safe(grid, cfg, nodes)
         return
+    shard_ids = safe_shard_ids(cfg)  # before the store exists: too few unused rows writes nothing
     run = prepare_server_run(cfg, nodes)
-    plan, cells = make_plan(cfg, run)
+    shard = load_safe_shard(cfg, run.store.root, shard_ids)
+    plan, cells = make_plan(cfg, run, shard)
     dim = token_dim(cfg)
     ledger = run.store.ledger()
     try:
@@ -314,18 +360,20 @@ def run_safe(grid: Grid, cfg: RunConfig) -> None:
         ledger.set_plan(plan.to_json())
         run.store.update_manifest(plan=plan.to_json(), cells={str(p): {str(c): v for c, v in cs.items()}
                                                               for p, cs in cells.items()},
-                                  **{"token-dim": dim, "adapter-budget": adapter_budget(cfg).to_json()})
-        trainer = SafeTrainer(grid, run, plan, ledger, 0, dim)
+                                  **{"token-dim": dim, "adapter-budget": adapter_budget(cfg).to_json(),
+                                     "safe-shard-ids": shard_ids})
+        trainer = SafeTrainer(grid, run, plan, ledger, 0, dim, shard)
         trainer.train(trainer.specs(None))
         units = sorted(u for u in plan.sizes if plan.sizes[u] > 0) if plan.prototypes else []
         protos = collect_prototypes(grid, run, plan, ledger, units, 0, dim, trainer.unbuilt, trainer.excluded)
+        protos += record_shard_prototypes(run, plan, ledger, shard, plan.shard_proto_artifacts(), 0)
         ledger.set_meta("unbuilt", {"artifacts": trainer.unbuilt, "partitions": sorted(trainer.excluded)})
         serving = ledger.refresh_serving()
         result = evaluate_safe(run, ledger)
         run.store.append_metrics({"final": True, "action": "train", "accuracy": result["accuracy"],
                                   "loss": result["loss"], "rebuilt": trainer.rebuilt, "prototypes": len(protos),
                                   "client-rounds": trainer.client_rounds, "samples-visited": trainer.samples_visited,
-                                  "served": serving["artifacts"]})
+                                  "safe-shard-visited": trainer.shard_visited, "served": serving["artifacts"]})
         run.store.update_manifest(**{"rounds-done": cfg.num_rounds})
         log(INFO, "fedforget: %s trained %d adapter artifact(s) over %d clique(s); serving accuracy %.4f",
             cfg.method, len(trainer.rebuilt), len(plan.cliques()), result["accuracy"])
@@ -339,6 +387,7 @@ def retrain_safe(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
     manifest = run.store.manifest()
     plan = SafePlan.from_json(manifest["plan"])
     dim = int(manifest["token-dim"])
+    shard = load_safe_shard(cfg, run.store.root, [int(i) for i in manifest.get("safe-shard-ids", [])])
     ledger = run.store.ledger()
     try:
         watermark = ledger.last_request()
@@ -346,7 +395,7 @@ def retrain_safe(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
         if forgotten:
             send_forget(grid, run, forgotten)
         valid = ledger.valid_artifacts()
-        trainer = SafeTrainer(grid, run, plan, ledger, watermark, dim)
+        trainer = SafeTrainer(grid, run, plan, ledger, watermark, dim, shard)
         invalid = [s for s in trainer.specs(None) if s["id"] not in valid]
         started = time.monotonic()
         if invalid:
@@ -354,6 +403,8 @@ def retrain_safe(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
         stale = [u for u in sorted(plan.sizes) if plan.sizes[u] > 0 and plan.prototypes
                  and plan.proto_id(u) not in valid]
         protos = collect_prototypes(grid, run, plan, ledger, stale, watermark, dim, trainer.unbuilt, trainer.excluded)
+        missing = [a for a in plan.shard_proto_artifacts() if a not in valid]
+        protos += record_shard_prototypes(run, plan, ledger, shard, missing, watermark)
         ledger.set_meta("unbuilt", {"artifacts": trainer.unbuilt, "partitions": sorted(trainer.excluded)})
         serving = ledger.finish_retrain(watermark, trainer.rebuilt + protos)
         result = evaluate_safe(run, ledger)
@@ -361,6 +412,7 @@ def retrain_safe(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
                                   "loss": result["loss"], "rebuilt": trainer.rebuilt, "prototypes": protos,
                                   "watermark": watermark, "client-rounds": trainer.client_rounds,
                                   "samples-visited": trainer.samples_visited,
+                                  "safe-shard-visited": trainer.shard_visited,
                                   "seconds": time.monotonic() - started, "served": serving["artifacts"]})
         log(INFO, "fedforget: retrain rebuilt %d adapter artifact(s) and %d prototype cell(s) up to request %d; "
             "serving accuracy %.4f", len(trainer.rebuilt), len(protos), watermark, result["accuracy"])

@@ -28,6 +28,16 @@ def parse_slices(texts: Sequence[str]) -> list[str]:
     return out
 
 
+def refuse_safe_shard_ids(store: Store, samples: Sequence[int]) -> None:
+    """A SAFE safe-shard id is server data, not a client's: say so instead of "unknown sample"."""
+    shard = set(store.manifest().get("safe-shard-ids") or [])
+    named = sorted({int(s) for s in samples} & shard)
+    if named:
+        shown = ", ".join(map(str, named[:5])) + (" …" if len(named) > 5 else "")
+        raise LedgerUsageError(f"sample id(s) {shown} are in the server-held safe shard, not in any client's data; "
+                               "the safe shard never receives forget requests (nothing was changed)")
+
+
 def forget_request(store: Store, samples: Sequence[int] = (), slices: Sequence[str] = (),
                    clients: Sequence[int] = (), audit_before: bool = False) -> ForgetResult:
     """Apply the request (one transaction), then purge what it invalidated.
@@ -35,6 +45,7 @@ def forget_request(store: Store, samples: Sequence[int] = (), slices: Sequence[s
     ``audit_before`` measures the membership-inference audit on the model served *before* this
     request, between the commit and the purge: the only moment both that model and the request exist.
     """
+    refuse_safe_shard_ids(store, samples)
     ledger = store.ledger()
     try:
         before = {"serving": ledger.serving(), "artifacts": ledger.artifacts()} if audit_before else None

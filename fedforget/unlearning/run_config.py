@@ -29,4 +29,8 @@ def check_run_config(text: str) -> None:
     for key, value in overrides.items():
         if isinstance(value, dict):
             raise ConfigError(f"run-config {key!r} must be a plain value, not a table")
-    parse_run_config({**default_run_config(), **overrides})
+    cfg = parse_run_config({**default_run_config(), **overrides})
+    if cfg.safe_shard:  # the task's unused rows bound it: the same check the ServerApp makes before writing
+        from fedforget.strategies.safe_shard import safe_shard_ids
+
+        safe_shard_ids(cfg)

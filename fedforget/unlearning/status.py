@@ -77,6 +77,7 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
         "backbone": {"source": backbone.get("source"), "weights_sha256": backbone.get("weights-sha256"),
                      "artifact": backbone.get("artifact")},
         "complete": bool(served) and not corrupt,
+        "safe_shard": len(manifest.get("safe-shard-ids") or []),
         "split": split_summary(manifest, store.metrics()),
         "tree": tree_summary(manifest, artifacts, serving),
     }
@@ -126,6 +127,9 @@ def print_status(status: dict[str, Any], console: Console, show_artifacts: bool 
     console.print(f"requests {req['total']} ({req['pending']} pending a retrain) · forgotten samples "
                   f"{req['forgotten_samples']} · expected deletions left (δ) "
                   f"{'—' if left is None else f'{left:.2f}'}")
+    if status.get("safe_shard"):
+        console.print(f"safe shard {status['safe_shard']} server-held samples: every clique trains on them; "
+                      "never forgotten")
     for request, a in status.get("acknowledgements", {}).items():
         console.print(f"request #{request}: clients acknowledged deletion {a['acknowledged'] or '—'}"
                       + (f" · pending {a['pending']}" if a["pending"] else ""))

@@ -13,6 +13,8 @@ What is compared is what a user is served, never only what the ledger says about
 * **artifacts** — each served artifact's sha256 against the scratch run's artifact of the same id;
 * **serving plan** — the stored plan (members, prefixes, weights) against the plan recomputed from
   the valid artifacts, and, once every request is retrained, against the scratch run's own plan;
+* **safe shard** (SAFE) — the server-held sample ids the store recorded against those the scratch run
+  draws from the seed (a retrain trains on the recorded ones);
 * **outputs** — the served model's class probabilities on the whole test split against those of the
   same plan built from the scratch run's artifacts, with ``numpy.array_equal`` (bit for bit).
 
@@ -150,6 +152,7 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
         finally:
             other.close()
         scratch_shas = {a["artifact"]: a["sha256"] for a in scratch_artifacts}
+        shard = compare_safe_shard(store, scratch)
         dp_unreproducible = {a for a, nodes in dp_nodes.items() if nodes & secretless} - dp_covered
         unchecked = dp_covered | dp_unreproducible
         dp_served = sorted(served & unchecked)
@@ -176,7 +179,8 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
                   "equal_scratch": serving == scratch_serving if all_retrained else None}
     plan_ok = plan_check["equal_recomputed"] and plan_check["equal_scratch"] is not False
     outputs_ok = outputs["equal"] is not False
-    exact = bool(served_rows) and all(c["equal"] for c in served_rows) and not files and plan_ok and outputs_ok
+    exact = (bool(served_rows) and all(c["equal"] for c in served_rows) and not files and plan_ok and outputs_ok
+             and shard["equal"])
     return {
         "exact": exact,
         "served": len(served_rows),
@@ -188,9 +192,17 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
         "files": files,
         "serving_plan": plan_check,
         "outputs": outputs,
+        "safe_shard": shard,
         "compared": compared,
-        "reason": _reason(served_rows, files, plan_check, outputs),
+        "reason": _reason(served_rows, files, plan_check, outputs, shard),
     }
+
+
+def compare_safe_shard(store: Store, scratch: Store) -> dict[str, Any]:
+    """SAFE's safe shard: the ids the store recorded (what its retrains read) against the scratch run's draw."""
+    ours = [int(i) for i in store.manifest().get("safe-shard-ids") or []]
+    theirs = [int(i) for i in scratch.manifest().get("safe-shard-ids") or []]
+    return {"equal": ours == theirs, "size": len(ours), "scratch_size": len(theirs)}
 
 
 def _not_checked(compared: list[dict[str, Any]]) -> list[dict[str, str]]:
@@ -207,10 +219,13 @@ def _not_checked(compared: list[dict[str, Any]]) -> list[dict[str, str]]:
 
 
 def _reason(served_rows: list[dict[str, Any]], files: list[dict[str, str]], plan_check: dict[str, Any],
-            outputs: dict[str, Any]) -> str | None:
+            outputs: dict[str, Any], shard: dict[str, Any]) -> str | None:
     """The first thing that makes the served model differ from scratch, in words (None when exact)."""
     if files:
         return "served file(s) " + ", ".join(f"{f['artifact']} ({f['problem']})" for f in files)
+    if not shard["equal"]:
+        return (f"the safe shard the store recorded ({shard['size']} ids) differs from the one SAFE from scratch "
+                f"draws ({shard['scratch_size']} ids)")
     if not served_rows:
         return "nothing is served; run `fedforget retrain` first"
     different = [c["artifact"] for c in served_rows if not c["equal"]]
