@@ -326,6 +326,31 @@ def _paired(res: dict[str, Any], part_name: str, arm: str, ref: str) -> dict[str
             "std": round(statistics.stdev(diffs), 2)}
 
 
+def _partial_runs(path: Path, res: dict[str, Any]) -> dict[str, Any]:
+    """The finished runs of an interrupted experiment with the same settings (its JSON says ``partial``)."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    same = all(old.get(k) == res[k] for k in ("config", "seeds", "rounds", "sfl-rounds"))
+    return dict(old.get("runs", {})) if old.get("partial") and same else {}
+
+
+def _summarise(res: dict[str, Any], parts: tuple[tuple[str, dict[str, Any]], ...],
+               arms: dict[str, tuple[str, float]]) -> None:
+    """Per arm: mean, min, max and spread over the seeds run so far; paired differences to the frozen client."""
+    for part_name, _ in parts:
+        for arm in arms:
+            keys = [f"{part_name}/{arm}/{s}" for s in res["seeds"]]
+            finals = [res["runs"][k]["accuracy"] for k in keys if k in res["runs"]]
+            if finals:
+                res["arms"][f"{part_name}/{arm}"] = {"mean": round(sum(finals) / len(finals), 4), "min": min(finals),
+                                                     "max": max(finals), "spread": round(max(finals) - min(finals), 4),
+                                                     "per-seed": finals}
+            if arm != "hosfl-frozen" and (paired := _paired(res, part_name, arm, "hosfl-frozen")):
+                res["paired-vs-frozen"][f"{part_name}/{arm}"] = paired
+
+
 def _control(name: str, tmp: Path, base: dict[str, Any], seeds: tuple[int, ...], rounds: int,
              parts: tuple[tuple[str, dict[str, Any]], ...], arms: dict[str, tuple[str, float]],
              title: str) -> dict[str, Any]:
@@ -339,28 +364,26 @@ def _control(name: str, tmp: Path, base: dict[str, Any], seeds: tuple[int, ...],
     sfl_rounds = max(1, round(rounds * int(base["batch-size"]) / per_client))  # the same samples processed
     res: dict[str, Any] = {"config": base, "seeds": list(seeds), "rounds": rounds, "sfl-rounds": sfl_rounds,
                            "arms": {}, "runs": {}, "paired-vs-frozen": {}}
+    done = _partial_runs(OUT / f"hosfl_{name}.json", res)
     for arm, (method, client_lr) in arms.items():
         for part_name, part in parts:
-            finals = []
             for seed in seeds:
+                if (key := f"{part_name}/{arm}/{seed}") in done:  # an interrupted run's result is kept
+                    res["runs"][key] = done[key]
+                    continue
                 n = sfl_rounds if method == "sfl" else rounds
                 rows, _, secs = _run(tmp / f"{name}-{part_name}-{arm}-{seed}",
                                      **{**base, "method": method, "seed": seed, **part, "num-rounds": n,
                                         "eval-every": n, "client-lr": client_lr, "local-epochs": 1})
                 final = [r for r in rows if "accuracy" in r][-1]
-                finals.append(final["accuracy"])
-                res["runs"][f"{part_name}/{arm}/{seed}"] = {"accuracy": final["accuracy"],
-                                                            "samples": final.get("samples-total", 0),
-                                                            "seconds": round(secs, 1)}
+                res["runs"][key] = {"accuracy": final["accuracy"], "samples": final.get("samples-total", 0),
+                                    "seconds": round(secs, 1)}
                 print(f"{name} {part_name} {arm} seed {seed}: {final['accuracy']:.4f} "
                       f"({final.get('samples-total', 0)} samples, {secs:.0f} s)", flush=True)
-                res["arms"][f"{part_name}/{arm}"] = {"mean": round(sum(finals) / len(finals), 4), "min": min(finals),
-                                                     "max": max(finals), "spread": round(max(finals) - min(finals), 4),
-                                                     "per-seed": list(finals)}
-                if arm != "hosfl-frozen" and (paired := _paired(res, part_name, arm, "hosfl-frozen")):
-                    res["paired-vs-frozen"][f"{part_name}/{arm}"] = paired
+                _summarise(res, parts, arms)
                 (OUT / f"hosfl_{name}.json").write_text(json.dumps({"benchmark": f"hosfl_{name}", "partial": True,
                                                                     "machine": machine_info(), **res}, indent=1))
+    _summarise(res, parts, arms)
     fig, ax = plt.subplots(figsize=(8, 4))
     keys = list(res["arms"])
     means = [res["arms"][k]["mean"] for k in keys]
