@@ -8,6 +8,7 @@ process's peak RSS (``VmHWM``, reset through ``/proc/self/clear_refs``) over one
     python benchmarks/hosfl_bench.py all                  # about 15 min on 2 loaded cores
     python benchmarks/hosfl_bench.py accuracy --quick     # smoke
     python benchmarks/hosfl_bench.py memory
+    python benchmarks/hosfl_bench.py control-llm         # the frozen-client control on rt-smollm (about 70 min)
 
 Writes ``docs/results/hosfl_<part>.json`` and ``.png``.
 """
@@ -351,6 +352,22 @@ def _summarise(res: dict[str, Any], parts: tuple[tuple[str, dict[str, Any]], ...
                 res["paired-vs-frozen"][f"{part_name}/{arm}"] = paired
 
 
+def plot_control(res: dict[str, Any], name: str, title: str) -> None:
+    """Mean final accuracy per arm with the seeds' min-max, as ``hosfl_<name>.png``."""
+    fig, ax = plt.subplots(figsize=(8, 4))
+    keys = list(res["arms"])
+    means = [res["arms"][k]["mean"] for k in keys]
+    errs = [[max(0.0, res["arms"][k]["mean"] - res["arms"][k]["min"]) for k in keys],
+            [max(0.0, res["arms"][k]["max"] - res["arms"][k]["mean"]) for k in keys]]
+    ax.bar(range(len(keys)), means, yerr=errs, capsize=3)
+    ax.set_xticks(range(len(keys)), keys, rotation=35, ha="right", fontsize=8)
+    ax.set_ylabel("final test accuracy (mean, min-max over seeds)")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"{title}\n{res['rounds']} rounds (sfl: {res['sfl-rounds']} local-epoch rounds)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(OUT / f"hosfl_{name}.png", dpi=110)
+
+
 def _control(name: str, tmp: Path, base: dict[str, Any], seeds: tuple[int, ...], rounds: int,
              parts: tuple[tuple[str, dict[str, Any]], ...], arms: dict[str, tuple[str, float]],
              title: str) -> dict[str, Any]:
@@ -384,18 +401,7 @@ def _control(name: str, tmp: Path, base: dict[str, Any], seeds: tuple[int, ...],
                 (OUT / f"hosfl_{name}.json").write_text(json.dumps({"benchmark": f"hosfl_{name}", "partial": True,
                                                                     "machine": machine_info(), **res}, indent=1))
     _summarise(res, parts, arms)
-    fig, ax = plt.subplots(figsize=(8, 4))
-    keys = list(res["arms"])
-    means = [res["arms"][k]["mean"] for k in keys]
-    errs = [[max(0.0, res["arms"][k]["mean"] - res["arms"][k]["min"]) for k in keys],
-            [max(0.0, res["arms"][k]["max"] - res["arms"][k]["mean"]) for k in keys]]
-    ax.bar(range(len(keys)), means, yerr=errs, capsize=3)
-    ax.set_xticks(range(len(keys)), keys, rotation=35, ha="right", fontsize=8)
-    ax.set_ylabel("final test accuracy (mean, min-max over seeds)")
-    ax.set_ylim(0, 1)
-    ax.set_title(f"{title}, {rounds} rounds (sfl: {sfl_rounds} local-epoch rounds)")
-    fig.tight_layout()
-    fig.savefig(OUT / f"hosfl_{name}.png", dpi=110)
+    plot_control(res, name, title)
     return res
 
 
