@@ -40,7 +40,7 @@ def test_fedavg_client_that_raises_once_is_redone_bit_identically(fedavg_referen
     assert _unbuilt(store) == {"artifacts": [], "partitions": []}
 
 
-@pytest.mark.parametrize("how", BAD)
+@pytest.mark.parametrize("how", [*BAD, "received"])
 def test_fedavg_bad_reply_is_rejected_and_the_global_model_stays_unbuilt(fedavg_reference, tmp_path, how,
                                                                          monkeypatch):
     monkeypatch.setenv(REJOIN_ENV, "1")

@@ -85,7 +85,8 @@ class FaultyGrid(InProcessGrid):
     @staticmethod
     def _broken(reply: Message, how: str) -> Message:
         """The reply with its first tensor record broken (NaN, smuggled bytes, a wrong shape), its
-        partition id changed, or its tensors missing; every other record kept."""
+        partition id changed, an implausible received-model evaluation, or its tensors missing; every
+        other record kept."""
         if reply.has_error():
             return reply
         records = dict(reply.content.items())
@@ -101,6 +102,8 @@ class FaultyGrid(InProcessGrid):
         elif how == "partition":
             meta = next(k for k, v in records.items() if not isinstance(v, ArrayRecord) and PARTITION_KEY in v)
             records[meta] = type(records[meta])({**dict(records[meta]), PARTITION_KEY: 99})
+        elif how == "received":  # fedavg: an evaluation of the received model on more rows than the test split
+            records["metrics"] = type(records["metrics"])({**dict(records["metrics"]), "received-examples": 10**9})
         if how == "malformed":
             del records[name]
         else:
