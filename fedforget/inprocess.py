@@ -22,9 +22,11 @@ PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 
 
 def default_run_config() -> dict[str, object]:
-    """The ``[tool.flwr.app.config]`` defaults, as ``flwr run`` would start from."""
+    """The ``[tool.flwr.app.config]`` defaults, flattened as ``flwr run`` starts from (``safe.coarse``)."""
+    from flwr.common.config import flatten_dict
+
     data = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))
-    return dict(data["tool"]["flwr"]["app"]["config"])
+    return dict(flatten_dict(data["tool"]["flwr"]["app"]["config"]))
 
 
 class InProcessGrid(Grid):

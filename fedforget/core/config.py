@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -22,9 +23,69 @@ class ConfigError(ValueError):
     """A run-config value a user must fix; the message says which key and what is allowed."""
 
 
+# -- Config groups ---------------------------------------------------------------------
+#: Keys read by one family of methods (or by one task) live in a group: a TOML table
+#: ``[tool.flwr.app.config.<group>]`` that Flower flattens to dotted run-config keys (``safe.coarse``).
+#: Every other key is common and stays flat.
+CONFIG_GROUPS: dict[str, tuple[str, ...]] = {
+    "hf": ("hf.dataset", "hf.model", "hf.input-column", "hf.label-column"),
+    "chains": ("chains.groups", "chains.budget", "chains.rounds-per-phase", "chains.serving", "chains.shards",
+               "chains.clusters", "chains.placement", "chains.prior"),
+    "hosfl": ("hosfl.cut", "hosfl.perturbations", "hosfl.mu", "hosfl.clients-per-round", "hosfl.client-lr",
+              "hosfl.eval-every", "hosfl.device"),
+    "fedshard": ("fedshard.fanout", "fedshard.rounds-min", "fedshard.rounds-max", "fedshard.merge",
+                 "fedshard.lora-merge", "fedshard.rounds-rule", "fedshard.fallback", "fedshard.flat",
+                 "fedshard.plan-file"),
+    "safe": ("safe.coarse", "safe.fine", "safe.coarse-by", "safe.prototypes", "safe.dp", "safe.dp-epsilon",
+             "safe.dp-delta", "safe.dp-alpha", "safe.dp-beta", "safe.dp-clip", "safe.schedule", "safe.adapter-steps",
+             "safe.adapter-width", "safe.adapter-weight-decay", "safe.shard"),
+}
+#: The group of method keys each method reads (None: the common keys only).
+METHOD_GROUP: dict[str, str | None] = {
+    "fedavg": None,
+    "fedsgt": "chains", "s3t": "chains", "sisa": "chains", "fedcio": "chains",
+    "hosfl": "hosfl", "sfl": "hosfl", "zo-sfl": "hosfl",
+    "fedshard": "fedshard",
+    "safe": "safe", "protosisa": "safe",
+}
+#: The group of task keys each task reads.
+TASK_GROUP: dict[str, str] = {"hf": "hf"}
+#: Flat key names of earlier releases → their grouped key; still accepted (with a warning on stderr).
+RENAMED: dict[str, str] = {
+    "hf-dataset": "hf.dataset", "hf-model": "hf.model", "hf-input-column": "hf.input-column",
+    "hf-label-column": "hf.label-column",
+    **{k.split(".", 1)[1]: k for k in CONFIG_GROUPS["chains"] + CONFIG_GROUPS["hosfl"] + CONFIG_GROUPS["fedshard"]},
+    "coarse": "safe.coarse", "fine": "safe.fine", "coarse-by": "safe.coarse-by", "prototypes": "safe.prototypes",
+    "safe-dp": "safe.dp", "dp-epsilon": "safe.dp-epsilon", "dp-delta": "safe.dp-delta", "dp-alpha": "safe.dp-alpha",
+    "dp-beta": "safe.dp-beta", "dp-clip": "safe.dp-clip", "safe-schedule": "safe.schedule",
+    "adapter-steps": "safe.adapter-steps", "adapter-width": "safe.adapter-width",
+    "adapter-weight-decay": "safe.adapter-weight-decay", "safe-shard": "safe.shard",
+}
+
+
+def field_key(name: str) -> str:
+    """The run-config key of a :class:`RunConfig` attribute (``num_rounds`` → ``num-rounds``, ``coarse`` →
+    ``safe.coarse``)."""
+    flat = name.replace("_", "-")
+    return RENAMED.get(flat, flat)
+
+
+def key_group(key: str) -> str | None:
+    """The group a run-config key belongs to (None: a common key)."""
+    return key.split(".", 1)[0] if "." in key else None
+
+
+def applicable_groups(method: str, task: str) -> tuple[str, ...]:
+    """The groups whose keys ``method`` on ``task`` reads."""
+    return tuple(g for g in (METHOD_GROUP.get(method), TASK_GROUP.get(task)) if g)
+
+
 @dataclass(frozen=True)
 class RunConfig:
-    """Every key of ``[tool.flwr.app.config]``; the pyproject holds the defaults users see."""
+    """Every key of ``[tool.flwr.app.config]`` and its groups; the pyproject holds the defaults users see.
+
+    Attributes keep the flat names (``coarse``, ``safe_dp``); :func:`field_key` gives each one's run-config key.
+    """
 
     method: str = "fedavg"
     task: str = "fmnist-cnn"
@@ -45,11 +106,13 @@ class RunConfig:
     train_size: int = 0
     test_size: int = 0
     round_timeout: float = 900.0
+    action: str = "train"
+    # -- [hf]: task='hf' --
     hf_dataset: str = ""
     hf_model: str = ""
     hf_input_column: str = ""
     hf_label_column: str = "label"
-    # -- sequence-sharded methods (fedsgt, s3t, sisa, fedcio) and the coordinator ----------------
+    # -- [chains]: the sequence-sharded methods (fedsgt, s3t, sisa, fedcio) --
     groups: int = 10
     budget: int = 10
     rounds_per_phase: int = 0
@@ -58,8 +121,7 @@ class RunConfig:
     clusters: int = 5
     placement: str = "auto"
     prior: str = ""
-    action: str = "train"
-    # -- HO-SFL and the split baselines --
+    # -- [hosfl]: HO-SFL and the split baselines --
     cut: int = 1
     perturbations: int = 5
     mu: float = 0.001
@@ -67,7 +129,7 @@ class RunConfig:
     client_lr: float = 0.01
     eval_every: int = 1
     device: str = "auto"
-    # -- FedShard --
+    # -- [fedshard] --
     fanout: int = 2
     rounds_min: int = 2
     rounds_max: int = 4
@@ -77,7 +139,7 @@ class RunConfig:
     fallback: str = "last-valid"
     flat: bool = False
     plan_file: str = ""
-    # -- SAFE and its InCA baselines --
+    # -- [safe]: SAFE and its InCA baselines (safe_dp is 'safe.dp', safe_schedule 'safe.schedule', safe_shard 'safe.shard') --
     coarse: int = 4
     fine: int = 4
     coarse_by: str = "sample"
@@ -101,8 +163,8 @@ class RunConfig:
             object.__setattr__(self, key.replace("-", "_"), value)
 
     def to_dict(self) -> dict[str, Any]:
-        """Flower-style keys (``num-rounds``), as stored in the manifest."""
-        return {k.replace("_", "-"): v for k, v in asdict(self).items()}
+        """Flower's run-config keys (``num-rounds``, ``safe.coarse``), as stored in the manifest."""
+        return {field_key(k): v for k, v in asdict(self).items()}
 
 
 _CHOICES = {
@@ -147,7 +209,7 @@ _POSITIVE = ("lr", "dirichlet_alpha", "round_timeout", "mu")
 
 
 def _coerce(name: str, kind: type, value: object) -> object:
-    key = name.replace("_", "-")
+    key = field_key(name)
     if kind is bool:
         if isinstance(value, bool):
             return value
@@ -163,9 +225,72 @@ def _coerce(name: str, kind: type, value: object) -> object:
     raise ConfigError(f"run-config {key!r} must be {kind.__name__}, got {value!r}")
 
 
+_WARNED: set[str] = set()
+
+
+def declared_defaults() -> dict[str, object]:
+    """Each run-config key's declared default (the pyproject's), before the auto keys resolve."""
+    return {field_key(f.name): f.default for f in fields(RunConfig)}
+
+
+def rename_flat_keys(raw: Mapping[str, object], warn: bool = True) -> dict[str, object]:
+    """``raw`` with each flat key of earlier releases (``coarse``) under its grouped key (``safe.coarse``).
+
+    A dict built as ``{**defaults, "coarse": 8}`` holds both names: the one that differs from the default
+    wins, and two different non-default values are refused. ``warn`` prints one line per old key on stderr
+    (once per process); stored manifests are upgraded silently.
+    """
+    out = {k: v for k, v in raw.items() if k not in RENAMED}
+    defaults = declared_defaults()
+    for old, value in raw.items():
+        new = RENAMED.get(old)
+        if new is None:
+            continue
+        if warn and old not in _WARNED:
+            _WARNED.add(old)
+            print(f"fedforget: run-config key {old!r} is now {new!r}; the old name is accepted for one release",
+                  file=sys.stderr)
+        if new in out and out[new] != value and out[new] != defaults[new]:
+            if value != defaults[new]:
+                raise ConfigError(f"run-config {old!r} and {new!r} name the same key with different values; "
+                                  f"use {new!r}")
+            continue
+        out[new] = value
+    return out
+
+
+def method_keys(method: str, task: str) -> list[str]:
+    """The grouped keys ``method`` on ``task`` reads."""
+    return [k for g in applicable_groups(method, task) for k in CONFIG_GROUPS[g]]
+
+
+def _refuse_foreign_keys(raw: Mapping[str, object], cfg: RunConfig) -> None:
+    """A grouped key the method does not read may only hold its default (Flower passes every default)."""
+    groups = applicable_groups(cfg.method, cfg.task)
+    plain, resolved = declared_defaults(), RunConfig(method=cfg.method, task=cfg.task).to_dict()
+    for key, value in raw.items():
+        group = key_group(key)
+        if group is None or group in groups or value in (plain[key], resolved[key]):
+            continue
+        if group in TASK_GROUP.values():
+            raise ConfigError(f"run-config {key!r} applies to task={group!r} only, got task={cfg.task!r}")
+        own = method_keys(cfg.method, cfg.task)
+        raise ConfigError(f"run-config {key!r} does not apply to method {cfg.method!r}, which reads the common keys"
+                          + (f" and {', '.join(own)}" if own else " only"))
+
+
+def stored_run_config(raw: Mapping[str, object]) -> dict[str, object]:
+    """A manifest's config as run-config keys: flat keys of earlier stores renamed, and grouped keys the
+    stored method never read dropped (they took no part in the run)."""
+    config = rename_flat_keys(raw, warn=False)
+    groups = applicable_groups(str(config.get("method", "fedavg")), str(config.get("task", "")))
+    return {k: v for k, v in config.items() if key_group(k) is None or key_group(k) in groups}
+
+
 def parse_run_config(raw: Mapping[str, object]) -> RunConfig:
     """Validate Flower's run config; unknown keys and bad values raise :class:`ConfigError`."""
-    by_key = {f.name.replace("_", "-"): f for f in fields(RunConfig)}
+    by_key = {field_key(f.name): f for f in fields(RunConfig)}
+    raw = rename_flat_keys(raw)
     unknown = sorted(set(raw) - set(by_key))
     if unknown:
         raise ConfigError(f"unknown run-config key(s): {', '.join(unknown)}; known: {', '.join(sorted(by_key))}")
@@ -178,24 +303,25 @@ def parse_run_config(raw: Mapping[str, object]) -> RunConfig:
     for name, allowed in _CHOICES.items():
         if getattr(cfg, name) not in allowed:
             raise ConfigError(
-                f"run-config {name!r}={getattr(cfg, name)!r} is not one of: {', '.join(allowed)}"
+                f"run-config {field_key(name)!r}={getattr(cfg, name)!r} is not one of: {', '.join(allowed)}"
             )
     for name, low in _MIN.items():
         if getattr(cfg, name) < low:
-            raise ConfigError(f"run-config {name.replace('_', '-')!r} must be >= {low}, got {getattr(cfg, name)}")
+            raise ConfigError(f"run-config {field_key(name)!r} must be >= {low}, got {getattr(cfg, name)}")
     for name in _POSITIVE:
         if not getattr(cfg, name) > 0:
-            raise ConfigError(f"run-config {name.replace('_', '-')!r} must be > 0, got {getattr(cfg, name)}")
+            raise ConfigError(f"run-config {field_key(name)!r} must be > 0, got {getattr(cfg, name)}")
     if not cfg.client_lr >= 0:  # 0 freezes the client: HO-SFL's control run
-        raise ConfigError(f"run-config 'client-lr' must be >= 0, got {cfg.client_lr}")
+        raise ConfigError(f"run-config 'hosfl.client-lr' must be >= 0, got {cfg.client_lr}")
     if not 0.0 < cfg.fraction_train <= 1.0:
         raise ConfigError(f"run-config 'fraction-train' must be in (0, 1], got {cfg.fraction_train}")
     if not cfg.store.strip():
         raise ConfigError("run-config 'store' must be a directory path, got an empty string")
     if cfg.task == "hf" and not (cfg.hf_dataset and cfg.hf_model):
         raise ConfigError(
-            "task='hf' needs run-config 'hf-dataset' and 'hf-model' (a dataset path/name and a model name)"
+            "task='hf' needs run-config 'hf.dataset' and 'hf.model' (a dataset path/name and a model name)"
         )
+    _refuse_foreign_keys(raw, cfg)
     if cfg.prior:
         parse_prior(cfg.prior, cfg.groups)
     if cfg.action == "retrain" and cfg.method not in RETRAINABLE:
@@ -205,7 +331,8 @@ def parse_run_config(raw: Mapping[str, object]) -> RunConfig:
     if cfg.head_only and cfg.method != "fedavg":
         raise ConfigError(f"head-only=true (a linear probe) needs method='fedavg', got {cfg.method!r}")
     if cfg.rounds_min > cfg.rounds_max:
-        raise ConfigError(f"run-config 'rounds-min'={cfg.rounds_min} exceeds 'rounds-max'={cfg.rounds_max}")
+        raise ConfigError(f"run-config 'fedshard.rounds-min'={cfg.rounds_min} exceeds "
+                          f"'fedshard.rounds-max'={cfg.rounds_max}")
     _check_safe(cfg)
     return cfg
 
@@ -215,9 +342,9 @@ def parse_prior(text: str, groups: int) -> list[float]:
     try:
         values = [float(x) for x in text.split(",")]
     except ValueError:
-        raise ConfigError(f"run-config 'prior' must be comma-separated numbers, got {text!r}") from None
+        raise ConfigError(f"run-config 'chains.prior' must be comma-separated numbers, got {text!r}") from None
     if len(values) != groups or any(v < 0 for v in values) or abs(sum(values) - 1.0) > 1e-6:
-        raise ConfigError(f"run-config 'prior' needs {groups} non-negative numbers (one per group) summing to 1, "
+        raise ConfigError(f"run-config 'chains.prior' needs {groups} non-negative numbers (one per group) summing to 1, "
                           f"got {text!r}")
     return values
 
@@ -235,7 +362,7 @@ def _check_split(cfg: RunConfig) -> None:
     if cfg.task not in SPLIT_MAX_CUT:
         raise ConfigError(f"method {cfg.method!r} needs a split model; use task one of: {', '.join(SPLIT_MAX_CUT)}")
     if cfg.cut > SPLIT_MAX_CUT[cfg.task]:
-        raise ConfigError(f"run-config 'cut'={cfg.cut} is too deep for task {cfg.task!r}: "
+        raise ConfigError(f"run-config 'hosfl.cut'={cfg.cut} is too deep for task {cfg.task!r}: "
                           f"use 1..{SPLIT_MAX_CUT[cfg.task]} (blocks on the client)")
 
 
@@ -254,31 +381,31 @@ def sample_clients(partitions: list[int], fraction: float, seed: int) -> list[in
 # -- SAFE ------------------------------------------------------------------------------
 SAFE_METHODS = ("safe", "protosisa")
 COARSE_BY = ("sample", "client")
-#: Upper bound of 'safe-shard' (server-held samples); the task's unused rows bound it further at run time.
+#: Upper bound of 'safe.shard' (server-held samples); the task's unused rows bound it further at run time.
 SAFE_SHARD_MAX = 1_000_000
 
 
 def _check_safe(cfg: RunConfig) -> None:
     for name in ("coarse", "fine"):
         if getattr(cfg, name) < 1:
-            raise ConfigError(f"run-config {name!r} must be >= 1, got {getattr(cfg, name)}")
+            raise ConfigError(f"run-config {field_key(name)!r} must be >= 1, got {getattr(cfg, name)}")
     if cfg.coarse_by not in COARSE_BY:
-        raise ConfigError(f"run-config 'coarse-by'={cfg.coarse_by!r} is not one of: {', '.join(COARSE_BY)}")
+        raise ConfigError(f"run-config 'safe.coarse-by'={cfg.coarse_by!r} is not one of: {', '.join(COARSE_BY)}")
     for name in ("dp_epsilon", "dp_alpha", "dp_clip"):
         if not getattr(cfg, name) > 0:
-            raise ConfigError(f"run-config {name.replace('_', '-')!r} must be > 0, got {getattr(cfg, name)}")
+            raise ConfigError(f"run-config {field_key(name)!r} must be > 0, got {getattr(cfg, name)}")
     if not 0 < cfg.dp_delta < 1 or not 0 < cfg.dp_beta <= 1:
-        raise ConfigError(f"run-config needs 0 < 'dp-delta' < 1 and 0 < 'dp-beta' <= 1, got {cfg.dp_delta} and "
-                          f"{cfg.dp_beta}")
+        raise ConfigError(f"run-config needs 0 < 'safe.dp-delta' < 1 and 0 < 'safe.dp-beta' <= 1, got {cfg.dp_delta} "
+                          f"and {cfg.dp_beta}")
     for name in ("adapter_steps", "adapter_width", "adapter_weight_decay"):
         if getattr(cfg, name) < 0:
-            raise ConfigError(f"run-config {name.replace('_', '-')!r} must be >= 0 (0 = the task's default), "
+            raise ConfigError(f"run-config {field_key(name)!r} must be >= 0 (0 = the task's default), "
                               f"got {getattr(cfg, name)}")
     if cfg.adapter_width % 4:
-        raise ConfigError(f"run-config 'adapter-width' must be a multiple of 4 (the attention's heads), "
+        raise ConfigError(f"run-config 'safe.adapter-width' must be a multiple of 4 (the attention's heads), "
                           f"got {cfg.adapter_width}")
     if cfg.safe_dp and cfg.method != "safe":
-        raise ConfigError(f"safe-dp=true needs method='safe', got {cfg.method!r}")
+        raise ConfigError(f"safe.dp=true needs method='safe', got {cfg.method!r}")
     _check_safe_shard(cfg)
     if cfg.method in SAFE_METHODS and cfg.task == "hf":
         raise ConfigError(f"method {cfg.method!r} reads backbone tokens of a built-in task; use task digits-mlp, "
@@ -286,13 +413,13 @@ def _check_safe(cfg: RunConfig) -> None:
 
 
 def _check_safe_shard(cfg: RunConfig) -> None:
-    """'safe-shard': a count of server-held samples, only for the InCA methods and not under SAFE-DP."""
+    """'safe.shard': a count of server-held samples, only for the InCA methods and not under SAFE-DP."""
     if not 0 <= cfg.safe_shard <= SAFE_SHARD_MAX:
-        raise ConfigError(f"run-config 'safe-shard' must be in 0..{SAFE_SHARD_MAX} (0 = no safe shard), "
+        raise ConfigError(f"run-config 'safe.shard' must be in 0..{SAFE_SHARD_MAX} (0 = no safe shard), "
                           f"got {cfg.safe_shard}")
     if cfg.safe_shard and cfg.method not in SAFE_METHODS:
-        raise ConfigError(f"safe-shard={cfg.safe_shard} needs method='safe' or 'protosisa' (a server-held shard "
-                          f"every clique reads), got {cfg.method!r}; set safe-shard=0")
+        raise ConfigError(f"safe.shard={cfg.safe_shard} needs method='safe' or 'protosisa' (a server-held shard "
+                          f"every clique reads), got {cfg.method!r}; set safe.shard=0")
     if cfg.safe_shard and cfg.safe_dp:
-        raise ConfigError("safe-shard is not supported with safe-dp=true (the DP class nodes are per client); "
-                          "set safe-shard=0 or safe-dp=false")
+        raise ConfigError("safe.shard is not supported with safe.dp=true (the DP class nodes are per client); "
+                          "set safe.shard=0 or safe.dp=false")

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fedforget.core.config import stored_run_config
 from fedforget.store import Store
 from fedforget.store.check import check_store
 from fedforget.store.crash import CRASH_ENV
@@ -199,7 +200,7 @@ def _retrain_child(store_root: str, point: str | None) -> None:
         os.environ[CRASH_ENV] = point
     store = Store.open(store_root)
     manifest = store.manifest()
-    config = {**manifest["config"], "action": "retrain", "store": str(store_root)}
+    config = {**stored_run_config(manifest["config"]), "action": "retrain", "store": str(store_root)}
     run_in_process(config, int(manifest["num-partitions"]))
 
 

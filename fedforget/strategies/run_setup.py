@@ -9,7 +9,7 @@ import flwr
 import torch
 
 from fedforget import __version__
-from fedforget.core.config import RunConfig
+from fedforget.core.config import RunConfig, stored_run_config
 from fedforget.core.seeds import derive_seed
 from fedforget.core.slicing import iid_shares
 from fedforget.store import Store
@@ -117,7 +117,7 @@ def open_server_run(cfg: RunConfig, nodes: dict[int, int]) -> ServerRun:
     """
     store = Store.open(cfg.store)
     manifest = store.manifest()
-    stored = dict(manifest["config"])
+    stored = stored_run_config(manifest["config"])
     asked = cfg.to_dict()
     differ = sorted(k for k in stored if k not in ("action", "store") and stored[k] != asked.get(k))
     if differ:

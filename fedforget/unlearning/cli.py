@@ -430,7 +430,7 @@ def theory_sequences(
         weights = parse_prior(prior, groups) if prior else None
         sequences = select_sequences(groups, budget, weights, t=t, seed=seed)
     except (ConfigError, ValueError) as exc:
-        fail(str(exc).replace("run-config 'prior'", "--prior"))
+        fail(str(exc).replace("run-config 'chains.prior'", "--prior"))
     data = {"groups": groups, "budget": budget, "prior": weights, "selector": "bms" if weights else "cyclic",
             "sequences": [list(s) for s in sequences]}
     if as_json:
@@ -452,7 +452,7 @@ def run(
     from fedforget.unlearning.run_config import check_run_config
 
     try:
-        check_run_config(run_config)
+        run_config = check_run_config(run_config)
     except ValueError as exc:
         fail(str(exc))
     store = from_cwd(store)

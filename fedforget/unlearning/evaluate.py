@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedforget.core.config import RunConfig, parse_run_config
+from fedforget.core.config import RunConfig, parse_run_config, stored_run_config
 from fedforget.store import Store
 
 
 def stored_config(store: Store) -> RunConfig:
     """The run config that trained the store (what every later step must reuse)."""
-    return parse_run_config(dict(store.manifest()["config"]))
+    return parse_run_config(stored_run_config(store.manifest()["config"]))
 
 
 def evaluate_store(store: Store) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
+from fedforget.core.config import stored_run_config
 from fedforget.store import Store
 from fedforget.unlearning.flwr_runner import flwr_run
 
@@ -22,7 +23,7 @@ def toml_value(value: Any) -> str:
 
 def retrain_run_config(store: Store, action: str = "retrain") -> str:
     """The stored run config with ``action='retrain'`` (or ``'propagate'``; ``store`` is added by :func:`flwr_run`)."""
-    config = dict(store.manifest()["config"])
+    config = stored_run_config(store.manifest()["config"])
     config["action"] = action
     config.pop("store", None)
     return " ".join(f"{k}={toml_value(v)}" for k, v in sorted(config.items()))

@@ -3,7 +3,7 @@ instead of after starting a SuperLink run."""
 
 from __future__ import annotations
 
-from fedforget.core.config import ConfigError, parse_run_config
+from fedforget.core.config import RENAMED, ConfigError, parse_run_config
 from fedforget.inprocess import default_run_config
 
 
@@ -23,8 +23,9 @@ def parse_flwr_run_config(text: str) -> dict[str, object]:
     return parsed
 
 
-def check_run_config(text: str) -> None:
-    """Raise :class:`ConfigError` (one line) for an unknown key or a bad value."""
+def check_run_config(text: str) -> str:
+    """Raise :class:`ConfigError` (one line) for an unknown key or a bad value; return the text to submit
+    (flat keys of earlier releases renamed to their grouped keys, which ``flwr run`` alone accepts)."""
     overrides = parse_flwr_run_config(text)
     for key, value in overrides.items():
         if isinstance(value, dict):
@@ -34,3 +35,8 @@ def check_run_config(text: str) -> None:
         from fedforget.strategies.safe_shard import safe_shard_ids
 
         safe_shard_ids(cfg)
+    if not set(overrides) & set(RENAMED):
+        return text
+    from fedforget.unlearning.retrain import toml_value
+
+    return " ".join(f"{RENAMED.get(k, k)}={toml_value(v)}" for k, v in overrides.items())

@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
+from fedforget.core.config import stored_run_config
 from fedforget.store import Store
 from fedforget.unlearning.tree_status import print_tree, tree_summary
 
@@ -58,7 +59,7 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
         "store": str(store.root),
         "task": manifest.get("task"),
         "method": manifest.get("method"),
-        "config": manifest.get("config", {}),
+        "config": stored_run_config(manifest.get("config", {})),
         "num_partitions": manifest.get("num-partitions"),
         "rounds_done": int(manifest.get("rounds-done", 0)),
         "accuracy": None if acc is None or (isinstance(acc, float) and math.isnan(acc)) else acc,
@@ -98,10 +99,12 @@ def _sequences(plan: dict[str, Any] | None, serving: dict[str, Any]) -> list[dic
 
 
 def non_default_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The run config's values that differ from the defaults of its own method and task (what a reader
-    needs to know; the auto keys resolve per method and task, so another task's defaults would differ)."""
+    """The run config's values that apply to its method and differ from the defaults of its own method and
+    task (what a reader needs to know; the auto keys resolve per method and task, so another task's defaults
+    would differ). Flat keys of earlier stores are shown under their grouped names."""
     from fedforget.core.config import RunConfig
 
+    config = stored_run_config(config)
     base = RunConfig()
     try:
         defaults = RunConfig(method=str(config.get("method", base.method)),

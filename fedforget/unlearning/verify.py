@@ -118,7 +118,7 @@ def _scratch_run(store: Store, workdir: Path, forgotten: dict[int, list[int]]) -
     if (manifest.get("plan") or {}).get("kind") == "fedshard":  # same plan: FedShard's guarantee (G17)
         plan_file = workdir / "plan.json"
         plan_file.write_text(json.dumps(manifest["plan"]), encoding="utf-8")
-        config["plan-file"] = str(plan_file)
+        config["fedshard.plan-file"] = str(plan_file)
     run_in_process(config, int(manifest["num-partitions"]))
     return Store.open(scratch_root), secretless
 
