@@ -4,7 +4,7 @@ ROOT := $(shell pwd)
 VENV := $(ROOT)/.venv
 ACTIVATE := source $(VENV)/bin/activate
 DEMO_STORE ?= runs/demo
-DEMO_CONFIG ?= method='fedsgt' task='fmnist-cnn' groups=5 budget=5 train-size=3000 test-size=1000 seed=1
+DEMO_CONFIG ?= method='fedsgt' task='fmnist-cnn' chains.groups=5 chains.budget=5 train-size=3000 test-size=1000 seed=1
 PYTEST_ARGS ?=
 # `make deploy-up TLS=1 AUTH=1`: TLS on the SuperLink and SuperNode authentication (AUTH implies TLS)
 TLS ?= 0

@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
               "partitioner": "dirichlet", "dirichlet-alpha": 0.3}
     result: dict[str, Any] = {"config": {**common, "groups": args.groups, "clients": NODES},
                               "machine": machine_info(), "runs": {}}
-    fedsgt = {**common, "groups": args.groups, "budget": args.groups, "rounds-per-phase": args.rounds_per_phase}
+    fedsgt = {**common, "chains.groups": args.groups, "chains.budget": args.groups,
+              "chains.rounds-per-phase": args.rounds_per_phase}
     with tempfile.TemporaryDirectory(prefix="fedsgt-traffic-") as tmp:
         plans = {
             "fedavg": ({**common, "method": "fedavg", "num-rounds": args.rounds}, True),

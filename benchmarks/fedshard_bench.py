@@ -79,8 +79,8 @@ def speedup(args: argparse.Namespace, work: Path, progress: Progress) -> list[di
         base = {"task": args.speed_task, "seed": args.seed, "lr": 0.02, "train-size": args.speed_train_size,
                 "test-size": 300, "partitioner": "iid"}
         path = work / f"speed-{k}-{r}"
-        train_wall = timed_run({**base, "method": "fedshard", "fanout": r, "rounds-max": args.t0,
-                                "rounds-rule": "constant", "store": str(path)}, k)
+        train_wall = timed_run({**base, "method": "fedshard", "fedshard.fanout": r, "fedshard.rounds-max": args.t0,
+                                "fedshard.rounds-rule": "constant", "store": str(path)}, k)
         store = Store.open(path)
         tree = ShardTree.from_json(store.manifest()["plan"])
         train_rounds = finals(store)[-1]["client-rounds"]
@@ -109,9 +109,9 @@ def speedup(args: argparse.Namespace, work: Path, progress: Progress) -> list[di
 
 # -- 2. accuracy ablation -------------------------------------------------------------------------
 VARIANTS = {
-    "fedshard (A1+A2)": {"merge": "a1", "rounds-rule": "intent"},
-    "A1 only": {"merge": "a1", "rounds-rule": "constant"},
-    "naive sharding": {"merge": "random", "rounds-rule": "constant"},
+    "fedshard (A1+A2)": {"fedshard.merge": "a1", "fedshard.rounds-rule": "intent"},
+    "A1 only": {"fedshard.merge": "a1", "fedshard.rounds-rule": "constant"},
+    "naive sharding": {"fedshard.merge": "random", "fedshard.rounds-rule": "constant"},
 }
 
 
@@ -124,8 +124,8 @@ def accuracy(args: argparse.Namespace, work: Path, progress: Progress) -> list[d
                 "test-size": args.test_size, "local-epochs": 1}
         for name, extra in VARIANTS.items():
             path = work / f"acc-{alpha}-{name.split()[0]}"
-            timed_run({**base, "method": "fedshard", "fanout": args.fanout, "rounds-min": args.t_min,
-                       "rounds-max": args.t_max, **extra, "store": str(path)}, args.clients)
+            timed_run({**base, "method": "fedshard", "fedshard.fanout": args.fanout, "fedshard.rounds-min": args.t_min,
+                       "fedshard.rounds-max": args.t_max, **extra, "store": str(path)}, args.clients)
             store = Store.open(path)
             tree = ShardTree.from_json(store.manifest()["plan"])
             per_client = training_cost(tree) / tree.num_clients
@@ -165,10 +165,12 @@ def fairness(args: argparse.Namespace, work: Path, progress: Progress) -> dict[s
     base = {"task": args.task, "seed": args.seed, "dirichlet-alpha": 0.5, "train-size": args.train_size,
             "test-size": args.test_size, "local-epochs": 1}
     methods = {
-        "fedshard": {"method": "fedshard", "fanout": r, "rounds-min": args.t_min, "rounds-max": args.t_max},
+        "fedshard": {"method": "fedshard", "fedshard.fanout": r, "fedshard.rounds-min": args.t_min,
+                     "fedshard.rounds-max": args.t_max},
         "retrain (fedavg)": {"method": "fedavg", "num-rounds": p * args.t_max},
-        "flat shards (SISA)": {"method": "fedshard", "fanout": r, "rounds-min": args.t_min, "rounds-max": args.t_max,
-                               "flat": True},
+        "flat shards (SISA)": {"method": "fedshard", "fedshard.fanout": r, "fedshard.rounds-min": args.t_min,
+                               "fedshard.rounds-max": args.t_max,
+                               "fedshard.flat": True},
     }
     task = progress.add_task("fairness over leavers", total=len(methods) * (args.leavers + 1))
     stores = {}

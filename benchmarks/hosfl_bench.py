@@ -42,7 +42,8 @@ from fedforget.store import Store  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "results"
 CLIENTS = 10
-BASE = {"task": "fmnist-cnn", "cut": 2, "clients-per-round": 3, "batch-size": 32, "perturbations": 5, "mu": 1e-3,
+BASE = {"task": "fmnist-cnn", "hosfl.cut": 2, "hosfl.clients-per-round": 3, "batch-size": 32, "hosfl.perturbations": 5,
+        "hosfl.mu": 1e-3,
         "lr": 0.005, "optimizer": "adam", "train-size": 6000, "test-size": 1000, "seed": 1}
 #: Client step sizes (SGD on θ_c), the best test accuracy after 40 IID rounds of a small sweep on this
 #: set-up: hosfl {3e-3: .689, 1e-2: .688, 3e-2: .681, 0.1: .616}; sfl {3e-2: .707, 0.1: .706, 0.3: .721};
@@ -73,8 +74,8 @@ def accuracy(quick: bool, tmp: Path) -> dict[str, Any]:
                                                                               "dirichlet-alpha": 1.0})):
         for method in ("hosfl", "sfl", "zo-sfl"):
             rows, _, secs = _run(tmp / f"acc-{part_name}-{method}", method=method, **part,
-                                 **{"num-rounds": rounds, "eval-every": max(1, rounds // 10),
-                                    "client-lr": CLIENT_LR[method]})
+                                 **{"num-rounds": rounds, "hosfl.eval-every": max(1, rounds // 10),
+                                    "hosfl.client-lr": CLIENT_LR[method]})
             results["runs"][f"{part_name}/{method}"] = {**_curve(rows), "seconds": round(secs, 1)}
             print(f"accuracy {part_name} {method}: {results['runs'][f'{part_name}/{method}']['accuracy'][-1]:.4f} "
                   f"({secs:.0f} s)", flush=True)
@@ -111,7 +112,8 @@ def traffic(quick: bool, tmp: Path) -> dict[str, Any]:
     table: dict[str, Any] = {}
     for method in ("hosfl", "sfl", "zo-sfl"):
         rows, manifest, _ = _run(tmp / f"traffic-{method}", method=method, partitioner="iid",
-                                 **{"num-rounds": rounds, "eval-every": rounds, "client-lr": CLIENT_LR[method]})
+                                 **{"num-rounds": rounds, "hosfl.eval-every": rounds,
+                                    "hosfl.client-lr": CLIENT_LR[method]})
         rows = [r for r in rows if "bytes" in r]
         client_rounds = sum(len(r["forward-ok"]) for r in rows)
         per = {d: {k: sum(r["bytes"][d][k] for r in rows) / client_rounds for k in rows[0]["bytes"][d]}
@@ -127,8 +129,8 @@ def traffic(quick: bool, tmp: Path) -> dict[str, Any]:
         row: dict[str, Any] = {"lora-r": r}
         for method in ("hosfl", "sfl"):
             rows, manifest, _ = _run(tmp / f"size-{method}-{r}", method=method, partitioner="iid",
-                                     **{"num-rounds": 1, "eval-every": 1, "lora-r": r, "lora-alpha": 2 * r,
-                                        "client-lr": CLIENT_LR[method]})
+                                     **{"num-rounds": 1, "hosfl.eval-every": 1, "lora-r": r, "lora-alpha": 2 * r,
+                                        "hosfl.client-lr": CLIENT_LR[method]})
             last = rows[-1]
             k = len(last["forward-ok"])
             row["d_c"] = manifest["split"]["d_c"]
@@ -206,7 +208,7 @@ from fedforget.tasks.registry import load_task_data
 from fedforget.training import zo
 from fedforget.training.determinism import deterministic_torch
 task, cut, mode, batch = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-cfg = parse_run_config({"method": "hosfl", "task": task, "cut": cut, "train-size": 512, "test-size": 64})
+cfg = parse_run_config({"method": "hosfl", "task": task, "hosfl.cut": cut, "train-size": 512, "test-size": 64})
 data = load_task_data(cfg)
 split = build_split_model(cfg, data.num_classes, "client")  # rt-smollm: embeddings + client layers only
 inputs = tuple(t[:batch] for t in data.train.inputs)
@@ -285,13 +287,15 @@ def sweeps(quick: bool, tmp: Path) -> dict[str, Any]:
     rounds = 10 if quick else 100
     res: dict[str, Any] = {"rounds": rounds, "P": {}, "mu": {}}
     for p in ((1, 5) if quick else (1, 5, 20)):
-        rows, _, _ = _run(tmp / f"p{p}", method="hosfl", partitioner="iid", perturbations=p,
-                          **{"num-rounds": rounds, "eval-every": max(1, rounds // 5), "client-lr": CLIENT_LR["hosfl"]})
+        rows, _, _ = _run(tmp / f"p{p}", method="hosfl", partitioner="iid", **{"hosfl.perturbations": p},
+                          **{"num-rounds": rounds, "hosfl.eval-every": max(1, rounds // 5),
+                             "hosfl.client-lr": CLIENT_LR["hosfl"]})
         res["P"][str(p)] = _curve(rows)
         print(f"sweep P={p}: {res['P'][str(p)]['accuracy'][-1]:.4f}", flush=True)
     for mu in ((1e-3,) if quick else (1e-5, 1e-3, 1e-1)):
-        rows, _, _ = _run(tmp / f"mu{mu}", method="hosfl", partitioner="iid", mu=mu,
-                          **{"num-rounds": rounds, "eval-every": max(1, rounds // 5), "client-lr": CLIENT_LR["hosfl"]})
+        rows, _, _ = _run(tmp / f"mu{mu}", method="hosfl", partitioner="iid", **{"hosfl.mu": mu},
+                          **{"num-rounds": rounds, "hosfl.eval-every": max(1, rounds // 5),
+                             "hosfl.client-lr": CLIENT_LR["hosfl"]})
         res["mu"][str(mu)] = _curve(rows)
         print(f"sweep mu={mu}: {res['mu'][str(mu)]['accuracy'][-1]:.4f}", flush=True)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -391,7 +395,7 @@ def _control(name: str, tmp: Path, base: dict[str, Any], seeds: tuple[int, ...],
                 n = sfl_rounds if method == "sfl" else rounds
                 rows, _, secs = _run(tmp / f"{name}-{part_name}-{arm}-{seed}",
                                      **{**base, "method": method, "seed": seed, **part, "num-rounds": n,
-                                        "eval-every": n, "client-lr": client_lr, "local-epochs": 1})
+                                        "hosfl.eval-every": n, "hosfl.client-lr": client_lr, "local-epochs": 1})
                 final = [r for r in rows if "accuracy" in r][-1]
                 res["runs"][key] = {"accuracy": final["accuracy"], "samples": final.get("samples-total", 0),
                                     "seconds": round(secs, 1)}
@@ -421,8 +425,9 @@ def control_llm(quick: bool, tmp: Path) -> dict[str, Any]:
     batch 16), reduced to fit 2 CPU cores: 480 / 400 snippets, IID, 40 rounds, the task's and method's
     defaults for every step size (client-lr 0.01, server Adam lr 1e-3); hosfl, frozen client and SFL."""
     rounds = 2 if quick else int(os.environ.get("HOSFL_CONTROL_LLM_ROUNDS", "40"))
-    base = {"task": "rt-smollm", "cut": 3, "clients-per-round": 3, "batch-size": 16, "perturbations": 5,
-            "mu": 1e-3, "train-size": 160 if quick else 480, "test-size": 48 if quick else 400}
+    base = {"task": "rt-smollm", "hosfl.cut": 3, "hosfl.clients-per-round": 3, "batch-size": 16,
+            "hosfl.perturbations": 5,
+            "hosfl.mu": 1e-3, "train-size": 160 if quick else 480, "test-size": 48 if quick else 400}
     arms = {"hosfl": ("hosfl", 0.01), "hosfl-frozen": ("hosfl", 0.0), "sfl": ("sfl", 0.01)}
     return _control("control_llm", tmp, base, (1,) if quick else (1, 2, 3), rounds, (("iid", {"partitioner": "iid"}),),
                     arms, "rt-smollm (SmolLM2-135M, cut 3): hosfl vs frozen client")
@@ -432,15 +437,16 @@ def control_llm(quick: bool, tmp: Path) -> dict[str, Any]:
 def traffic_llm(quick: bool, tmp: Path) -> dict[str, Any]:
     """Measured bytes of real hosfl and sfl rounds on rt-smollm (cut 3, batch 16, 40 tokens), per client-round
     and per training sample; the totals for a training budget follow by multiplying by the samples."""
-    base = {"task": "rt-smollm", "cut": 3, "batch-size": 16, "train-size": 320, "test-size": 16,
-            "clients-per-round": 3, "partitioner": "iid", "lr": 1e-3, "optimizer": "adam"}
+    base = {"task": "rt-smollm", "hosfl.cut": 3, "batch-size": 16, "train-size": 320, "test-size": 16,
+            "hosfl.clients-per-round": 3, "partitioner": "iid", "lr": 1e-3, "optimizer": "adam"}
     out: dict[str, Any] = {"config": base, "methods": {}}
     for method, rounds in (("hosfl", 2), ("sfl", 1)):
         store = tmp / f"llm-traffic-{method}"
         t0 = time.monotonic()
         with quiet_flower():
-            run_in_process({**base, "method": method, "store": str(store), "num-rounds": rounds, "eval-every": rounds,
-                            "local-epochs": 1, "client-lr": CLIENT_LR[method]}, CLIENTS)
+            run_in_process({**base, "method": method, "store": str(store), "num-rounds": rounds,
+                            "hosfl.eval-every": rounds,
+                            "local-epochs": 1, "hosfl.client-lr": CLIENT_LR[method]}, CLIENTS)
         s = Store.open(store)
         rows = [r for r in s.metrics() if "bytes" in r]
         samples = sum(r["samples"] for r in rows)
@@ -459,15 +465,16 @@ def tune(quick: bool, tmp: Path) -> dict[str, Any]:
     """digits-mlp (fast), cut 1, IID, 10 clients, 3 per round: client-lr ∈ {0 (frozen), 0.01, 0.1, 0.3} x seeds."""
     seeds = (1,) if quick else (1, 2, 3)
     rounds = 10 if quick else int(os.environ.get("HOSFL_TUNE_ROUNDS", "60"))
-    base = {"task": "digits-mlp", "cut": 1, "partitioner": "iid", "lr": 0.02, "clients-per-round": 3,
-            "perturbations": 5, "mu": 1e-3, "batch-size": 32, "num-rounds": rounds, "eval-every": rounds}
+    base = {"task": "digits-mlp", "hosfl.cut": 1, "partitioner": "iid", "lr": 0.02, "hosfl.clients-per-round": 3,
+            "hosfl.perturbations": 5, "hosfl.mu": 1e-3, "batch-size": 32, "num-rounds": rounds,
+            "hosfl.eval-every": rounds}
     res: dict[str, Any] = {"config": base, "seeds": list(seeds), "arms": {}}
     for client_lr in (0.0, 0.01, 0.1, 0.3):
         finals = []
         for seed in seeds:
             store = tmp / f"tune-{client_lr}-{seed}"
             with quiet_flower():
-                run_in_process({**base, "method": "hosfl", "seed": seed, "client-lr": client_lr,
+                run_in_process({**base, "method": "hosfl", "seed": seed, "hosfl.client-lr": client_lr,
                                 "store": str(store)}, CLIENTS)
             finals.append([r for r in Store.open(store).metrics() if "accuracy" in r][-1]["accuracy"])
             print(f"tune client-lr {client_lr} seed {seed}: {finals[-1]:.4f}", flush=True)

@@ -28,7 +28,8 @@ from fedforget.store import Store  # noqa: E402
 from fedforget.store.check import check_store  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "results"
-CONFIG = {"task": "digits-mlp", "lr": 0.02, "local-epochs": 1, "method": "fedsgt", "groups": 3, "budget": 3,
+CONFIG = {"task": "digits-mlp", "lr": 0.02, "local-epochs": 1, "method": "fedsgt", "chains.groups": 3,
+          "chains.budget": 3,
           "slices-per-client": 2, "seed": 3}
 
 

@@ -26,7 +26,8 @@ from fedforget.store import Store  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "results"
 NODES = 2
-CONFIG = "method='fedsgt' task='digits-mlp' groups=2 budget=2 slices-per-client=1 lr=0.02 local-epochs=1 seed=6"
+CONFIG = ("method='fedsgt' task='digits-mlp' chains.groups=2 chains.budget=2 slices-per-client=1 lr=0.02 "
+          "local-epochs=1 seed=6")
 
 
 def one(folder: Path, secure: bool) -> dict:

@@ -37,11 +37,11 @@ OUT = Path(__file__).resolve().parent.parent / "docs" / "results"
 BASE = {"task": "fmnist-effnet", "seed": 1}
 FINE = {8: 2, 16: 4, 32: 4, 64: 4}  # SAFE's (n_c, n_f) per n: n_f grows with n, at most K = 10 classes
 SERIES = {
-    "SAFE": lambda n: {"method": "safe", "coarse": n // FINE[n], "fine": FINE[n]},
-    "SAFE (no prototypes)": lambda n: {"method": "safe", "coarse": n // FINE[n], "fine": FINE[n],
-                                       "prototypes": False},
-    "SISA": lambda n: {"method": "protosisa", "coarse": n, "fine": 1, "prototypes": False},
-    "ProtoSISA": lambda n: {"method": "protosisa", "coarse": n, "fine": 1},
+    "SAFE": lambda n: {"method": "safe", "safe.coarse": n // FINE[n], "safe.fine": FINE[n]},
+    "SAFE (no prototypes)": lambda n: {"method": "safe", "safe.coarse": n // FINE[n], "safe.fine": FINE[n],
+                                       "safe.prototypes": False},
+    "SISA": lambda n: {"method": "protosisa", "safe.coarse": n, "safe.fine": 1, "safe.prototypes": False},
+    "ProtoSISA": lambda n: {"method": "protosisa", "safe.coarse": n, "safe.fine": 1},
 }
 
 
@@ -166,7 +166,8 @@ def main() -> None:
     stores: dict[tuple[str, int], Store] = {}
     with Progress() as progress:
         bar = progress.add_task("SAFE benchmark", total=1 + len(SERIES) * len(shards) + 3)
-        flat, secs = train(root, "no-sharding", {"method": "safe", "coarse": 1, "fine": 1, "prototypes": False},
+        flat, secs = train(root, "no-sharding", {"method": "safe", "safe.coarse": 1, "safe.fine": 1,
+                                                 "safe.prototypes": False},
                            args.nodes, Path(args.cache).resolve() if args.cache else None)
         cache = flat.root
         report["no-sharding"] = final(flat)["accuracy"]

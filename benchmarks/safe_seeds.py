@@ -36,9 +36,9 @@ from fedforget.store import Store
 OUT = Path(__file__).resolve().parent.parent / "docs" / "results"
 FINE = {1: 1, 8: 2, 16: 4, 32: 4, 64: 8}  # SAFE's n_f per n (n_c = n / n_f); ~√n, at most K = 10
 SERIES = {
-    "SAFE": lambda n: {"method": "safe", "coarse": n // FINE[n], "fine": FINE[n]},
-    "SISA": lambda n: {"method": "protosisa", "coarse": n, "fine": 1, "prototypes": False},
-    "ProtoSISA": lambda n: {"method": "protosisa", "coarse": n, "fine": 1},
+    "SAFE": lambda n: {"method": "safe", "safe.coarse": n // FINE[n], "safe.fine": FINE[n]},
+    "SISA": lambda n: {"method": "protosisa", "safe.coarse": n, "safe.fine": 1, "safe.prototypes": False},
+    "ProtoSISA": lambda n: {"method": "protosisa", "safe.coarse": n, "safe.fine": 1},
 }
 
 
@@ -270,7 +270,8 @@ def main() -> None:
     for series, n, seed in jobs:
         if (series, n, seed) in done:
             continue
-        config = {"method": "safe", "coarse": 1, "fine": 1, "prototypes": False} if n == 1 else SERIES[series](n)
+        config = {"method": "safe", "safe.coarse": 1, "safe.fine": 1,
+                  "safe.prototypes": False} if n == 1 else SERIES[series](n)
         store, secs = train(work, f"{series.split()[0].lower()}-{n}-s{seed}", {**base, **config, "seed": seed},
                             args.nodes, table)
         row = {"series": series, "n": n, "seed": seed, "accuracy": final(store)["accuracy"],

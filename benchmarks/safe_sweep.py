@@ -20,9 +20,9 @@ from typing import Any
 from safe_bench import OUT, final, train
 
 SERIES: dict[str, dict[str, Any]] = {
-    "no-sharding": {"method": "safe", "coarse": 1, "fine": 1, "prototypes": False},
-    "safe16": {"method": "safe", "coarse": 4, "fine": 4, "prototypes": False},
-    "sisa16": {"method": "protosisa", "coarse": 16, "fine": 1, "prototypes": False},
+    "no-sharding": {"method": "safe", "safe.coarse": 1, "safe.fine": 1, "safe.prototypes": False},
+    "safe16": {"method": "safe", "safe.coarse": 4, "safe.fine": 4, "safe.prototypes": False},
+    "sisa16": {"method": "protosisa", "safe.coarse": 16, "safe.fine": 1, "safe.prototypes": False},
 }
 
 

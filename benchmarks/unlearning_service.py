@@ -53,9 +53,10 @@ def method_configs(args: argparse.Namespace) -> dict[str, dict[str, object]]:
     common = {"task": args.task, "partitioner": "dirichlet", "dirichlet-alpha": 0.3, "slices-per-client": 5,
               "seed": args.seed, "train-size": args.train_size, "test-size": args.test_size}
     return {
-        "fedsgt": {**common, "method": "fedsgt", "groups": args.groups, "budget": args.budget},
-        "fedcio": {**common, "method": "fedcio", "clusters": args.clusters, "num-rounds": args.rounds},
-        "sisa": {**common, "method": "sisa", "shards": args.sisa_shards, "groups": args.groups // args.sisa_shards},
+        "fedsgt": {**common, "method": "fedsgt", "chains.groups": args.groups, "chains.budget": args.budget},
+        "fedcio": {**common, "method": "fedcio", "chains.clusters": args.clusters, "num-rounds": args.rounds},
+        "sisa": {**common, "method": "sisa", "chains.shards": args.sisa_shards,
+                 "chains.groups": args.groups // args.sisa_shards},
         "fedavg": {**common, "method": "fedavg", "num-rounds": args.rounds},
     }
 

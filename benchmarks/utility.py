@@ -57,9 +57,9 @@ VARIANTS: dict[str, dict[str, object]] = {
     "fedavg": {"method": "fedavg"},
     "probe": {"method": "fedavg", "head-only": True},
     "central": {"method": "fedavg"},  # one client holding everything (see run_one)
-    "fedsgt": {"method": "fedsgt", "serving": "allseq"},
-    "s3t": {"method": "s3t", "shards": 2},
-    "sisa": {"method": "sisa", "shards": 2},
+    "fedsgt": {"method": "fedsgt", "chains.serving": "allseq"},
+    "s3t": {"method": "s3t", "chains.shards": 2},
+    "sisa": {"method": "sisa", "chains.shards": 2},
     "fedcio": {"method": "fedcio"},
     "fedshard": {"method": "fedshard"},
     "safe": {"method": "safe"},
@@ -269,7 +269,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--train-size", type=int, default=0, help="0 = the task's default")
     parser.add_argument("--test-size", type=int, default=0)
-    parser.add_argument("--common", default="", help="run-config overrides for every run, e.g. \"groups=5 budget=5\"")
+    parser.add_argument("--common", default="",
+                        help="run-config overrides for every run, e.g. \"chains.groups=5 chains.budget=5\"")
     parser.add_argument("--variant", action="append", default=[], help="NAME=\"run-config overrides\"")
     parser.add_argument("--no-reference", action="store_true", help="skip the probe and central rows")
     parser.add_argument("--out", default="", help="output path without suffix (default docs/results/utility_<tasks>)")

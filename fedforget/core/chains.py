@@ -195,7 +195,7 @@ def layer_blocks(targets: Sequence[str], phases: int) -> list[list[str]]:
     if g < 1:
         raise ValueError(
             f"layer placement needs at least one layer per phase: {len(layers)} layers for {phases} "
-            "phases; lower groups= or use placement='additive'"
+            "phases; lower chains.groups= or use chains.placement='additive'"
         )
     n = len(layers)
     return [[t for layer in layers[n - (i + 1) * g : n - i * g] for t in layer] for i in range(phases)]

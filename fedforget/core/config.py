@@ -139,7 +139,7 @@ class RunConfig:
     fallback: str = "last-valid"
     flat: bool = False
     plan_file: str = ""
-    # -- [safe]: SAFE and its InCA baselines (safe_dp is 'safe.dp', safe_schedule 'safe.schedule', safe_shard 'safe.shard') --
+    # -- [safe]: SAFE and its InCA baselines (safe_dp, safe_schedule, safe_shard: safe.dp, safe.schedule, safe.shard)
     coarse: int = 4
     fine: int = 4
     coarse_by: str = "sample"
@@ -344,8 +344,8 @@ def parse_prior(text: str, groups: int) -> list[float]:
     except ValueError:
         raise ConfigError(f"run-config 'chains.prior' must be comma-separated numbers, got {text!r}") from None
     if len(values) != groups or any(v < 0 for v in values) or abs(sum(values) - 1.0) > 1e-6:
-        raise ConfigError(f"run-config 'chains.prior' needs {groups} non-negative numbers (one per group) summing to 1, "
-                          f"got {text!r}")
+        raise ConfigError(f"run-config 'chains.prior' needs {groups} non-negative numbers (one per group) "
+                          f"summing to 1, got {text!r}")
     return values
 
 

@@ -28,7 +28,8 @@ def group_units(units: Sequence[str], groups: int, seed: int) -> list[list[str]]
         raise ValueError(f"groups must be >= 1, got {groups}")
     if len(ordered) < groups:
         raise ValueError(
-            f"{len(ordered)} client slices cannot fill {groups} groups; lower groups= or raise slices-per-client="
+            f"{len(ordered)} client slices cannot fill {groups} groups; lower chains.groups= or raise "
+            "slices-per-client="
         )
     random.Random(seed).shuffle(ordered)
     return [canonical_units(g) for g in array_split(ordered, groups)]

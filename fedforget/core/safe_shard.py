@@ -28,8 +28,8 @@ def draw_safe_shard(pool: Sequence[int], used: Collection[int], size: int, seed:
     free = sorted(int(i) for i in pool if int(i) not in taken)
     if size > len(free):
         fix = f" or 'train-size' to at most {len(pool) - size}" if size < len(pool) else ""
-        raise ConfigError(f"run-config 'safe-shard'={size} needs {size} training rows the run does not use, but "
-                          f"only {len(free)} of the task's {len(pool)} are free; lower 'safe-shard' to at most "
+        raise ConfigError(f"run-config 'safe.shard'={size} needs {size} training rows the run does not use, but "
+                          f"only {len(free)} of the task's {len(pool)} are free; lower 'safe.shard' to at most "
                           f"{len(free)}{fix}")
     return sorted(random.Random(seed).sample(free, size))
 

@@ -73,7 +73,7 @@ def cluster_partitions(labels_by_partition: dict[int, np.ndarray], num_classes: 
 
     parts = sorted(labels_by_partition)
     if clusters > len(parts):
-        raise ValueError(f"clusters={clusters} exceeds the {len(parts)} clients; lower clusters=")
+        raise ValueError(f"clusters={clusters} exceeds the {len(parts)} clients; lower chains.clusters=")
     hist = np.stack([np.bincount(labels_by_partition[p], minlength=num_classes) / max(1, len(labels_by_partition[p]))
                      for p in parts])
     assign = KMeans(n_clusters=clusters, n_init=10, random_state=derive_seed32(seed, "fedcio-kmeans")).fit_predict(hist)
@@ -112,7 +112,7 @@ def position_targets(plan: ChainPlan, run: ServerRun) -> list[list[str] | None]:
         return [None] * phases
     targets = run.bundle.backbone.lora_targets
     if isinstance(targets, str):
-        raise ValueError("layer placement needs a list of LoRA target modules; use placement='additive'")
+        raise ValueError("layer placement needs a list of LoRA target modules; use chains.placement='additive'")
     return layer_blocks(target_modules_in_depth_order(run.bundle.backbone.module, targets), phases)
 
 

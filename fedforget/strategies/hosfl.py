@@ -113,7 +113,7 @@ class SplitRun:
         self.grid, self.cfg = grid, cfg
         nodes = discover_partitions(grid, cfg.round_timeout)
         if cfg.clients_per_round > len(nodes):
-            raise ConfigError(f"run-config 'clients-per-round'={cfg.clients_per_round} is more than the "
+            raise ConfigError(f"run-config 'hosfl.clients-per-round'={cfg.clients_per_round} is more than the "
                               f"{len(nodes)} nodes of this federation; use 1..{len(nodes)}")
         self.nodes = nodes
         self.partition_of = {n: p for p, n in nodes.items()}

@@ -8,7 +8,7 @@ clique, after the partitions (:mod:`fedforget.strategies.safe_shard`). Prototype
 ledger's unit), each one an artifact of its own, and per class of the safe shard (never invalidated).
 ``action='retrain'``: clients delete forgotten samples for good, then only invalid cliques retrain
 (from their seeded init, same seeds and rounds) and only invalid cells resend prototype sums.
-SAFE-DP (``safe-dp=true``): one artifact per class node; see :mod:`fedforget.tasks.safe_dp_training`.
+SAFE-DP (``safe.dp=true``): one artifact per class node; see :mod:`fedforget.tasks.safe_dp_training`.
 
 Failures follow the rule of :mod:`fedforget.strategies.failover`: a lost or raising node is redone, a
 bad reply rejected; a partition excluded for good leaves every artifact that reads its cells unbuilt

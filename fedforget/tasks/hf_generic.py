@@ -96,7 +96,7 @@ def _input_column(columns: list[str], requested: str, candidates: tuple[str, ...
         if name in columns:
             return name
     raise ValueError(f"cannot guess the input column of {dataset!r} (none of {candidates} in {columns}); "
-                     "set run-config 'hf-input-column'")
+                     "set run-config 'hf.input-column'")
 
 
 def _label_map(train: Any, test: Any, column: str, dataset: str) -> dict[Any, int]:
@@ -146,7 +146,7 @@ def _examples(split: Any, rows: np.ndarray, cfg: RunConfig, labels: dict[Any, in
 
 def _data(cfg: RunConfig) -> TaskData:
     if not (cfg.hf_dataset and cfg.hf_model):
-        raise ValueError("task 'hf' needs run-config 'hf-dataset' and 'hf-model'")
+        raise ValueError("task 'hf' needs run-config 'hf.dataset' and 'hf.model'")
     train, test = load_hf_splits(cfg.hf_dataset)
     labels = _label_map(train, test, cfg.hf_label_column, cfg.hf_dataset)
     name = f"hf:{cfg.hf_dataset}"
@@ -232,7 +232,7 @@ def _transformers_backbone(cfg: RunConfig) -> Backbone:
 
 def _backbone(cfg: RunConfig, seed: int) -> Backbone:
     if not cfg.hf_model:
-        raise ValueError("task 'hf' needs run-config 'hf-model'")
+        raise ValueError("task 'hf' needs run-config 'hf.model'")
     return _timm_backbone(cfg) if is_timm_model(cfg.hf_model) else _transformers_backbone(cfg)
 
 

@@ -164,7 +164,7 @@ class SplitModel:
             (n, p) for n, p in self.server.named_parameters() if p.requires_grad and id(p) not in client_ids
         ]
         if not self.client_params:
-            raise ConfigError("the client part has no LoRA parameters; move the cut deeper (run-config 'cut')")
+            raise ConfigError("the client part has no LoRA parameters; move the cut deeper (run-config 'hosfl.cut')")
         for _, p in self.client_params:
             p.requires_grad_(False)  # the client never back-propagates in HO-SFL (SFL differentiates a copy)
         #: θ_c^0 and θ_s^0 from the seeded init; every replica starts here.
@@ -252,7 +252,7 @@ def split_device(cfg: RunConfig) -> torch.device:
     """
     if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
-            raise ConfigError("run-config 'device'='cuda' but no CUDA device is visible; use device='auto' or 'cpu'")
+            raise ConfigError("run-config 'hosfl.device'='cuda' but no CUDA device is visible; use 'auto' or 'cpu'")
         return torch.device("cuda")
     return torch.device("cpu")
 

@@ -26,8 +26,8 @@ pytestmark = pytest.mark.e2e
 
 NODES = 3
 # few messages: 1 discovery query + 2 rounds x 2 exchanges x 2 clients
-CONFIG = {"method": "hosfl", "task": "digits-mlp", "partitioner": "iid", "num-rounds": 2, "clients-per-round": 2,
-          "perturbations": 3, "lr": 0.02, "client-lr": 0.01, "seed": 21, "round-timeout": 300.0}
+CONFIG = {"method": "hosfl", "task": "digits-mlp", "partitioner": "iid", "num-rounds": 2, "hosfl.clients-per-round": 2,
+          "hosfl.perturbations": 3, "lr": 0.02, "hosfl.client-lr": 0.01, "seed": 21, "round-timeout": 300.0}
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,8 @@ from ..integration.helpers import artifact_shas, fedforget_cli, flwr_run_config,
 pytestmark = pytest.mark.e2e
 
 NODES = 3
-CONFIG = {"method": "safe", "task": "digits-mlp", "coarse": 2, "fine": 2, "num-rounds": 1, "adapter-steps": 4,
+CONFIG = {"method": "safe", "task": "digits-mlp", "safe.coarse": 2, "safe.fine": 2, "num-rounds": 1,
+          "safe.adapter-steps": 4,
           "lr": 0.02, "seed": 5}
 
 

@@ -21,7 +21,8 @@ from ..integration.helpers import artifact_shas, flwr_run_config, train_in_proce
 pytestmark = pytest.mark.e2e
 
 NODES = 2
-CONFIG = {"method": "fedsgt", "task": "digits-mlp", "groups": 2, "budget": 1, "slices-per-client": 1, "lr": 0.02,
+CONFIG = {"method": "fedsgt", "task": "digits-mlp", "chains.groups": 2, "chains.budget": 1, "slices-per-client": 1,
+          "lr": 0.02,
           "local-epochs": 1, "seed": 6}
 
 

@@ -16,11 +16,13 @@ from ..integration.helpers import artifact_shas, fedforget_cli, flwr_run_config,
 pytestmark = pytest.mark.e2e
 
 NODES = 3
-CONFIG = {"method": "fedsgt", "task": "digits-mlp", "groups": 2, "budget": 2, "slices-per-client": 1, "lr": 0.02,
+CONFIG = {"method": "fedsgt", "task": "digits-mlp", "chains.groups": 2, "chains.budget": 2, "slices-per-client": 1,
+          "lr": 0.02,
           "local-epochs": 2, "seed": 5}
 
 
-FEDSHARD = {"method": "fedshard", "task": "digits-mlp", "fanout": 2, "rounds-min": 1, "rounds-max": 2, "lr": 0.02,
+FEDSHARD = {"method": "fedshard", "task": "digits-mlp", "fedshard.fanout": 2, "fedshard.rounds-min": 1,
+            "fedshard.rounds-max": 2, "lr": 0.02,
             "local-epochs": 2, "seed": 5}
 
 

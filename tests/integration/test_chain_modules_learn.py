@@ -41,10 +41,10 @@ def _heads_only_accuracy(store) -> float:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("overrides", [
-    {"method": "fedsgt", "groups": 2, "budget": 2, "rounds-per-phase": 1},
-    {"method": "s3t", "groups": 2, "shards": 2, "budget": 1, "rounds-per-phase": 1},
-    {"method": "sisa", "groups": 2, "shards": 2},
-    {"method": "fedcio", "clusters": 2, "num-rounds": 3},
+    {"method": "fedsgt", "chains.groups": 2, "chains.budget": 2, "chains.rounds-per-phase": 1},
+    {"method": "s3t", "chains.groups": 2, "chains.shards": 2, "chains.budget": 1, "chains.rounds-per-phase": 1},
+    {"method": "sisa", "chains.groups": 2, "chains.shards": 2},
+    {"method": "fedcio", "chains.clusters": 2, "num-rounds": 3},
 ], ids=["fedsgt", "s3t", "sisa", "fedcio"])
 def test_chain_methods_train_their_lora_modules_and_need_them(tmp_path, overrides):
     store = train_in_process(tmp_path / "store", NODES, **{"slices-per-client": 2, **overrides})

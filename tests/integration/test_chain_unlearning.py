@@ -17,7 +17,7 @@ from fedforget.unlearning.verify import verify_store
 from .helpers import copy_store, train_in_process
 
 NODES = 3
-FEDSGT = {"method": "fedsgt", "groups": 3, "budget": 3, "slices-per-client": 2}
+FEDSGT = {"method": "fedsgt", "chains.groups": 3, "chains.budget": 3, "slices-per-client": 2}
 
 
 @pytest.fixture(scope="module")
@@ -97,9 +97,9 @@ def test_truncating_a_sequence_equals_training_only_its_first_phases(fedsgt_stor
 
 
 @pytest.mark.parametrize("overrides", [
-    {"method": "s3t", "groups": 2, "shards": 2, "budget": 2},
-    {"method": "sisa", "groups": 2, "shards": 2},
-    {"method": "fedcio", "clusters": 2, "num-rounds": 2},
+    {"method": "s3t", "chains.groups": 2, "chains.shards": 2, "chains.budget": 2},
+    {"method": "sisa", "chains.groups": 2, "chains.shards": 2},
+    {"method": "fedcio", "chains.clusters": 2, "num-rounds": 2},
 ], ids=["s3t", "sisa", "fedcio"])
 def test_each_sequence_sharded_method_forgets_and_retrains_exactly(tmp_path, overrides):
     store = train_in_process(tmp_path / "store", NODES, **{"slices-per-client": 2, **overrides})

@@ -27,7 +27,8 @@ STORE_COMMANDS = ["status", "forget", "evaluate", "retrain", "verify", "audit"]
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("fuzz") / "s"
-    train_in_process(root, 3, method="fedsgt", groups=2, budget=2, **{"slices-per-client": 2, "local-epochs": 1})
+    train_in_process(root, 3, method="fedsgt", **{"chains.groups": 2, "chains.budget": 2, "slices-per-client": 2,
+                                                  "local-epochs": 1})
     return root
 
 

@@ -23,7 +23,7 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     path = tmp_path_factory.mktemp("cli") / "store"
-    train_in_process(path, 3, method="fedsgt", groups=3, budget=3, **{"slices-per-client": 2})
+    train_in_process(path, 3, method="fedsgt", **{"chains.groups": 3, "chains.budget": 3, "slices-per-client": 2})
     return path
 
 

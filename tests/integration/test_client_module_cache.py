@@ -20,7 +20,7 @@ from fedforget.strategies.module_shipping import CACHE_ENV
 from .helpers import DIGITS, artifact_shas
 
 NODES = 3
-FEDSGT = {"method": "fedsgt", "groups": 3, "budget": 3, "slices-per-client": 2}
+FEDSGT = {"method": "fedsgt", "chains.groups": 3, "chains.budget": 3, "slices-per-client": 2}
 
 
 def _train(store: Path, client=client_app) -> Store:  # noqa: ANN001

@@ -14,7 +14,7 @@ from .helpers import train_in_process
 
 
 def test_two_coordinators_forgetting_at_once_are_serialised_and_lose_nothing(tmp_path):
-    store = train_in_process(tmp_path / "s", 3, method="fedsgt", groups=2, budget=2,
+    store = train_in_process(tmp_path / "s", 3, method="fedsgt", **{"chains.groups": 2, "chains.budget": 2},
                              **{"slices-per-client": 2, "local-epochs": 1})
     ids = sorted(i for part in store.manifest()["partitions"].values() for s in part for i in s)
     mine, theirs = ids[0:120:2], ids[1:120:2]

@@ -20,7 +20,8 @@ from fedforget.unlearning.forget import forget_request
 
 from .helpers import train_in_process
 
-CONFIG = {"method": "fedsgt", "groups": 3, "budget": 3, "slices-per-client": 1, "local-epochs": 1, "seed": 3}
+CONFIG = {"method": "fedsgt", "chains.groups": 3, "chains.budget": 3, "slices-per-client": 1, "local-epochs": 1,
+          "seed": 3}
 
 
 @pytest.fixture(scope="module")

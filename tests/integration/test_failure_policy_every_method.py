@@ -57,7 +57,8 @@ def test_fedavg_bad_reply_is_rejected_and_the_global_model_stays_unbuilt(fedavg_
     assert "1 artifact(s) unbuilt (fedavg/global): partition(s) [2] were lost" in console.export_text()
 
 
-SAFE = {**DIGITS, "method": "safe", "coarse": 2, "fine": 2, "num-rounds": 2, "adapter-steps": 6, "seed": 4}
+SAFE = {**DIGITS, "method": "safe", "safe.coarse": 2, "safe.fine": 2, "num-rounds": 2, "safe.adapter-steps": 6,
+        "seed": 4}
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +83,8 @@ def test_safe_bad_reply_leaves_only_what_reads_that_partition_unbuilt(safe_refer
     assert all(built[a] == safe_reference[a] for a in built)  # every built artifact is bit-identical
 
 
-FEDSHARD = {**DIGITS, "method": "fedshard", "fanout": 2, "rounds-min": 1, "rounds-max": 1, "local-epochs": 1,
+FEDSHARD = {**DIGITS, "method": "fedshard", "fedshard.fanout": 2, "fedshard.rounds-min": 1, "fedshard.rounds-max": 1,
+            "local-epochs": 1,
             "seed": 4}
 SHARD_NODES = 4
 
@@ -119,8 +121,8 @@ def test_fedshard_bad_reply_leaves_that_clients_path_unbuilt_and_serving_falls_b
         ledger.close()
 
 
-HOSFL = {"task": "digits-mlp", "partitioner": "iid", "lr": 0.02, "client-lr": 0.01, "method": "hosfl",
-         "num-rounds": 2, "clients-per-round": 3, "perturbations": 2, "eval-every": 2, "seed": 4}
+HOSFL = {"task": "digits-mlp", "partitioner": "iid", "lr": 0.02, "hosfl.client-lr": 0.01, "method": "hosfl",
+         "num-rounds": 2, "hosfl.clients-per-round": 3, "hosfl.perturbations": 2, "hosfl.eval-every": 2, "seed": 4}
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,8 @@ from fedforget.unlearning.verify import verify_store
 from .helpers import artifact_shas, copy_store, served_sha, train_in_process
 
 NODES = 8
-FEDSHARD = {"method": "fedshard", "fanout": 2, "rounds-min": 1, "rounds-max": 2, "local-epochs": 1}
+FEDSHARD = {"method": "fedshard", "fedshard.fanout": 2, "fedshard.rounds-min": 1, "fedshard.rounds-max": 2,
+            "local-epochs": 1}
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +93,8 @@ def test_two_sequential_leavers_equal_two_simultaneous_ones_and_scratch(fedshard
 
 
 def test_client_rounds_of_an_unlearning_equal_the_analytical_formula_k16_r2_t3(tmp_path):
-    store = train_in_process(tmp_path / "k16", 16, method="fedshard", fanout=2, **{"rounds-max": 3,
-                             "rounds-rule": "constant", "train-size": 800, "test-size": 200})
+    store = train_in_process(tmp_path / "k16", 16, method="fedshard", **{"fedshard.fanout": 2, "fedshard.rounds-max": 3,
+                             "fedshard.rounds-rule": "constant", "train-size": 800, "test-size": 200})
     tree = _tree(store)
     train = [m for m in store.metrics() if m.get("final")][-1]["client-rounds"]
     assert train == training_cost(tree) == 192

@@ -19,7 +19,7 @@ from fedforget.training import zo
 
 from .helpers import train_in_process
 
-SPLIT = {"task": "digits-mlp", "partitioner": "iid", "lr": 0.02, "client-lr": 0.01, "train-size": 600,
+SPLIT = {"task": "digits-mlp", "partitioner": "iid", "lr": 0.02, "hosfl.client-lr": 0.01, "train-size": 600,
          "test-size": 200}
 
 
@@ -46,7 +46,7 @@ def _recorded_run(tmp_path, **overrides: object) -> RecordingGrid:
 
 
 def test_seeds_travel_at_round_start_and_the_zo_message_carries_only_lambda(tmp_path):
-    grid = _recorded_run(tmp_path, **{"num-rounds": 2, "clients-per-round": 2, "eval-every": 2})
+    grid = _recorded_run(tmp_path, **{"num-rounds": 2, "hosfl.clients-per-round": 2, "hosfl.eval-every": 2})
     forwards = [rec for kind, rec in grid.sent if kind == "train.forward"]
     zos = [rec for kind, rec in grid.sent if kind == "train.zo"]
     assert len(forwards) == len(zos) == 4
@@ -64,8 +64,8 @@ def test_a_client_runs_one_plus_p_forwards_per_round(tmp_path, monkeypatch):
 
     monkeypatch.setattr(hosfl_client._Round, "forward", counting)
     p, k, rounds = 4, 2, 3
-    train_in_process(tmp_path / "s", 3, **SPLIT, method="hosfl", perturbations=p,
-                     **{"num-rounds": rounds, "clients-per-round": k, "eval-every": rounds})
+    train_in_process(tmp_path / "s", 3, **SPLIT, method="hosfl", **{"hosfl.perturbations": p},
+                     **{"num-rounds": rounds, "hosfl.clients-per-round": k, "hosfl.eval-every": rounds})
     assert len(calls) == rounds * k * (1 + p)
 
 
@@ -85,7 +85,7 @@ class _Allocations(TorchDispatchMode):
 
 
 def test_the_zo_step_makes_no_float64_tensor_and_nothing_bigger_than_one_activation():
-    cfg = parse_run_config({"method": "hosfl", "task": "fmnist-cnn", "cut": 2})
+    cfg = parse_run_config({"method": "hosfl", "task": "fmnist-cnn", "hosfl.cut": 2})
     split = build_split_model(cfg, 10)
     x = torch.randn(16, 1, 28, 28, generator=torch.Generator().manual_seed(0))
     theta = split.initial_client.clone()
@@ -100,8 +100,8 @@ def test_the_zo_step_makes_no_float64_tensor_and_nothing_bigger_than_one_activat
 
 
 def test_client_lr_zero_freezes_every_client_and_the_shadow(tmp_path):
-    store = train_in_process(tmp_path / "s", 3, **{**SPLIT, "client-lr": 0.0}, method="hosfl",
-                             **{"num-rounds": 3, "clients-per-round": 2, "eval-every": 3})
+    store = train_in_process(tmp_path / "s", 3, **{**SPLIT, "hosfl.client-lr": 0.0}, method="hosfl",
+                             **{"num-rounds": 3, "hosfl.clients-per-round": 2, "hosfl.eval-every": 3})
     manifest = store.manifest()
     cfg = parse_run_config(manifest["config"])
     split = build_split_model(cfg, 10)
@@ -115,13 +115,14 @@ def test_client_lr_zero_freezes_every_client_and_the_shadow(tmp_path):
 
 
 def test_negative_client_lr_is_refused():
-    with __import__("pytest").raises(ConfigError, match="'client-lr' must be >= 0"):
-        parse_run_config({"method": "hosfl", "task": "digits-mlp", "client-lr": -0.1})
+    with __import__("pytest").raises(ConfigError, match="'hosfl.client-lr' must be >= 0"):
+        parse_run_config({"method": "hosfl", "task": "digits-mlp", "hosfl.client-lr": -0.1})
 
 
 def test_sfl_runs_a_local_epoch_per_round_against_per_client_server_copies(tmp_path):
     store = train_in_process(tmp_path / "s", 3, **SPLIT, method="sfl",
-                             **{"num-rounds": 2, "clients-per-round": 2, "eval-every": 2, "local-epochs": 1})
+                             **{"num-rounds": 2, "hosfl.clients-per-round": 2, "hosfl.eval-every": 2,
+                                "local-epochs": 1})
     rows = store.metrics()[1:]
     per_client = 600 // 3  # iid partitions of the 600-sample train pool
     steps = local_steps(per_client, 32, 1)
@@ -139,7 +140,7 @@ def test_device_auto_runs_split_forwards_on_the_cpu_without_a_gpu_and_cuda_is_re
         "cuda" if torch.cuda.is_available() else "cpu")
     if not torch.cuda.is_available():
         with __import__("pytest").raises(ConfigError, match="no CUDA device is visible"):
-            split_device(parse_run_config({"method": "hosfl", "task": "digits-mlp", "device": "cuda"}))
+            split_device(parse_run_config({"method": "hosfl", "task": "digits-mlp", "hosfl.device": "cuda"}))
 
 
 def test_directions_are_drawn_on_the_cpu_whatever_the_forward_device():

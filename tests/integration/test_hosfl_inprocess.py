@@ -23,7 +23,7 @@ from fedforget.unlearning.status import store_status
 
 from .helpers import served_ids, served_sha, train_in_process
 
-SPLIT = {"task": "digits-mlp", "partitioner": "iid", "lr": 0.02, "client-lr": 0.01}
+SPLIT = {"task": "digits-mlp", "partitioner": "iid", "lr": 0.02, "hosfl.client-lr": 0.01}
 
 
 def _run(store: Path, nodes: int, **overrides: object) -> Store:
@@ -50,7 +50,8 @@ def _replay_all(store: Store) -> dict[int, tuple[int, bool]]:
 
 
 def test_hosfl_learns_digits_well_above_chance(tmp_path):
-    store = _run(tmp_path / "s", 5, method="hosfl", **{"num-rounds": 40, "clients-per-round": 3, "eval-every": 20})
+    store = _run(tmp_path / "s", 5, method="hosfl", **{"num-rounds": 40, "hosfl.clients-per-round": 3,
+                                                       "hosfl.eval-every": 20})
     rows = [r for r in store.metrics() if "accuracy" in r]
     assert rows[0]["round"] == 0 and rows[-1]["round"] == 40
     assert rows[-1]["accuracy"] >= 0.5 > rows[0]["accuracy"] + 0.3  # chance is 0.1
@@ -61,8 +62,9 @@ def test_hosfl_learns_digits_well_above_chance(tmp_path):
 @pytest.mark.parametrize("lora_r", [2, 16])
 def test_aggregation_upload_is_p_scalars_whatever_the_client_size(tmp_path, lora_r):
     p, k, batch = 4, 2, 32
-    store = _run(tmp_path / "s", 3, method="hosfl", perturbations=p, **{
-        "lora-r": lora_r, "lora-alpha": 2 * lora_r, "num-rounds": 3, "clients-per-round": k, "eval-every": 3})
+    store = _run(tmp_path / "s", 3, method="hosfl", **{
+        "hosfl.perturbations": p, "lora-r": lora_r, "lora-alpha": 2 * lora_r, "num-rounds": 3,
+        "hosfl.clients-per-round": k, "hosfl.eval-every": 3})
     d_c = store.manifest()["split"]["d_c"]
     assert d_c == lora_r * (64 + 128)  # LoRA A (r x 64) + B (128 x r) on fc1
     for row in store.metrics()[1:]:
@@ -78,7 +80,7 @@ def test_sfl_aggregation_traffic_grows_with_the_client_model(tmp_path):
     sizes = {}
     for r in (2, 16):
         store = _run(tmp_path / f"s{r}", 3, method="sfl", **{"lora-r": r, "lora-alpha": 2 * r, "num-rounds": 2,
-                                                               "clients-per-round": 2, "eval-every": 2})
+                                                               "hosfl.clients-per-round": 2, "hosfl.eval-every": 2})
         d_c = store.manifest()["split"]["d_c"]
         row = store.metrics()[-1]
         assert row["bytes"]["up"]["aggregation"] == row["bytes"]["down"]["aggregation"] == 2 * 4 * d_c
@@ -87,8 +89,8 @@ def test_sfl_aggregation_traffic_grows_with_the_client_model(tmp_path):
 
 
 def test_seed_replay_brings_every_client_to_the_servers_theta_bit_for_bit(tmp_path):
-    store = _run(tmp_path / "s", 4, method="hosfl", perturbations=3,
-                 **{"num-rounds": 6, "clients-per-round": 2, "eval-every": 6})
+    store = _run(tmp_path / "s", 4, method="hosfl", **{"hosfl.perturbations": 3},
+                 **{"num-rounds": 6, "hosfl.clients-per-round": 2, "hosfl.eval-every": 6})
     result = _replay_all(store)
     assert all(equal for _, equal in result.values()), result
     versions = sorted(v for v, _ in result.values())
@@ -98,8 +100,8 @@ def test_seed_replay_brings_every_client_to_the_servers_theta_bit_for_bit(tmp_pa
 def test_in_place_perturbation_breaks_replay(tmp_path, monkeypatch):
     """Negative control: the same run with MeZO-style in-place perturbation drifts."""
     monkeypatch.setattr(hosfl_client, "IN_PLACE_PERTURBATION", True)
-    store = _run(tmp_path / "s", 4, method="hosfl", perturbations=3,
-                 **{"num-rounds": 6, "clients-per-round": 2, "eval-every": 6})
+    store = _run(tmp_path / "s", 4, method="hosfl", **{"hosfl.perturbations": 3},
+                 **{"num-rounds": 6, "hosfl.clients-per-round": 2, "hosfl.eval-every": 6})
     result = _replay_all(store)
     assert not all(equal for _, equal in result.values()), result
 
@@ -129,7 +131,7 @@ class FlakyGrid(InProcessGrid):
 def test_a_client_that_dies_mid_round_does_not_stall_the_server(tmp_path):
     silent = {("train.zo", 1, 1), ("train.forward", 2, 2)}
     config = {**default_run_config(), **SPLIT, "method": "hosfl", "store": str(tmp_path / "s"), "num-rounds": 4,
-              "clients-per-round": 3, "perturbations": 3, "round-timeout": 1.0, "eval-every": 4}
+              "hosfl.clients-per-round": 3, "hosfl.perturbations": 3, "round-timeout": 1.0, "hosfl.eval-every": 4}
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, InProcessGrid.SERVER_NODE_ID, 1
     grid = FlakyGrid(client_app, 3, config, silent=silent)
     server_app(grid, Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config=config))
@@ -145,8 +147,9 @@ def test_a_client_that_dies_mid_round_does_not_stall_the_server(tmp_path):
 
 
 def test_zo_sfl_sends_two_activation_sets_and_models(tmp_path):
-    store = _run(tmp_path / "s", 3, method="zo-sfl", **{"client-lr": 1e-4, "num-rounds": 2, "clients-per-round": 2,
-                                                         "eval-every": 2})
+    store = _run(tmp_path / "s", 3, method="zo-sfl", **{"hosfl.client-lr": 1e-4, "num-rounds": 2,
+                                                        "hosfl.clients-per-round": 2,
+                                                         "hosfl.eval-every": 2})
     d_c = store.manifest()["split"]["d_c"]
     row = store.metrics()[-1]
     assert row["bytes"]["up"]["activations"] == 2 * (2 * 32 * 128 * 4 + 32 * 8)
@@ -177,7 +180,7 @@ def test_a_client_that_raises_is_dropped_with_its_reason_and_the_run_goes_on(tmp
     from fedforget.inprocess import run_in_process
 
     run_in_process({**SPLIT, "method": "hosfl", "store": str(tmp_path / "s"), "num-rounds": 2,
-                    "clients-per-round": 2, "eval-every": 2}, 2, server_app=server_app, client_app=broken)
+                    "hosfl.clients-per-round": 2, "hosfl.eval-every": 2}, 2, server_app=server_app, client_app=broken)
     rows = Store.open(tmp_path / "s").metrics()
     assert all(r["forward-ok"] == [1] and r["dropped"] == [0] for r in rows[1:])
     assert "out of memory on the client" in caplog.text
@@ -185,8 +188,8 @@ def test_a_client_that_raises_is_dropped_with_its_reason_and_the_run_goes_on(tmp
 
 @pytest.mark.parametrize(
     ("override", "message"),
-    [({"clients-per-round": 5}, "'clients-per-round'=5 is more than the 3 nodes"),
-     ({"cut": 3}, "'cut'=3 is too deep for task 'digits-mlp'")],
+    [({"hosfl.clients-per-round": 5}, "'hosfl.clients-per-round'=5 is more than the 3 nodes"),
+     ({"hosfl.cut": 3}, "'hosfl.cut'=3 is too deep for task 'digits-mlp'")],
 )
 def test_bad_split_config_fails_before_anything_is_written(tmp_path, override, message):
     with pytest.raises(ConfigError, match=message):
@@ -201,8 +204,8 @@ def test_fedforget_status_shows_traffic_by_direction_and_kind(tmp_path):
 
     from fedforget.unlearning.cli import app
 
-    _run(tmp_path / "s", 3, method="hosfl", perturbations=5, **{"num-rounds": 2, "clients-per-round": 2,
-                                                                 "eval-every": 2})
+    _run(tmp_path / "s", 3, method="hosfl", **{"hosfl.perturbations": 5, "num-rounds": 2, "hosfl.clients-per-round": 2,
+                                                                 "hosfl.eval-every": 2})
     runner = CliRunner()
     info = json.loads(runner.invoke(app, ["status", "--store", str(tmp_path / "s"), "--json"]).output)["split"]
     assert info["client_rounds"] == 4 and info["samples"] == 4 * 32

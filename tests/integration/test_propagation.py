@@ -17,7 +17,7 @@ from fedforget.unlearning.verify import verify_store
 from .helpers import artifact_shas, copy_store, train_in_process
 
 NODES = 3
-FEDSGT = {"method": "fedsgt", "groups": 3, "budget": 3, "slices-per-client": 2, "local-epochs": 1}
+FEDSGT = {"method": "fedsgt", "chains.groups": 3, "chains.budget": 3, "slices-per-client": 2, "local-epochs": 1}
 
 
 @pytest.fixture(scope="module")

@@ -23,8 +23,9 @@ from fedforget.unlearning.status import store_status
 
 from .helpers import artifact_shas, copy_store, train_in_process
 
-FEDSGT = {"method": "fedsgt", "groups": 3, "budget": 3, "slices-per-client": 2, "local-epochs": 1}
-FEDSHARD = {"method": "fedshard", "fanout": 2, "rounds-min": 1, "rounds-max": 1, "local-epochs": 1}
+FEDSGT = {"method": "fedsgt", "chains.groups": 3, "chains.budget": 3, "slices-per-client": 2, "local-epochs": 1}
+FEDSHARD = {"method": "fedshard", "fedshard.fanout": 2, "fedshard.rounds-min": 1, "fedshard.rounds-max": 1,
+            "local-epochs": 1}
 runner = CliRunner()
 
 

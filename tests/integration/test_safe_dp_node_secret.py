@@ -19,8 +19,9 @@ from fedforget.unlearning.verify import verify_store
 from .helpers import train_in_process
 
 NODES = 3
-SAFE_DP = {"method": "safe", "coarse": 1, "fine": 2, "num-rounds": 1, "adapter-steps": 6, "train-size": 240,
-           "safe-dp": True, "dp-epsilon": 4.0, "dp-delta": 1e-5, "dp-alpha": 8.0}
+SAFE_DP = {"method": "safe", "safe.coarse": 1, "safe.fine": 2, "num-rounds": 1, "safe.adapter-steps": 6,
+           "train-size": 240,
+           "safe.dp": True, "safe.dp-epsilon": 4.0, "safe.dp-delta": 1e-5, "safe.dp-alpha": 8.0}
 
 
 def _content_bytes(message) -> bytes:  # noqa: ANN001

@@ -19,9 +19,9 @@ from fedforget.unlearning.verify import verify_store
 from .helpers import copy_store, train_in_process
 
 NODES = 3
-CNN = {"method": "safe", "task": "fmnist-cnn", "train-size": 240, "test-size": 60, "coarse": 2, "fine": 2,
-       "num-rounds": 2, "adapter-steps": 4, "adapter-width": 32, "seed": 3}
-TEXT = {**CNN, "task": "rt-minilm", "train-size": 48, "test-size": 16, "coarse": 2, "fine": 1}
+CNN = {"method": "safe", "task": "fmnist-cnn", "train-size": 240, "test-size": 60, "safe.coarse": 2, "safe.fine": 2,
+       "num-rounds": 2, "safe.adapter-steps": 4, "safe.adapter-width": 32, "seed": 3}
+TEXT = {**CNN, "task": "rt-minilm", "train-size": 48, "test-size": 16, "safe.coarse": 2, "safe.fine": 1}
 
 
 def _cached_ids(state_dir) -> set[int]:  # noqa: ANN001
@@ -62,7 +62,8 @@ def test_a_la_carte_serving_of_entitled_clients_equals_serving_after_the_others_
     from fedforget.strategies.safe_serve import safe_accuracy
     from fedforget.unlearning.evaluate import stored_config
 
-    store = train_in_process(tmp_path / "store", NODES, **{**CNN, "num-rounds": 1, "coarse-by": "client", "coarse": 3})
+    store = train_in_process(tmp_path / "store", NODES, **{**CNN, "num-rounds": 1, "safe.coarse-by": "client",
+                                                           "safe.coarse": 3})
     ledger = store.ledger()
     try:
         plan_json, serving, artifacts = ledger.plan(), ledger.serving(), ledger.artifacts()

@@ -21,14 +21,14 @@ from fedforget.unlearning.verify import verify_store
 from .helpers import artifact_shas, copy_store, served_ids, train_in_process
 
 NODES = 3
-SAFE = {"method": "safe", "coarse": 2, "fine": 2, "num-rounds": 2, "adapter-steps": 6, "train-size": 800}
+SAFE = {"method": "safe", "safe.coarse": 2, "safe.fine": 2, "num-rounds": 2, "safe.adapter-steps": 6, "train-size": 800}
 SHARD = 200
 
 
 @pytest.fixture(scope="module")
 def shard_store(tmp_path_factory):
     path = tmp_path_factory.mktemp("safe-shard") / "store"
-    train_in_process(path, NODES, **SAFE, **{"safe-shard": SHARD})
+    train_in_process(path, NODES, **SAFE, **{"safe.shard": SHARD})
     return path
 
 
@@ -112,12 +112,12 @@ def test_verify_reports_a_mismatch_when_the_recorded_safe_shard_was_changed(shar
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ({"safe-shard": 700}, r"only 637 of the task's 1437 are free; lower 'safe-shard' to at most 637 or "
+        ({"safe.shard": 700}, r"only 637 of the task's 1437 are free; lower 'safe.shard' to at most 637 or "
                               r"'train-size' to at most 737"),
-        ({"safe-shard": 1, "train-size": 0}, r"only 0 of the task's 1437 are free.*'train-size' to at most 1436"),
-        ({"safe-shard": -1}, r"'safe-shard' must be in 0\.\."),
-        ({"safe-shard": 10, "method": "fedavg"}, r"safe-shard=10 needs method='safe' or 'protosisa'"),
-        ({"safe-shard": 10, "safe-dp": True}, r"not supported with safe-dp=true"),
+        ({"safe.shard": 1, "train-size": 0}, r"only 0 of the task's 1437 are free.*'train-size' to at most 1436"),
+        ({"safe.shard": -1}, r"'safe.shard' must be in 0\.\."),
+        ({"safe.shard": 10, "method": "fedavg"}, r"'safe.shard' does not apply to method 'fedavg'"),
+        ({"safe.shard": 10, "safe.dp": True}, r"not supported with safe.dp=true"),
     ],
 )
 def test_a_bad_safe_shard_is_a_one_line_config_error_and_writes_nothing(tmp_path, override, message):
@@ -150,7 +150,7 @@ def test_forgetting_a_safe_shard_id_is_refused_and_the_store_is_unchanged(shard_
 
 def test_protosisa_shards_all_read_the_whole_safe_shard_and_verify_is_exact(tmp_path):
     store = train_in_process(tmp_path / "store", NODES, **{**SAFE, "method": "protosisa", "num-rounds": 1,
-                                                           "safe-shard": 50})
+                                                           "safe.shard": 50})
     final = [m for m in store.metrics() if m.get("final")][-1]
     budget = store.manifest()["adapter-budget"]
     shards = len(_cliques(final["served"]))  # every shard holds every class, so each reads all 50 rows

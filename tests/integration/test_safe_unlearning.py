@@ -16,7 +16,7 @@ from fedforget.unlearning.verify import verify_store
 from .helpers import copy_store, train_in_process
 
 NODES = 3
-SAFE = {"method": "safe", "coarse": 2, "fine": 2, "num-rounds": 2, "adapter-steps": 6}
+SAFE = {"method": "safe", "safe.coarse": 2, "safe.fine": 2, "num-rounds": 2, "safe.adapter-steps": 6}
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +128,7 @@ def test_prototypes_after_retrain_equal_a_recomputation_without_the_sample(safe_
 
 
 def test_a_whole_client_leaving_under_client_level_coarse_groups_touches_only_its_group(tmp_path):
-    store = train_in_process(tmp_path / "store", 4, **{**SAFE, "coarse-by": "client", "num-rounds": 1})
+    store = train_in_process(tmp_path / "store", 4, **{**SAFE, "safe.coarse-by": "client", "num-rounds": 1})
     plan = store.manifest()["plan"]
     result = forget_request(store, clients=[3])
     groups = {a.split("/")[1] for a in result.invalidated if "/proto/" not in a}
@@ -140,9 +140,9 @@ def test_a_whole_client_leaving_under_client_level_coarse_groups_touches_only_it
 def test_safe_dp_drops_only_the_owner_and_charges_the_neighbours_budget(tmp_path):
     from fedforget.store.safe_budget import dp_budgets
 
-    store = train_in_process(tmp_path / "store", NODES, **{**SAFE, "coarse": 1, "fine": 2, "num-rounds": 1,
-                                                            "train-size": 240, "safe-dp": True, "dp-epsilon": 4.0,
-                                                            "dp-delta": 1e-5, "dp-alpha": 8.0})
+    store = train_in_process(tmp_path / "store", NODES, **{**SAFE, "safe.coarse": 1, "safe.fine": 2, "num-rounds": 1,
+                                                            "train-size": 240, "safe.dp": True, "safe.dp-epsilon": 4.0,
+                                                            "safe.dp-delta": 1e-5, "safe.dp-alpha": 8.0})
     plan = store.manifest()["plan"]
     assert plan["dp-k"] == 2  # ⌊α_b/ε⌋ = 2 binds before the β term
     cells = store.manifest()["cells"]["0"]

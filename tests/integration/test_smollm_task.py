@@ -18,7 +18,7 @@ TINY = {"task": "rt-smollm", "train-size": 16, "test-size": 8, "batch-size": 4, 
 
 
 def test_split_decoder_client_then_server_is_the_full_models_logits():
-    cfg = parse_run_config({"method": "hosfl", "task": "rt-smollm", "cut": 3})
+    cfg = parse_run_config({"method": "hosfl", "task": "rt-smollm", "hosfl.cut": 3})
     split = build_split_model(cfg, 2)
     ids, mask = smollm.tokenize(SENTENCES, max_length=16)
     assert int(mask[0].sum()) < 16  # padded rows: the causal + padding mask and the last-token read matter
@@ -33,7 +33,7 @@ def test_split_decoder_client_then_server_is_the_full_models_logits():
 
 
 def test_a_client_loads_only_its_part_and_starts_from_the_servers_theta_c():
-    cfg = parse_run_config({"method": "hosfl", "task": "rt-smollm", "cut": 2})
+    cfg = parse_run_config({"method": "hosfl", "task": "rt-smollm", "hosfl.cut": 2})
     client = build_split_model(cfg, 2, "client")
     server = build_split_model(cfg, 2, "server")
     assert not any(p.is_meta for p in client.client.parameters())
@@ -64,9 +64,9 @@ def test_a_corrupted_weights_cache_is_detected_and_rebuilt(tmp_path, monkeypatch
 
 @pytest.mark.parametrize("method", ["fedavg", "hosfl"])
 def test_rt_smollm_trains_and_serves_with_fedavg_and_hosfl(tmp_path, method):
-    extra = {"cut": 2, "clients-per-round": 2} if method == "hosfl" else {"local-epochs": 1}
+    extra = {"hosfl.cut": 2, "hosfl.clients-per-round": 2} if method == "hosfl" else {"local-epochs": 1}
     store = train_in_process(tmp_path / "s", 2, **TINY, method=method, lr=1e-3,
-                             **{"num-rounds": 1, "eval-every": 1, **extra})
+                             **{"num-rounds": 1, "hosfl.eval-every": 1, **extra})
     rows = [r for r in store.metrics() if "accuracy" in r]
     assert rows and 0.0 <= rows[-1]["accuracy"] <= 1.0 and rows[-1]["loss"] == rows[-1]["loss"]
     assert store.manifest()["config"]["task"] == "rt-smollm"

@@ -95,7 +95,8 @@ def test_a_pickle_planted_as_an_artifact_is_refused_and_never_runs(tmp_path):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("corrupt") / "s"
-    train_in_process(root, 3, method="fedsgt", groups=2, budget=2, **{"slices-per-client": 1, "local-epochs": 1})
+    train_in_process(root, 3, method="fedsgt", **{"chains.groups": 2, "chains.budget": 2, "slices-per-client": 1,
+                                                  "local-epochs": 1})
     return root
 
 

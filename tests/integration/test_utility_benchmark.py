@@ -27,8 +27,8 @@ def utility():  # noqa: ANN201
 def test_utility_writes_paired_rows_with_real_costs_references_and_serving_alternatives(utility, tmp_path, capsys):
     out = tmp_path / "utility_digits"
     utility.main(["--tasks", "digits-mlp", "--partitions", "dir0.5", "--seeds", "1,2", "--clients", "4",
-                  "--methods", "fedavg,fedcio,fedshard", "--common", "num-rounds=2 local-epochs=1 clusters=2 "
-                  "rounds-min=1 rounds-max=1", "--out", str(out)])
+                  "--methods", "fedavg,fedcio,fedshard", "--common", "num-rounds=2 local-epochs=1 chains.clusters=2 "
+                  "fedshard.rounds-min=1 fedshard.rounds-max=1", "--out", str(out)])
     doc = json.loads(out.with_suffix(".json").read_text())
     runs = {(r["method"], r["seed"]) for r in doc["rows"]}
     assert runs == {(m, s) for m in ("fedavg", "fedcio", "fedshard", "probe", "central") for s in (1, 2)}

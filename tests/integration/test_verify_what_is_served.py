@@ -21,9 +21,10 @@ from .helpers import artifact_shas, copy_store, train_in_process
 NODES = 3
 METHODS = {
     "fedavg": {"method": "fedavg", "num-rounds": 2},
-    "fedsgt": {"method": "fedsgt", "groups": 3, "budget": 3, "slices-per-client": 2},
-    "fedshard": {"method": "fedshard", "fanout": 2, "rounds-min": 1, "rounds-max": 1, "local-epochs": 1},
-    "safe": {"method": "safe", "coarse": 2, "fine": 2, "num-rounds": 2, "local-epochs": 1},
+    "fedsgt": {"method": "fedsgt", "chains.groups": 3, "chains.budget": 3, "slices-per-client": 2},
+    "fedshard": {"method": "fedshard", "fedshard.fanout": 2, "fedshard.rounds-min": 1, "fedshard.rounds-max": 1,
+                 "local-epochs": 1},
+    "safe": {"method": "safe", "safe.coarse": 2, "safe.fine": 2, "num-rounds": 2, "local-epochs": 1},
 }
 
 

@@ -12,7 +12,7 @@ from fedforget.training.determinism import deterministic_torch
 
 
 def _split(task="digits-mlp", cut=1, **kw):
-    return build_split_model(parse_run_config({"method": "hosfl", "task": task, "cut": cut, **kw}), 10)
+    return build_split_model(parse_run_config({"method": "hosfl", "task": task, "hosfl.cut": cut, **kw}), 10)
 
 
 @pytest.mark.parametrize(("task", "cut", "shape"), [("digits-mlp", 1, (4, 64)), ("digits-mlp", 2, (4, 64)),
@@ -27,7 +27,7 @@ def test_server_after_client_is_the_full_model(task, cut, shape):
 
 
 def test_rt_minilm_cut_after_three_layers_matches_the_full_model():
-    cfg = parse_run_config({"method": "hosfl", "task": "rt-minilm", "cut": 3})
+    cfg = parse_run_config({"method": "hosfl", "task": "rt-minilm", "hosfl.cut": 3})
     split = build_split_model(cfg, 2)
     from fedforget.tasks.text import minilm_path, tokenize
 

@@ -42,7 +42,7 @@ def test_method_defaults_take_precedence_over_task_defaults():
         ({"lr": -1.0}, "'lr' must be > 0"),
         ({"fraction-train": 1.5}, "'fraction-train' must be in"),
         ({"store": " "}, "'store' must be a directory"),
-        ({"task": "hf"}, "needs run-config 'hf-dataset'"),
+        ({"task": "hf"}, "needs run-config 'hf.dataset'"),
         ({"bogus-key": 1}, "unknown run-config key"),
         ({"seed": True}, "'seed' must be int"),
     ],

@@ -73,7 +73,7 @@ def test_the_grouping_is_a_seeded_shuffle_of_the_canonical_list():
 
 
 def test_fewer_units_than_groups_is_refused_with_a_fix():
-    with pytest.raises(ValueError, match=r"3 client slices cannot fill 4 groups; lower groups= or raise "
+    with pytest.raises(ValueError, match=r"3 client slices cannot fill 4 groups; lower chains.groups= or raise "
                                          r"slices-per-client="):
         group_units(["0:0", "0:1", "1:0"], 4, seed=0)
     with pytest.raises(ValueError, match="2 client slices cannot fill 3 groups"):

@@ -71,12 +71,13 @@ def test_traffic_ledger_splits_rounds_and_totals():
     ("override", "message"),
     [
         ({"method": "hosfl", "task": "fmnist-effnet"}, "needs a split model"),
-        ({"method": "hosfl", "task": "digits-mlp", "cut": 3}, "'cut'=3 is too deep for task 'digits-mlp': use 1..2"),
-        ({"method": "sfl", "cut": 0}, "'cut' must be >= 1"),
-        ({"method": "hosfl", "perturbations": 0}, "'perturbations' must be >= 1"),
-        ({"method": "hosfl", "mu": 0.0}, "'mu' must be > 0"),
-        ({"method": "zo-sfl", "client-lr": -1.0}, "'client-lr' must be >= 0"),
-        ({"method": "hosfl", "clients-per-round": 0}, "'clients-per-round' must be >= 1"),
+        ({"method": "hosfl", "task": "digits-mlp", "hosfl.cut": 3},
+         "'hosfl.cut'=3 is too deep for task 'digits-mlp': use 1..2"),
+        ({"method": "sfl", "hosfl.cut": 0}, "'hosfl.cut' must be >= 1"),
+        ({"method": "hosfl", "hosfl.perturbations": 0}, "'hosfl.perturbations' must be >= 1"),
+        ({"method": "hosfl", "hosfl.mu": 0.0}, "'hosfl.mu' must be > 0"),
+        ({"method": "zo-sfl", "hosfl.client-lr": -1.0}, "'hosfl.client-lr' must be >= 0"),
+        ({"method": "hosfl", "hosfl.clients-per-round": 0}, "'hosfl.clients-per-round' must be >= 1"),
     ],
 )
 def test_bad_split_values_name_the_key(override, message):
@@ -102,4 +103,4 @@ def test_split_methods_default_to_enough_rounds_and_sfl_to_one_local_epoch():
     assert parse_run_config({"method": "hosfl", "task": "digits-mlp"}).num_rounds == 150
     assert parse_run_config({"method": "hosfl", "task": "digits-mlp", "num-rounds": 7}).num_rounds == 7
     assert parse_run_config({"method": "sfl", "task": "fmnist-cnn"}).local_epochs == 1
-    assert parse_run_config({"method": "hosfl", "task": "digits-mlp", "client-lr": 0.0}).client_lr == 0.0
+    assert parse_run_config({"method": "hosfl", "task": "digits-mlp", "hosfl.client-lr": 0.0}).client_lr == 0.0

@@ -67,7 +67,8 @@ def test_adapters_train_with_adamw_weight_decay_and_replay_bit_for_bit():
     assert not torch.equal(one["queries"], no_decay["queries"])  # the decay is applied
 
 
-@pytest.mark.parametrize("key,value", [("adapter-steps", -1), ("adapter-width", 6), ("adapter-weight-decay", -0.1)])
+@pytest.mark.parametrize("key,value", [("safe.adapter-steps", -1), ("safe.adapter-width", 6),
+                                       ("safe.adapter-weight-decay", -0.1)])
 def test_bad_adapter_settings_are_refused_with_the_key_named(key, value):
     with pytest.raises(ConfigError, match=key):
         parse_run_config({"method": "safe", key: value})

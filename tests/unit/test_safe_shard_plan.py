@@ -18,7 +18,7 @@ def test_the_draw_is_seeded_sorted_and_outside_the_rows_the_run_uses():
 
 
 def test_too_few_unused_rows_says_which_key_to_lower():
-    with pytest.raises(ConfigError, match="only 50 of the task's 100 are free; lower 'safe-shard' to at most 50 "
+    with pytest.raises(ConfigError, match="only 50 of the task's 100 are free; lower 'safe.shard' to at most 50 "
                                           "or 'train-size' to at most 40"):
         draw_safe_shard(range(100), range(50), 60, seed=1)
 
