@@ -19,7 +19,8 @@ def parse_flwr_run_config(text: str) -> dict[str, object]:
         raise ConfigError(f"--run-config is not key=value TOML ({' '.join(str(exc).split())[:200]}); "
                           "e.g. \"task='digits-mlp' chains.groups=5\"") from None
     if not parsed:
-        raise ConfigError(f"--run-config {text[:80]!r} has no key=value pair; e.g. \"task='digits-mlp' chains.groups=5\"")
+        raise ConfigError(f"--run-config {text[:80]!r} has no key=value pair; "
+                          "e.g. \"task='digits-mlp' chains.groups=5\"")
     return parsed
 
 

@@ -45,7 +45,8 @@ def print_tree(tree: dict[str, Any], console: Console) -> None:
     if tree["falling_back"]:
         if tree["served_stage"]:
             console.print(f"[yellow]the root is invalid: serving the last valid model, stage {tree['served_stage']} "
-                          f"({tree['served_clients']} clients), until `fedforget retrain` (fedshard.fallback='last-valid')[/]")
+                          f"({tree['served_clients']} clients), until `fedforget retrain` "
+                          "(fedshard.fallback='last-valid')[/]")
         else:
             console.print("[yellow]the root is invalid and fedshard.fallback='refuse': nothing is served until "
                           "`fedforget retrain`[/]")
