@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -233,6 +233,15 @@ def declared_defaults() -> dict[str, object]:
     return {field_key(f.name): f.default for f in fields(RunConfig)}
 
 
+def warn_renamed(keys: Iterable[str]) -> None:
+    """One line on stderr per flat key of an earlier release (once per process), naming its grouped key."""
+    for old in keys:
+        if old in RENAMED and old not in _WARNED:
+            _WARNED.add(old)
+            print(f"fedforget: run-config key {old!r} is now {RENAMED[old]!r}; the old name is accepted for one "
+                  "release", file=sys.stderr)
+
+
 def rename_flat_keys(raw: Mapping[str, object], warn: bool = True) -> dict[str, object]:
     """``raw`` with each flat key of earlier releases (``coarse``) under its grouped key (``safe.coarse``).
 
@@ -242,14 +251,12 @@ def rename_flat_keys(raw: Mapping[str, object], warn: bool = True) -> dict[str, 
     """
     out = {k: v for k, v in raw.items() if k not in RENAMED}
     defaults = declared_defaults()
+    if warn:
+        warn_renamed(raw)
     for old, value in raw.items():
         new = RENAMED.get(old)
         if new is None:
             continue
-        if warn and old not in _WARNED:
-            _WARNED.add(old)
-            print(f"fedforget: run-config key {old!r} is now {new!r}; the old name is accepted for one release",
-                  file=sys.stderr)
         if new in out and out[new] != value and out[new] != defaults[new]:
             if value != defaults[new]:
                 raise ConfigError(f"run-config {old!r} and {new!r} name the same key with different values; "
@@ -287,10 +294,13 @@ def stored_run_config(raw: Mapping[str, object]) -> dict[str, object]:
     return {k: v for k, v in config.items() if key_group(k) is None or key_group(k) in groups}
 
 
-def parse_run_config(raw: Mapping[str, object]) -> RunConfig:
-    """Validate Flower's run config; unknown keys and bad values raise :class:`ConfigError`."""
+def parse_run_config(raw: Mapping[str, object], warn: bool = True) -> RunConfig:
+    """Validate Flower's run config; unknown keys and bad values raise :class:`ConfigError`.
+
+    Flat keys of earlier releases are read under their grouped names (``warn``: say so on stderr).
+    """
     by_key = {field_key(f.name): f for f in fields(RunConfig)}
-    raw = rename_flat_keys(raw)
+    raw = rename_flat_keys(raw, warn)
     unknown = sorted(set(raw) - set(by_key))
     if unknown:
         raise ConfigError(f"unknown run-config key(s): {', '.join(unknown)}; known: {', '.join(sorted(by_key))}")

@@ -3,7 +3,7 @@ instead of after starting a SuperLink run."""
 
 from __future__ import annotations
 
-from fedforget.core.config import RENAMED, ConfigError, parse_run_config
+from fedforget.core.config import RENAMED, ConfigError, parse_run_config, warn_renamed
 from fedforget.inprocess import default_run_config
 
 
@@ -31,13 +31,14 @@ def check_run_config(text: str) -> str:
     for key, value in overrides.items():
         if isinstance(value, dict):
             raise ConfigError(f"run-config {key!r} must be a plain value, not a table")
-    cfg = parse_run_config({**default_run_config(), **overrides})
+    cfg = parse_run_config({**default_run_config(), **overrides}, warn=False)  # a refusal stays one line
     if cfg.safe_shard:  # the task's unused rows bound it: the same check the ServerApp makes before writing
         from fedforget.strategies.safe_shard import safe_shard_ids
 
         safe_shard_ids(cfg)
     if not set(overrides) & set(RENAMED):
         return text
+    warn_renamed(overrides)
     from fedforget.unlearning.retrain import toml_value
 
     return " ".join(f"{RENAMED.get(k, k)}={toml_value(v)}" for k, v in overrides.items())

@@ -113,11 +113,13 @@ def test_every_store_command_on_a_corrupt_manifest_or_ledger(store, tmp_path_fac
 
 bad_run_config = st.one_of(
     st.builds(lambda k, v: f"zz-{k}={v}", st.from_regex(r"[a-z]{1,8}", fullmatch=True), st.integers()),
-    st.builds(lambda k, v: f"{k}={v}", st.sampled_from(["groups", "budget", "num-rounds", "local-epochs", "lr"]),
+    st.builds(lambda k, v: f"{k}={v}",
+              st.sampled_from(["chains.groups", "chains.budget", "budget", "num-rounds", "local-epochs", "lr"]),
               st.integers(max_value=0)),
-    st.builds(lambda k, v: f"{k}={v!r}", st.sampled_from(["groups", "seed", "lr", "num-rounds"]),
+    st.builds(lambda k, v: f"{k}={v!r}", st.sampled_from(["chains.groups", "seed", "lr", "num-rounds", "budget"]),
               st.text(min_size=1, max_size=8).filter(lambda s: "'" not in s)),
-    st.sampled_from(["method='nope'", "task=\"no-such-task\"", "groups=", "a b c", "x=[1,", "fraction-train=2.0"]),
+    st.sampled_from(["method='nope'", "task=\"no-such-task\"", "chains.groups=", "a b c", "x=[1,", "fraction-train=2.0",
+                     "chains.groups=3", "safe.coarse=2 method='fedsgt'"]),
 )
 
 

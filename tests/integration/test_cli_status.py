@@ -2,6 +2,7 @@ import json
 
 from typer.testing import CliRunner
 
+from fedforget.store import Store
 from fedforget.unlearning.cli import app
 
 from .helpers import served_sha, train_in_process
@@ -47,3 +48,73 @@ def test_status_of_a_path_that_is_not_a_store_exits_2_with_one_line(tmp_path):
 def test_run_refuses_a_store_inside_the_run_config():
     result = runner.invoke(app, ["run", "--run-config", "store='x'"])
     assert result.exit_code == 2
+
+
+def _flatten_keys_as_before(store: Store, **changed: object) -> None:
+    """Rewrite the store's manifest config with the flat key names stores were written with before the groups."""
+    from fedforget.core.config import RENAMED
+
+    old_name = {new: old for old, new in RENAMED.items()}
+    config = {old_name.get(k, k): v for k, v in store.manifest()["config"].items()}
+    store.update_manifest(config={**config, **changed})
+
+
+def test_status_shows_only_the_changed_keys_its_method_reads(tmp_path):
+    """A fedavg store must not list chain, split or SAFE settings it never used."""
+    store = train_in_process(tmp_path / "s", **{"num-rounds": 1})
+    _flatten_keys_as_before(store, groups=7)
+    short = runner.invoke(app, ["status", "--store", str(tmp_path / "s")])
+    assert short.exit_code == 0, short.output
+    line = next(x for x in short.output.splitlines() if x.startswith("config"))
+    assert "num-rounds=1" in line and "groups" not in line
+    assert not any(f"{group}." in line for group in ("chains", "hosfl", "fedshard", "safe", "hf"))
+    info = json.loads(runner.invoke(app, ["status", "--store", str(tmp_path / "s"), "--json"]).output)
+    assert info["config"]["num-rounds"] == 1 and not any("groups" in k or "." in k for k in info["config"])
+
+
+def test_status_names_a_chain_methods_changed_keys_by_their_grouped_names():
+    """The grouped names are what a user passes back with --run-config."""
+    from fedforget.core.config import RunConfig
+    from fedforget.unlearning.status import non_default_config
+
+    stored = RunConfig(method="fedsgt", task="digits-mlp", groups=3, budget=2).to_dict()
+    assert non_default_config(stored) == {"chains.groups": 3, "chains.budget": 2}
+
+
+def test_retrain_of_a_store_with_flat_keys_submits_keys_flower_accepts(tmp_path):
+    """``flwr run`` rejects unknown keys, so a store written before the groups must retrain with grouped keys."""
+    import tomllib
+
+    from flwr.common.config import flatten_dict, fuse_dicts, parse_config_args
+
+    from fedforget.inprocess import PYPROJECT, default_run_config
+    from fedforget.unlearning.retrain import retrain_run_config
+
+    store = train_in_process(tmp_path / "s", **{"num-rounds": 1})
+    _flatten_keys_as_before(store)
+    text = retrain_run_config(store)
+    assert "hf-model" not in text and "coarse" not in text
+    flat_defaults = flatten_dict(tomllib.loads(PYPROJECT.read_text())["tool"]["flwr"]["app"]["config"])
+    fused = fuse_dicts(flat_defaults, parse_config_args([text]))  # raises on a key Flower does not know
+    assert fused["num-rounds"] == 1 and set(fused) == set(default_run_config())
+
+
+def test_run_with_a_key_of_another_method_exits_2_with_one_line(tmp_path):
+    """The default method fedavg reads no chain keys; a changed one is a mistake to report before Flower starts."""
+    result = runner.invoke(app, ["run", "--store", str(tmp_path / "new"), "--run-config", "chains.groups=3"])
+    assert result.exit_code == 2
+    lines = (result.stderr or result.output).strip().splitlines()
+    assert len(lines) == 1 and "'chains.groups' does not apply to method 'fedavg'" in lines[0]
+    assert not (tmp_path / "new").exists()
+
+
+def test_run_submits_a_flat_key_under_its_grouped_name_with_a_warning(capsys):
+    """Old command lines keep working for one release; Flower itself only knows the grouped keys."""
+    from fedforget.core import config
+    from fedforget.unlearning.run_config import check_run_config
+
+    config._WARNED.discard("groups")
+    text = check_run_config("method='fedsgt' groups=3")
+    assert text == 'method="fedsgt" chains.groups=3'
+    assert "'groups' is now 'chains.groups'" in capsys.readouterr().err
+    assert check_run_config("method='fedsgt' chains.groups=3") == "method='fedsgt' chains.groups=3"

@@ -69,3 +69,145 @@ def test_retrain_is_refused_for_methods_without_exact_unlearning():
     with pytest.raises(ConfigError, match="cannot retrain"):
         parse_run_config({"method": "hosfl", "task": "digits-mlp", "action": "retrain"})
     assert parse_run_config({"method": "fedsgt", "action": "retrain"}).action == "retrain"
+
+
+def test_pyproject_tables_hold_exactly_the_config_groups():
+    """The TOML tables users edit and the groups the parser enforces must not drift apart."""
+    import tomllib
+
+    from fedforget.core.config import CONFIG_GROUPS
+    from fedforget.inprocess import PYPROJECT
+
+    tables = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["tool"]["flwr"]["app"]["config"]
+    found = {name: tuple(f"{name}.{k}" for k in value) for name, value in tables.items() if isinstance(value, dict)}
+    assert found == CONFIG_GROUPS
+    assert set(CONFIG_GROUPS) == {"hf", "chains", "hosfl", "fedshard", "safe"}
+
+
+def test_default_run_config_has_flowers_dotted_keys():
+    """``flwr run`` flattens tables into dotted keys; the in-process runtime must start from the same dict."""
+    from flwr.common.config import flatten_dict
+
+    config = default_run_config()
+    assert config["safe.coarse"] == 4 and config["chains.groups"] == 10 and "coarse" not in config
+    assert flatten_dict({"safe": {"coarse": 8}}) == {"safe.coarse": 8}
+
+
+def test_a_dotted_command_line_key_parses_like_flowers_run_config():
+    """``--run-config "safe.coarse=8"`` reaches the ServerApp as the key ``safe.coarse``."""
+    from flwr.common.config import parse_config_args
+
+    overrides = parse_config_args(["method='safe' safe.coarse=8 hosfl.client-lr=0.0"])
+    assert overrides == {"method": "safe", "safe.coarse": 8, "hosfl.client-lr": 0.0}
+    assert parse_run_config({**default_run_config(), "method": "safe", "safe.coarse": 8}).coarse == 8
+
+
+def test_grouped_keys_parse_into_the_run_config_attributes():
+    """Grouped keys fill the same attributes as before, so the strategies read them unchanged."""
+    cfg = parse_run_config({**default_run_config(), "method": "safe", "safe.dp": True, "safe.schedule": "constant",
+                            "safe.shard": 0, "safe.fine": 2})
+    assert (cfg.safe_dp, cfg.safe_schedule, cfg.fine) == (True, "constant", 2)
+    cfg = parse_run_config({**default_run_config(), "method": "fedshard", "fedshard.fanout": 3})
+    assert cfg.fanout == 3
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ({"method": "fedavg", "chains.groups": 4}, "reads the common keys only"),
+        ({"method": "fedsgt", "safe.coarse": 2}, "chains.groups, chains.budget"),
+        ({"method": "safe", "hosfl.cut": 2}, "safe.coarse, safe.fine"),
+        ({"method": "hosfl", "task": "digits-mlp", "fedshard.fanout": 3}, "hosfl.cut, hosfl.perturbations"),
+        ({"method": "fedshard", "chains.prior": "1"}, "fedshard.fanout"),
+    ],
+)
+def test_a_key_of_another_method_that_differs_from_its_default_is_refused_naming_the_methods_keys(override, named):
+    """Flower passes every default, so only a changed value means the user set a key the method ignores."""
+    with pytest.raises(ConfigError, match=r"does not apply to method") as err:
+        parse_run_config({**default_run_config(), **override})
+    assert named in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_key_of_another_method_left_at_its_default_is_accepted():
+    """Every pyproject default arrives with each run; it must not trip the check."""
+    assert parse_run_config({**default_run_config(), "method": "fedavg", "chains.groups": 10}).method == "fedavg"
+
+
+def test_an_hf_key_with_a_built_in_task_is_refused():
+    """The hf table only applies to task='hf'."""
+    with pytest.raises(ConfigError, match=r"'hf.model' applies to task='hf' only"):
+        parse_run_config({**default_run_config(), "hf.model": "bert-base-uncased"})
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedsgt", "s3t", "sisa", "fedcio", "fedshard", "safe", "protosisa",
+                                    "hosfl", "sfl", "zo-sfl"])
+def test_each_methods_default_config_round_trips_through_its_manifest_dict(method):
+    """A store's manifest holds ``to_dict()``; re-reading it (retrain, verify) must give the same config,
+    including auto keys resolved for another family's group."""
+    cfg = parse_run_config({**default_run_config(), "method": method, "task": "digits-mlp"})
+    assert parse_run_config(cfg.to_dict()) == cfg
+
+
+def test_a_flat_key_is_accepted_under_its_grouped_name_with_one_warning_line(capsys):
+    """Flat names of earlier releases keep working for one release and say what replaced them."""
+    from fedforget.core import config
+
+    config._WARNED.discard("coarse")
+    cfg = parse_run_config({**default_run_config(), "method": "safe", "coarse": 2})
+    assert cfg.coarse == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'coarse' is now 'safe.coarse'" in err[0]
+
+
+def test_a_flat_and_a_grouped_key_with_different_values_are_refused():
+    """Two different values for one setting cannot both be meant."""
+    with pytest.raises(ConfigError, match="name the same key"):
+        parse_run_config({**default_run_config(), "method": "safe", "coarse": 2, "safe.coarse": 3})
+
+
+def _flat_manifest_config(cfg: RunConfig) -> dict[str, object]:
+    """A manifest config as stores wrote it before the groups: every key flat."""
+    from fedforget.core.config import RENAMED
+
+    old_name = {new: old for old, new in RENAMED.items()}
+    return {old_name.get(k, k): v for k, v in cfg.to_dict().items()}
+
+
+def test_a_stored_flat_key_manifest_loads_with_its_values():
+    """Stores written with flat keys must still load for status, forget, retrain and verify."""
+    from fedforget.core.config import stored_run_config
+
+    trained = RunConfig(method="fedsgt", task="digits-mlp", groups=4, budget=3)
+    upgraded = stored_run_config(_flat_manifest_config(trained))
+    assert upgraded["chains.groups"] == 4 and "groups" not in upgraded
+    assert not any(k.startswith(("safe.", "hosfl.", "fedshard.", "hf.")) for k in upgraded)
+    assert parse_run_config(upgraded) == trained
+
+
+def test_a_stored_key_the_method_never_read_is_dropped_on_load():
+    """An old store may carry a changed key its method ignored; it took no part in the run and must not
+    make the store unreadable."""
+    from fedforget.core.config import stored_run_config
+
+    stored = {**_flat_manifest_config(RunConfig(method="fedavg", task="digits-mlp")), "groups": 7}
+    assert parse_run_config(stored_run_config(stored)).groups == 10
+
+
+def test_every_attribute_has_one_key_and_every_renamed_key_names_an_attribute():
+    """The flat → grouped table is the only place names change; it must cover each grouped key once."""
+    from dataclasses import fields
+
+    from fedforget.core.config import CONFIG_GROUPS, RENAMED, field_key
+
+    keys = [field_key(f.name) for f in fields(RunConfig)]
+    assert len(keys) == len(set(keys))
+    assert sorted(RENAMED.values()) == sorted(k for group in CONFIG_GROUPS.values() for k in group)
+    assert set(RENAMED.values()) <= set(keys)
+
+
+def test_method_groups_cover_every_method():
+    """Each method names its group (or none), so the check knows what it reads."""
+    from fedforget.core.config import CONFIG_GROUPS, METHOD_GROUP, METHODS
+
+    assert set(METHOD_GROUP) == set(METHODS)
+    assert {g for g in METHOD_GROUP.values() if g} <= set(CONFIG_GROUPS)
