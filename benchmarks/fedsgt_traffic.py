@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             result["runs"][name] = run({**config, "store": str(Path(tmp) / name)}, cache)
             resolved = Store.open(Path(tmp) / name).manifest()["config"]
             result["runs"][name]["schedule"] = {k: resolved[k]
-                                                for k in ("num-rounds", "rounds-per-phase", "local-epochs")}
+                                                for k in ("num-rounds", "chains.rounds-per-phase", "local-epochs")}
             print(json.dumps({k: v for k, v in result["runs"][name].items() if k != "artifact-shas"}), flush=True)
     runs = result["runs"]
     fedavg = runs["fedavg"]

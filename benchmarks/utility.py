@@ -131,7 +131,7 @@ def expand_servings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = list(rows)
     for r in rows:
         for strategy, acc in r.get("serving", {}).items():
-            if strategy != r["config"].get("serving"):
+            if strategy != r["config"].get("chains.serving"):
                 out.append({**r, "method": f"{r['method']}@{strategy}", "accuracy": acc, "serving": {}})
     return out
 
