@@ -45,6 +45,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from fedforget.core.chains import compute_serving
+from fedforget.core.config import key_applies
 from fedforget.inprocess import run_in_process
 from fedforget.store import Store
 from fedforget.unlearning.evaluate import evaluate_store
@@ -138,8 +139,10 @@ def expand_servings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def run_one(task: str, partition: str, seed: int, variant: str, args: argparse.Namespace) -> dict[str, Any]:
     """Train one configuration in process; its served accuracy and training cost."""
+    method = str(VARIANTS[variant].get("method", "fedavg"))
+    common = {k: v for k, v in args.common_overrides.items() if key_applies(k, method, task)}
     config: dict[str, object] = {"task": task, "seed": seed, "train-size": args.train_size,
-                                 "test-size": args.test_size, **PARTITIONS[partition], **args.common_overrides,
+                                 "test-size": args.test_size, **PARTITIONS[partition], **common,
                                  **VARIANTS[variant]}
     nodes = args.clients
     if variant == "central":
@@ -270,7 +273,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train-size", type=int, default=0, help="0 = the task's default")
     parser.add_argument("--test-size", type=int, default=0)
     parser.add_argument("--common", default="",
-                        help="run-config overrides for every run, e.g. \"chains.groups=5 chains.budget=5\"")
+                        help="run-config overrides for every run, e.g. \"chains.groups=5 chains.budget=5\" "
+                             "(a grouped key only reaches the methods that read it)")
     parser.add_argument("--variant", action="append", default=[], help="NAME=\"run-config overrides\"")
     parser.add_argument("--no-reference", action="store_true", help="skip the probe and central rows")
     parser.add_argument("--out", default="", help="output path without suffix (default docs/results/utility_<tasks>)")

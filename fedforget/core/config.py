@@ -80,6 +80,12 @@ def applicable_groups(method: str, task: str) -> tuple[str, ...]:
     return tuple(g for g in (METHOD_GROUP.get(method), TASK_GROUP.get(task)) if g)
 
 
+def key_applies(key: str, method: str, task: str) -> bool:
+    """Whether ``method`` on ``task`` reads the run-config ``key`` (a common key, or one of its groups)."""
+    group = key_group(key)
+    return group is None or group in applicable_groups(method, task)
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Every key of ``[tool.flwr.app.config]`` and its groups; the pyproject holds the defaults users see.
