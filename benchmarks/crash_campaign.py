@@ -29,8 +29,7 @@ from fedforget.unlearning.forget import forget_request  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "results"
 CONFIG = {"task": "digits-mlp", "lr": 0.02, "local-epochs": 1, "method": "fedsgt", "chains.groups": 3,
-          "chains.budget": 3,
-          "slices-per-client": 1, "seed": 3}
+          "chains.budget": 3, "slices-per-client": 1, "seed": 3}
 
 
 def main() -> None:

@@ -47,8 +47,7 @@ FLWR_RUN_TIMEOUT = 3600.0
 METHODS: dict[str, dict[str, object]] = {
     "fedavg": {"method": "fedavg", "num-rounds": 2, "local-epochs": 1},
     "fedsgt": {"method": "fedsgt", "chains.groups": 2, "chains.budget": 2, "chains.rounds-per-phase": 1,
-               "local-epochs": 1,
-               "slices-per-client": 1},
+               "local-epochs": 1, "slices-per-client": 1},
 }
 
 

@@ -29,8 +29,7 @@ from fedforget.store.check import check_store  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "results"
 CONFIG = {"task": "digits-mlp", "lr": 0.02, "local-epochs": 1, "method": "fedsgt", "chains.groups": 3,
-          "chains.budget": 3,
-          "slices-per-client": 2, "seed": 3}
+          "chains.budget": 3, "slices-per-client": 2, "seed": 3}
 
 
 def forget_with(store: Path, coordinators: int, samples: list[int]) -> dict:

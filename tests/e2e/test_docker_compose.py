@@ -28,8 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NODES = 3
 VICTIM = 1
 CONFIG = {"method": "fedsgt", "task": "digits-mlp", "chains.groups": 2, "chains.budget": 2, "slices-per-client": 1,
-          "lr": 0.02,
-          "local-epochs": 2, "seed": 5}
+          "lr": 0.02, "local-epochs": 2, "seed": 5}
 STORE = "runs/e2e"  # inside the containers: /app/runs is the `store` volume
 IMAGES = ("flwr/superlink:1.42.0", "flwr/supernode:1.42.0", "flwr/superexec:1.42.0", "fedforget:latest")
 SERVED = ("from fedforget.store import Store; import json; s = Store.open('{store}'); l = s.ledger(); "

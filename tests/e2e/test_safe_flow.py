@@ -17,8 +17,7 @@ pytestmark = pytest.mark.e2e
 
 NODES = 3
 CONFIG = {"method": "safe", "task": "digits-mlp", "safe.coarse": 2, "safe.fine": 2, "num-rounds": 1,
-          "safe.adapter-steps": 4,
-          "lr": 0.02, "seed": 5}
+          "safe.adapter-steps": 4, "lr": 0.02, "seed": 5}
 
 
 def _flow(fed, store_path, state_dir_of) -> None:  # noqa: ANN001

@@ -22,8 +22,7 @@ pytestmark = pytest.mark.e2e
 
 NODES = 2
 CONFIG = {"method": "fedsgt", "task": "digits-mlp", "chains.groups": 2, "chains.budget": 1, "slices-per-client": 1,
-          "lr": 0.02,
-          "local-epochs": 1, "seed": 6}
+          "lr": 0.02, "local-epochs": 1, "seed": 6}
 
 
 def _address(fed) -> str:  # noqa: ANN001

@@ -17,13 +17,11 @@ pytestmark = pytest.mark.e2e
 
 NODES = 3
 CONFIG = {"method": "fedsgt", "task": "digits-mlp", "chains.groups": 2, "chains.budget": 2, "slices-per-client": 1,
-          "lr": 0.02,
-          "local-epochs": 2, "seed": 5}
+          "lr": 0.02, "local-epochs": 2, "seed": 5}
 
 
 FEDSHARD = {"method": "fedshard", "task": "digits-mlp", "fedshard.fanout": 2, "fedshard.rounds-min": 1,
-            "fedshard.rounds-max": 2, "lr": 0.02,
-            "local-epochs": 2, "seed": 5}
+            "fedshard.rounds-max": 2, "lr": 0.02, "local-epochs": 2, "seed": 5}
 
 
 def _flow(fed, store_path, state_dir_of, config: dict = CONFIG) -> None:  # noqa: ANN001

@@ -20,9 +20,8 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    return train_in_process(tmp_path_factory.mktemp("receipt") / "store", 3, method="fedsgt", **{"chains.groups": 3,
-                                                                                                 "chains.budget": 3},
-                            **{"slices-per-client": 2, "local-epochs": 1}).root
+    return train_in_process(tmp_path_factory.mktemp("receipt") / "store", 3, method="fedsgt",
+                            **{"chains.groups": 3, "chains.budget": 3, "slices-per-client": 2, "local-epochs": 1}).root
 
 
 @pytest.fixture

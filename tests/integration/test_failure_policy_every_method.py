@@ -84,8 +84,7 @@ def test_safe_bad_reply_leaves_only_what_reads_that_partition_unbuilt(safe_refer
 
 
 FEDSHARD = {**DIGITS, "method": "fedshard", "fedshard.fanout": 2, "fedshard.rounds-min": 1, "fedshard.rounds-max": 1,
-            "local-epochs": 1,
-            "seed": 4}
+            "local-epochs": 1, "seed": 4}
 SHARD_NODES = 4
 
 

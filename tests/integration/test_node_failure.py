@@ -22,8 +22,7 @@ from fedforget.strategies.messaging import PARTITION_KEY
 from .helpers import artifact_shas, train_in_process
 
 CONFIG = {"task": "digits-mlp", "lr": 0.02, "local-epochs": 1, "method": "fedsgt", "chains.groups": 2,
-          "chains.budget": 2,
-          "slices-per-client": 1, "seed": 4}
+          "chains.budget": 2, "slices-per-client": 1, "seed": 4}
 CHAIN = "train.chain"
 
 
