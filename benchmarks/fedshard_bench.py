@@ -169,8 +169,7 @@ def fairness(args: argparse.Namespace, work: Path, progress: Progress) -> dict[s
                      "fedshard.rounds-max": args.t_max},
         "retrain (fedavg)": {"method": "fedavg", "num-rounds": p * args.t_max},
         "flat shards (SISA)": {"method": "fedshard", "fedshard.fanout": r, "fedshard.rounds-min": args.t_min,
-                               "fedshard.rounds-max": args.t_max,
-                               "fedshard.flat": True},
+                               "fedshard.rounds-max": args.t_max, "fedshard.flat": True},
     }
     task = progress.add_task("fairness over leavers", total=len(methods) * (args.leavers + 1))
     stores = {}

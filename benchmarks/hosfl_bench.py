@@ -43,8 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "results"
 CLIENTS = 10
 BASE = {"task": "fmnist-cnn", "hosfl.cut": 2, "hosfl.clients-per-round": 3, "batch-size": 32, "hosfl.perturbations": 5,
-        "hosfl.mu": 1e-3,
-        "lr": 0.005, "optimizer": "adam", "train-size": 6000, "test-size": 1000, "seed": 1}
+        "hosfl.mu": 1e-3, "lr": 0.005, "optimizer": "adam", "train-size": 6000, "test-size": 1000, "seed": 1}
 #: Client step sizes (SGD on θ_c), the best test accuracy after 40 IID rounds of a small sweep on this
 #: set-up: hosfl {3e-3: .689, 1e-2: .688, 3e-2: .681, 0.1: .616}; sfl {3e-2: .707, 0.1: .706, 0.3: .721};
 #: zo-sfl {1e-4: .142, 1e-3: .119, 1e-2: diverged} (ZO-SFL's step also drives the server's ZO-SGD).
@@ -426,8 +425,8 @@ def control_llm(quick: bool, tmp: Path) -> dict[str, Any]:
     defaults for every step size (client-lr 0.01, server Adam lr 1e-3); hosfl, frozen client and SFL."""
     rounds = 2 if quick else int(os.environ.get("HOSFL_CONTROL_LLM_ROUNDS", "40"))
     base = {"task": "rt-smollm", "hosfl.cut": 3, "hosfl.clients-per-round": 3, "batch-size": 16,
-            "hosfl.perturbations": 5,
-            "hosfl.mu": 1e-3, "train-size": 160 if quick else 480, "test-size": 48 if quick else 400}
+            "hosfl.perturbations": 5, "hosfl.mu": 1e-3, "train-size": 160 if quick else 480,
+            "test-size": 48 if quick else 400}
     arms = {"hosfl": ("hosfl", 0.01), "hosfl-frozen": ("hosfl", 0.0), "sfl": ("sfl", 0.01)}
     return _control("control_llm", tmp, base, (1,) if quick else (1, 2, 3), rounds, (("iid", {"partitioner": "iid"}),),
                     arms, "rt-smollm (SmolLM2-135M, cut 3): hosfl vs frozen client")
@@ -445,8 +444,8 @@ def traffic_llm(quick: bool, tmp: Path) -> dict[str, Any]:
         t0 = time.monotonic()
         with quiet_flower():
             run_in_process({**base, "method": method, "store": str(store), "num-rounds": rounds,
-                            "hosfl.eval-every": rounds,
-                            "local-epochs": 1, "hosfl.client-lr": CLIENT_LR[method]}, CLIENTS)
+                            "hosfl.eval-every": rounds, "local-epochs": 1,
+                            "hosfl.client-lr": CLIENT_LR[method]}, CLIENTS)
         s = Store.open(store)
         rows = [r for r in s.metrics() if "bytes" in r]
         samples = sum(r["samples"] for r in rows)

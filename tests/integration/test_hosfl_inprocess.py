@@ -148,8 +148,7 @@ def test_a_client_that_dies_mid_round_does_not_stall_the_server(tmp_path):
 
 def test_zo_sfl_sends_two_activation_sets_and_models(tmp_path):
     store = _run(tmp_path / "s", 3, method="zo-sfl", **{"hosfl.client-lr": 1e-4, "num-rounds": 2,
-                                                        "hosfl.clients-per-round": 2,
-                                                         "hosfl.eval-every": 2})
+                                                        "hosfl.clients-per-round": 2, "hosfl.eval-every": 2})
     d_c = store.manifest()["split"]["d_c"]
     row = store.metrics()[-1]
     assert row["bytes"]["up"]["activations"] == 2 * (2 * 32 * 128 * 4 + 32 * 8)
@@ -205,7 +204,7 @@ def test_fedforget_status_shows_traffic_by_direction_and_kind(tmp_path):
     from fedforget.unlearning.cli import app
 
     _run(tmp_path / "s", 3, method="hosfl", **{"hosfl.perturbations": 5, "num-rounds": 2, "hosfl.clients-per-round": 2,
-                                                                 "hosfl.eval-every": 2})
+                                               "hosfl.eval-every": 2})
     runner = CliRunner()
     info = json.loads(runner.invoke(app, ["status", "--store", str(tmp_path / "s"), "--json"]).output)["split"]
     assert info["client_rounds"] == 4 and info["samples"] == 4 * 32

@@ -20,8 +20,7 @@ from .helpers import train_in_process
 
 NODES = 3
 SAFE_DP = {"method": "safe", "safe.coarse": 1, "safe.fine": 2, "num-rounds": 1, "safe.adapter-steps": 6,
-           "train-size": 240,
-           "safe.dp": True, "safe.dp-epsilon": 4.0, "safe.dp-delta": 1e-5, "safe.dp-alpha": 8.0}
+           "train-size": 240, "safe.dp": True, "safe.dp-epsilon": 4.0, "safe.dp-delta": 1e-5, "safe.dp-alpha": 8.0}
 
 
 def _content_bytes(message) -> bytes:  # noqa: ANN001
