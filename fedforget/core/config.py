@@ -50,7 +50,7 @@ METHOD_GROUP: dict[str, str | None] = {
 }
 #: The group of task keys each task reads.
 TASK_GROUP: dict[str, str] = {"hf": "hf"}
-#: Flat key names of earlier releases → their grouped key; still accepted (with a warning on stderr).
+#: Flat name → grouped key, for each grouped key; a flat name is still read, with a warning on stderr.
 RENAMED: dict[str, str] = {
     "hf-dataset": "hf.dataset", "hf-model": "hf.model", "hf-input-column": "hf.input-column",
     "hf-label-column": "hf.label-column",
@@ -240,7 +240,7 @@ def declared_defaults() -> dict[str, object]:
 
 
 def warn_renamed(keys: Iterable[str]) -> None:
-    """One line on stderr per flat key of an earlier release (once per process), naming its grouped key."""
+    """One line on stderr per flat name of a grouped key (once per process), naming the grouped key."""
     for old in keys:
         if old in RENAMED and old not in _WARNED:
             _WARNED.add(old)
@@ -249,7 +249,7 @@ def warn_renamed(keys: Iterable[str]) -> None:
 
 
 def rename_flat_keys(raw: Mapping[str, object], warn: bool = True) -> dict[str, object]:
-    """``raw`` with each flat key of earlier releases (``coarse``) under its grouped key (``safe.coarse``).
+    """``raw`` with each flat name (``coarse``) under its grouped key (``safe.coarse``).
 
     A dict built as ``{**defaults, "coarse": 8}`` holds both names: the one that differs from the default
     wins, and two different non-default values are refused. ``warn`` prints one line per old key on stderr
@@ -293,7 +293,7 @@ def _refuse_foreign_keys(raw: Mapping[str, object], cfg: RunConfig) -> None:
 
 
 def stored_run_config(raw: Mapping[str, object]) -> dict[str, object]:
-    """A manifest's config as run-config keys: flat keys of earlier stores renamed, and grouped keys the
+    """A manifest's config as run-config keys: flat names read as their grouped keys, and grouped keys the
     stored method never read dropped (they took no part in the run)."""
     config = rename_flat_keys(raw, warn=False)
     groups = applicable_groups(str(config.get("method", "fedavg")), str(config.get("task", "")))
@@ -303,7 +303,7 @@ def stored_run_config(raw: Mapping[str, object]) -> dict[str, object]:
 def parse_run_config(raw: Mapping[str, object], warn: bool = True) -> RunConfig:
     """Validate Flower's run config; unknown keys and bad values raise :class:`ConfigError`.
 
-    Flat keys of earlier releases are read under their grouped names (``warn``: say so on stderr).
+    Flat names of grouped keys are read as the grouped keys (``warn``: say so on stderr).
     """
     by_key = {field_key(f.name): f for f in fields(RunConfig)}
     raw = rename_flat_keys(raw, warn)

@@ -26,7 +26,7 @@ def parse_flwr_run_config(text: str) -> dict[str, object]:
 
 def check_run_config(text: str) -> str:
     """Raise :class:`ConfigError` (one line) for an unknown key or a bad value; return the text to submit
-    (flat keys of earlier releases renamed to their grouped keys, which ``flwr run`` alone accepts)."""
+    (flat names of grouped keys renamed to the grouped keys, which ``flwr run`` alone accepts)."""
     overrides = parse_flwr_run_config(text)
     for key, value in overrides.items():
         if isinstance(value, dict):

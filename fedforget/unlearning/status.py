@@ -101,7 +101,7 @@ def _sequences(plan: dict[str, Any] | None, serving: dict[str, Any]) -> list[dic
 def non_default_config(config: dict[str, Any]) -> dict[str, Any]:
     """The run config's values that apply to its method and differ from the defaults of its own method and
     task (what a reader needs to know; the auto keys resolve per method and task, so another task's defaults
-    would differ). Flat keys of earlier stores are shown under their grouped names."""
+    would differ). A flat-key manifest is shown under the grouped names."""
     from fedforget.core.config import RunConfig
 
     config = stored_run_config(config)

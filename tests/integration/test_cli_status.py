@@ -50,8 +50,8 @@ def test_run_refuses_a_store_inside_the_run_config():
     assert result.exit_code == 2
 
 
-def _flatten_keys_as_before(store: Store, **changed: object) -> None:
-    """Rewrite the store's manifest config with the flat key names stores were written with before the groups."""
+def _write_flat_keys(store: Store, **changed: object) -> None:
+    """Rewrite the store's manifest config with every key flat (stores written without groups)."""
     from fedforget.core.config import RENAMED
 
     old_name = {new: old for old, new in RENAMED.items()}
@@ -62,7 +62,7 @@ def _flatten_keys_as_before(store: Store, **changed: object) -> None:
 def test_status_shows_only_the_changed_keys_its_method_reads(tmp_path):
     """A fedavg store must not list chain, split or SAFE settings it never used."""
     store = train_in_process(tmp_path / "s", **{"num-rounds": 1})
-    _flatten_keys_as_before(store, groups=7)
+    _write_flat_keys(store, groups=7)
     short = runner.invoke(app, ["status", "--store", str(tmp_path / "s")])
     assert short.exit_code == 0, short.output
     line = next(x for x in short.output.splitlines() if x.startswith("config"))
@@ -82,7 +82,7 @@ def test_status_names_a_chain_methods_changed_keys_by_their_grouped_names():
 
 
 def test_retrain_of_a_store_with_flat_keys_submits_keys_flower_accepts(tmp_path):
-    """``flwr run`` rejects unknown keys, so a store written before the groups must retrain with grouped keys."""
+    """``flwr run`` rejects unknown keys, so a flat-key store must retrain with grouped keys."""
     import tomllib
 
     from flwr.common.config import flatten_dict, fuse_dicts, parse_config_args
@@ -91,7 +91,7 @@ def test_retrain_of_a_store_with_flat_keys_submits_keys_flower_accepts(tmp_path)
     from fedforget.unlearning.retrain import retrain_run_config
 
     store = train_in_process(tmp_path / "s", **{"num-rounds": 1})
-    _flatten_keys_as_before(store)
+    _write_flat_keys(store)
     text = retrain_run_config(store)
     assert "hf-model" not in text and "coarse" not in text
     flat_defaults = flatten_dict(tomllib.loads(PYPROJECT.read_text())["tool"]["flwr"]["app"]["config"])
@@ -109,7 +109,7 @@ def test_run_with_a_key_of_another_method_exits_2_with_one_line(tmp_path):
 
 
 def test_run_submits_a_flat_key_under_its_grouped_name_with_a_warning(capsys):
-    """Old command lines keep working for one release; Flower itself only knows the grouped keys."""
+    """A flat name on the command line still works; Flower itself only knows the grouped keys."""
     from fedforget.core import config
     from fedforget.unlearning.run_config import check_run_config
 

@@ -103,7 +103,7 @@ def test_a_dotted_command_line_key_parses_like_flowers_run_config():
 
 
 def test_grouped_keys_parse_into_the_run_config_attributes():
-    """Grouped keys fill the same attributes as before, so the strategies read them unchanged."""
+    """Grouped keys fill the flat-named attributes the strategies read."""
     cfg = parse_run_config({**default_run_config(), "method": "safe", "safe.dp": True, "safe.schedule": "constant",
                             "safe.shard": 0, "safe.fine": 2})
     assert (cfg.safe_dp, cfg.safe_schedule, cfg.fine) == (True, "constant", 2)
@@ -149,7 +149,7 @@ def test_each_methods_default_config_round_trips_through_its_manifest_dict(metho
 
 
 def test_a_flat_key_is_accepted_under_its_grouped_name_with_one_warning_line(capsys):
-    """Flat names of earlier releases keep working for one release and say what replaced them."""
+    """A flat name is still read, and one line says which grouped key to use instead."""
     from fedforget.core import config
 
     config._WARNED.discard("coarse")
@@ -166,7 +166,7 @@ def test_a_flat_and_a_grouped_key_with_different_values_are_refused():
 
 
 def _flat_manifest_config(cfg: RunConfig) -> dict[str, object]:
-    """A manifest config as stores wrote it before the groups: every key flat."""
+    """A manifest config with every key flat (stores written without groups)."""
     from fedforget.core.config import RENAMED
 
     old_name = {new: old for old, new in RENAMED.items()}
