@@ -105,7 +105,7 @@ def node_secrets_here(store: Store, scratch_root: Path, partitions: int) -> set[
 def _scratch_run(store: Store, workdir: Path, forgotten: dict[int, list[int]]) -> tuple[Store, set[int]]:
     from fedforget.inprocess import run_in_process
     from fedforget.store.tombstones import add_tombstones
-    from fedforget.strategies.client_work import dataset_key
+    from fedforget.strategies.client_site import dataset_key
     from fedforget.unlearning.evaluate import stored_config
 
     cfg = stored_config(store)
