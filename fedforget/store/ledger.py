@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedforget.core.chains import compute_serving
+from fedforget.core.serving_plans import compute_serving
 from fedforget.store.crash import CRASH_ENV as CRASH_ENV  # re-exported for tests
 from fedforget.store.crash import crash_point
 from fedforget.store.purge import PURGE_SCHEMA, record_purges, scrub_leaver_angles

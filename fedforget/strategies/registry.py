@@ -39,9 +39,9 @@ class Method:
     modules: tuple[str, ...] = field(default=())  # its other modules: tasks, training, store, views
 
     def files(self) -> tuple[str, ...]:
-        """Every module of this method, driver and handlers included, each once."""
+        """The modules that belong to this method alone (shared ones left out), each once."""
         named = [*self.planning, self.driver, *self.handlers.values(), self.serving, *self.modules]
-        return tuple(dict.fromkeys(t.partition(":")[0] for t in named))
+        return tuple(m for m in dict.fromkeys(t.partition(":")[0] for t in named) if m not in SHARED_MODULES)
 
 
 SHARED_HANDLERS: Mapping[str, str] = {
@@ -50,6 +50,12 @@ SHARED_HANDLERS: Mapping[str, str] = {
 }
 
 SHARED_MODULES: tuple[str, ...] = (
+    "fedforget.core.config",  # the run config and its key groups
+    "fedforget.core.defaults",
+    "fedforget.core.seeds",
+    "fedforget.core.slicing",  # units: a partition's slices
+    "fedforget.core.serving_plans",  # what is served after a request, by plan kind
+    "fedforget.core.theory",  # deletion-rate theory (`fedforget theory`), harmonic numbers
     "fedforget.strategies.messaging",  # message types, retries, record conversion
     "fedforget.strategies.failover",  # the failure policy: redo, exclude, check replies
     "fedforget.strategies.run_setup",  # the server's run: data, plan, store, backbone
@@ -89,7 +95,7 @@ FAMILIES: tuple[Method, ...] = (
         forget_message=FORGET,
         config_group="chains",
         planning=("fedforget.core.chains", "fedforget.core.grouping", "fedforget.core.sequences",
-                  "fedforget.core.theory"),
+                  "fedforget.core.serving"),
     ),
     Method(
         name="hosfl",
@@ -136,7 +142,8 @@ FAMILIES: tuple[Method, ...] = (
         planning=("fedforget.core.safe_graph", "fedforget.core.safe_dp", "fedforget.core.safe_shard",
                   "fedforget.core.safe_budget"),
         modules=("fedforget.strategies.safe_shard", "fedforget.tasks.safe_adapters", "fedforget.tasks.safe_features",
-                 "fedforget.tasks.safe_dp_training", "fedforget.store.safe_budget"),
+                 "fedforget.tasks.safe_dp_training", "fedforget.store.safe_budget",
+                 "fedforget.store.node_secret"),
     ),
 )
 

@@ -124,7 +124,7 @@ def _scratch_run(store: Store, workdir: Path, forgotten: dict[int, list[int]]) -
 
 
 def verify_store(store: Store, include_all: bool = False, workdir: Path | None = None) -> dict[str, Any]:
-    from fedforget.core.chains import compute_serving
+    from fedforget.core.serving_plans import compute_serving
     from fedforget.store.safe_budget import dp_exposed_to_forgotten, dp_training_nodes  # SAFE-DP
 
     ledger = store.ledger()

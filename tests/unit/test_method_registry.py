@@ -93,3 +93,32 @@ def test_get_method_resolves_the_driver():
     from fedforget.strategies.fedavg import run_fedavg
 
     assert registry.get_method("fedavg") is run_fedavg
+
+
+def test_a_module_belongs_to_one_method_at_most():
+    owners: dict[str, str] = {}
+    for method in FAMILIES:
+        for module in method.files():
+            assert owners.setdefault(module, method.name) == method.name, module
+
+
+def test_no_method_imports_another_methods_modules():
+    """Read with ast: a method's modules reach other methods only through shared modules."""
+    from tests.unit.test_import_graph import PACKAGE, import_graph, module_files
+
+    graph = import_graph(module_files(PACKAGE))
+    owner = {module: m.name for m in FAMILIES for module in m.files()}
+    crossing = sorted((a, b) for a, targets in graph.items() if a in owner
+                      for b in targets if b in owner and owner[a] != owner[b])
+    assert crossing == []
+
+
+def test_serving_rules_cover_every_plan_kind():
+    from fedforget.core.serving_plans import SERVING_RULES
+
+    assert set(SERVING_RULES) == {k for m in FAMILIES for k in m.plan_kinds}
+    for method in FAMILIES:
+        for kind in method.plan_kinds:
+            module = SERVING_RULES[kind].partition(":")[0]
+            assert module in method.planning or module in SHARED_MODULES, (method.name, kind)
+            assert callable(resolve(SERVING_RULES[kind]))
