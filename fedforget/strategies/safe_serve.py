@@ -117,7 +117,7 @@ def safe_probabilities(cfg: RunConfig, store: Store, plan_json: dict[str, Any], 
 def served_probabilities(cfg: RunConfig, num_classes: int, store: Store, plan_json: dict[str, Any],
                          serving: dict[str, Any], artifacts: list[dict[str, Any]],
                          inputs: tuple[torch.Tensor, ...]) -> np.ndarray:
-    """SAFE's serving function in the registry's common form (``num_classes`` comes from the plan)."""
+    """SAFE's serving function in the registry's common signature (``num_classes`` is not needed)."""
     return safe_probabilities(cfg, store, plan_json, serving, artifacts, inputs)[0]
 
 

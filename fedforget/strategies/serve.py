@@ -1,9 +1,10 @@
 """What is served: the stored serving plan turned into predictions (server, coordinator, audit).
 
-The plan's ``kind`` picks the method's serving function from the registry. LoRA models
-(:func:`lora_probabilities`), chains: per shard the selected prefixes are mixed as softmax
+The plan's ``kind`` picks its method's serving function from the registry. :func:`lora_probabilities`
+serves the LoRA models: for chains, per shard the selected prefixes are mixed as softmax
 probabilities with the plan's weights (FedSGT AllSeq/MinSeq/LongSeq), then shards are averaged
-(S3T/SISA/FedCIO ensembles). A single artifact (fedavg) is served alone.
+(S3T/SISA/FedCIO ensembles); a single artifact (fedavg) is served alone and FedShard's flat shards
+are averaged.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ def serving_probabilities(cfg: RunConfig, num_classes: int, store: Store, plan_j
     if not serving.get("available"):
         raise ServingError("no valid model is left to serve; run `fedforget retrain`")
     entry = entry_for_plan(plan_json.get("kind"))
-    serve = resolve(entry.serving) if entry is not None else lora_probabilities
-    return serve(cfg, num_classes, store, plan_json, serving, artifacts, inputs)
+    serving_fn = resolve(entry.serving) if entry is not None else lora_probabilities
+    return serving_fn(cfg, num_classes, store, plan_json, serving, artifacts, inputs)
 
 
 def lora_probabilities(cfg: RunConfig, num_classes: int, store: Store, plan_json: dict[str, Any],
