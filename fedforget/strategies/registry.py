@@ -8,14 +8,15 @@ when it is called (:func:`resolve`).
 Machinery that several methods use (partition discovery, forget propagation, serving evaluation,
 messaging, the failure policy, LoRA module training) lives in shared modules (:data:`SHARED_MODULES`)
 and its client handlers in :data:`SHARED_HANDLERS`; a method module never imports another method's
-module. Adding a method is one entry here plus its own files.
+module. Adding a method is one entry here plus its own files, its name in the run config and, for a
+new plan kind, its serving rule in :mod:`fedforget.core.serving_plans`.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 FORGET = "query.forget"  # a node deletes samples for good (tombstones): every LoRA-family method
@@ -36,7 +37,7 @@ class Method:
     forget_message: str  # the message type that makes a node delete forgotten samples
     config_group: str | None  # the run-config key group it reads (:mod:`fedforget.core.config`)
     planning: tuple[str, ...] = ()  # pure modules under fedforget.core: no torch, no flwr
-    modules: tuple[str, ...] = field(default=())  # its other modules: tasks, training, store, views
+    modules: tuple[str, ...] = ()  # its other modules: tasks, training, store, views
 
     def files(self) -> tuple[str, ...]:
         """The modules that belong to this method alone (shared ones left out), each once."""
