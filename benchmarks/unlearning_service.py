@@ -36,7 +36,7 @@ from bench_common import machine_info, quiet_flower
 from rich.console import Console
 from rich.progress import Progress
 
-from fedforget.core.chains import compute_serving
+from fedforget.core.serving_plans import compute_serving
 from fedforget.core.theory import deletion_rate_closed_form
 from fedforget.inprocess import run_in_process
 from fedforget.store import Store

@@ -44,8 +44,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from fedforget.core.chains import compute_serving
 from fedforget.core.config import key_applies
+from fedforget.core.serving_plans import compute_serving
 from fedforget.inprocess import run_in_process
 from fedforget.store import Store
 from fedforget.unlearning.evaluate import evaluate_store

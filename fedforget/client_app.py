@@ -1,94 +1,44 @@
 """The ClientApp: Flower handlers that dispatch to the methods' client-side work.
 
 Flower 1.42 starts a fresh ClientApp process for every message, so every import here is paid per
-message. This module therefore imports only flwr at the top and each handler imports the module it
-dispatches to: the partition query and forgetting pay flwr + numpy (``client_site``,
-``forget_client``), LoRA training and evaluation pay torch + peft, and nothing pays for another
-method's stack. ``tests/unit/test_client_app_imports.py`` keeps it that way.
+message. This module therefore imports only flwr and the method registry (names, no code), and each
+handler imports the module it dispatches to when a message arrives: the partition query and
+forgetting pay flwr + numpy (``client_site``, ``forget_client``), LoRA training and evaluation pay
+torch + peft, and nothing pays for another method's stack. ``tests/unit/test_client_app_imports.py``
+keeps it that way. The handlers are the registry's (:func:`fedforget.strategies.registry.client_handlers`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
+from fedforget.strategies.registry import client_handlers, resolve
+
 app = ClientApp()
 
-
-@app.query()
-def query(msg: Message, context: Context) -> Message:
-    from fedforget.strategies import client_site
-
-    return client_site.describe(msg, context)
+Handler = Callable[[Message, Context], Message]
 
 
-@app.train()
-def train(msg: Message, context: Context) -> Message:
-    from fedforget.strategies import client_work
+def lazy_handler(target: str) -> Handler:
+    """A handler that imports ``"module:function"`` on its first message and calls it."""
 
-    return client_work.train_adapter(msg, context)
+    def handle(msg: Message, context: Context) -> Message:
+        return resolve(target)(msg, context)
 
-
-@app.evaluate()
-def evaluate(msg: Message, context: Context) -> Message:
-    from fedforget.strategies import client_work
-
-    return client_work.evaluate_adapter(msg, context)
+    handle.__name__ = handle.__qualname__ = target.partition(":")[2]
+    handle.__doc__ = f"Dispatch to {target}."
+    return handle
 
 
-@app.train("chain")
-def train_chain(msg: Message, context: Context) -> Message:
-    from fedforget.strategies import chain_client
-
-    return chain_client.train_chain_position(msg, context)
-
-
-@app.query("forget")
-def forget(msg: Message, context: Context) -> Message:
-    from fedforget.strategies import forget_client
-
-    return forget_client.forget_samples(msg, context)
+def register(client_app: ClientApp, handlers: dict[str, str]) -> None:
+    """``@app.<category>(<action>)`` for every message type; a bare category is Flower's default action."""
+    for message_type, target in sorted(handlers.items()):
+        category, _, action = message_type.partition(".")
+        decorate = getattr(client_app, category)
+        (decorate(action) if action else decorate())(lazy_handler(target))
 
 
-# -- HO-SFL and the split baselines; hosfl_client is imported on first use -------------
-@app.train("forward")
-def split_forward(msg: Message, context: Context) -> Message:
-    from fedforget.strategies import hosfl_client
-
-    return hosfl_client.forward(msg, context)
-
-
-@app.train("zo")
-def split_zo(msg: Message, context: Context) -> Message:
-    from fedforget.strategies import hosfl_client
-
-    return hosfl_client.zo_phase(msg, context)
-
-
-@app.train("backprop")
-def split_backprop(msg: Message, context: Context) -> Message:
-    from fedforget.strategies import hosfl_client
-
-    return hosfl_client.backprop(msg, context)
-
-
-# -- SAFE; safe_client is imported on first use -----------------------------------------
-@app.train("safe")
-def safe_train(msg: Message, context: Context) -> Message:
-    from fedforget.strategies import safe_client
-
-    return safe_client.train_cliques(msg, context)
-
-
-@app.query("safeproto")
-def safe_prototypes(msg: Message, context: Context) -> Message:
-    from fedforget.strategies import safe_client
-
-    return safe_client.prototype_sums(msg, context)
-
-
-@app.query("safeforget")
-def safe_forget(msg: Message, context: Context) -> Message:
-    from fedforget.strategies import safe_client
-
-    return safe_client.forget_samples(msg, context)
+register(app, client_handlers())

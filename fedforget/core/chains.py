@@ -201,28 +201,9 @@ def layer_blocks(targets: Sequence[str], phases: int) -> list[list[str]]:
     return [[t for layer in layers[n - (i + 1) * g : n - i * g] for t in layer] for i in range(phases)]
 
 
-def single_serving(artifact: str, valid: Collection[str]) -> dict[str, Any]:
-    """The plan of a method with one artifact (fedavg, the retrain baseline): it or nothing."""
-    served = [artifact] if artifact in set(valid) else []
-    return {"kind": "single", "available": bool(served), "artifacts": served, "deletions-left": 0.0}
-
-
-def compute_serving(plan_json: dict[str, Any], valid: Collection[str]) -> dict[str, Any]:
-    """Dispatch on the stored plan's kind; pure, so ``forget`` can call it inside its transaction."""
-    kind = plan_json.get("kind")
-    if kind == "chains":
-        return chain_serving(ChainPlan.from_json(plan_json), valid)
-    if kind == "single":
-        return single_serving(str(plan_json["artifact"]), valid)
-    if kind == "fedshard":
-        from fedforget.core.fedshard import fedshard_serving
-
-        return fedshard_serving(plan_json, valid)
-    if kind == "safe":  # SAFE
-        from fedforget.core.safe_graph import safe_serving
-
-        return safe_serving(plan_json, valid)
-    raise ValueError(f"unknown plan kind {kind!r}")
+def serving_from_json(plan_json: dict[str, Any], valid: Collection[str]) -> dict[str, Any]:
+    """:func:`chain_serving` of a stored chains plan."""
+    return chain_serving(ChainPlan.from_json(plan_json), valid)
 
 
 def describe_invalidation(plan_json: dict[str, Any] | None, invalidated: Collection[str]) -> dict[str, Any]:

@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedforget.core.chains import compute_serving
+from fedforget.core.serving_plans import compute_serving
 from fedforget.store.crash import CRASH_ENV as CRASH_ENV  # re-exported for tests
 from fedforget.store.crash import crash_point
 from fedforget.store.purge import PURGE_SCHEMA, record_purges, scrub_leaver_angles
 
 LEDGER = "ledger.sqlite"
+#: ``rule(db, request) -> invalidated artifacts``, run inside a forget request's transaction.
+InvalidationRule = Callable[[sqlite3.Connection, int], Iterable[str]]
 CHUNK = 500  # SQLite host parameters per statement stay well under its limit
 
 SCHEMA = """
@@ -91,9 +93,14 @@ class ForgetResult:
 class Ledger:
     """A handle on ``ledger.sqlite``; every public method is one transaction."""
 
-    def __init__(self, path: Path, create: bool = True) -> None:
-        """``create=False``: the ledger of a finished store, which must already hold the tables."""
+    def __init__(self, path: Path, create: bool = True, rules: Sequence[InvalidationRule] = ()) -> None:
+        """``create=False``: the ledger of a finished store, which must already hold the tables.
+
+        ``rules`` run inside every forget transaction, after the lineage invalidation: each returns the
+        artifacts it invalidated itself (a method's own bookkeeping, composed in by :class:`Store`).
+        """
         self.path = Path(path)
+        self.rules = tuple(rules)
         fresh = not self.path.exists()
         self.db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
         self.db.execute("PRAGMA synchronous=FULL")
@@ -295,9 +302,7 @@ class Ledger:
                 u for u in units_named if self._touched_by(db, u, request)})
             crash_point("forget:forgotten-rows")
             invalidated = self._invalidate(db, touched)
-            from fedforget.store.safe_budget import charge_dp_budget  # SAFE-DP counters
-
-            invalidated = sorted(set(invalidated) | set(charge_dp_budget(db, request)))
+            invalidated = sorted(set(invalidated).union(*(rule(db, request) for rule in self.rules)))
             crash_point("forget:invalidated")
             record_purges(db, request, invalidated)  # the bytes go right after the commit (store.purge)
             scrub_leaver_angles(db)

@@ -161,9 +161,7 @@ def complete_purges(store: Any, check: bool = False) -> PurgeReport:
     (client caches), the feature caches of partitions that lost samples, and per-client metrics
     rows of clients that left. Idempotent: a second call finds nothing.
     """
-    from fedforget.store.ledger import Ledger
-
-    ledger: Ledger = store.ledger()
+    ledger = store.ledger()
     try:
         db = ledger.db
         rows = purged_rows(db)

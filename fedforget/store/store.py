@@ -14,7 +14,8 @@ from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
 from fedforget.store.atomic import append_line, atomic_write_bytes, atomic_write_json
-from fedforget.store.ledger import LEDGER, Ledger
+from fedforget.store.ledger import LEDGER, InvalidationRule, Ledger
+from fedforget.store.safe_budget import charge_dp_budget
 
 MANIFEST = "manifest.json"
 METRICS = "metrics.jsonl"
@@ -23,6 +24,8 @@ CLIENTS = "clients"
 FORMAT_VERSION = 1
 SQLITE_MAGIC = b"SQLite format 3\x00"
 METADATA_KEY = "fedforget"
+#: What a forget request invalidates beyond lineage: SAFE-DP's per-adapter budgets (a no-op elsewhere).
+LEDGER_RULES: tuple[InvalidationRule, ...] = (charge_dp_budget,)
 
 
 def _no_file():  # noqa: ANN202 - a readable empty stream, for a missing file
@@ -112,7 +115,7 @@ class Store:
                 raise StoreError(f"{path} is missing, empty or not a SQLite file: the training run did not finish, "
                                  "or the store is damaged; re-run training into a new store")
         try:
-            return Ledger(path, create=not self.existing)
+            return Ledger(path, create=not self.existing, rules=LEDGER_RULES)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.root / LEDGER} is not a readable ledger ({exc}); restore it from a backup "
                              "or re-run training into a new store") from None

@@ -14,7 +14,7 @@ from safetensors.numpy import load as st_load
 from fedforget.core.seeds import derive_seed
 from fedforget.store.module_cache import cached_module, keep_module
 from fedforget.strategies.chain_model import Module, assemble, fresh_module, initial_head, split_state
-from fedforget.strategies.client_work import ClientSite
+from fedforget.strategies.client_site import ClientSite
 from fedforget.strategies.messaging import PARTITION_KEY, to_numpy
 from fedforget.strategies.module_shipping import INIT_SEED_KEY, KEEP_KEY, MODULES_KEY, NEED_KEY, PREFIX_KEY
 from fedforget.training.supervised import TrainSettings, train_supervised

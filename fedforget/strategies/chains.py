@@ -17,7 +17,7 @@ from logging import INFO
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 from flwr.supercore import log
@@ -33,9 +33,10 @@ from fedforget.store.crash import crash_point
 from fedforget.store.ledger import Ledger
 from fedforget.strategies.chain_model import default_module_init, fresh_module, initial_head, slot_name, split_state
 from fedforget.strategies.failover import check_chain_reply, exchange_redo_or_exclude
+from fedforget.strategies.forget_messages import send_forget
 from fedforget.strategies.messaging import (
+    CHAIN_MESSAGE,
     PARTITION_KEY,
-    NodeFailure,
     discover_partitions,
     payload_bytes,
     record_bytes,
@@ -52,11 +53,10 @@ from fedforget.strategies.module_shipping import (
     need_of,
 )
 from fedforget.strategies.run_setup import ServerRun, open_server_run, prepare_server_run
-from fedforget.strategies.serve import load_tensors, serving_accuracy
+from fedforget.strategies.serve import load_tensors
+from fedforget.strategies.serving_eval import evaluate_serving
 from fedforget.tasks.partitioning import PartitionPlan
 
-CHAIN_MESSAGE = f"{MessageType.TRAIN}.chain"
-FORGET_MESSAGE = f"{MessageType.QUERY}.forget"
 Arrays = dict[str, np.ndarray]
 
 
@@ -356,50 +356,6 @@ class ChainTrainer:
 
 
 # -- the two actions -------------------------------------------------------------------------
-def evaluate_serving(run: ServerRun, ledger: Ledger) -> dict[str, float]:
-    serving = ledger.serving()
-    if not serving.get("available"):
-        return {"accuracy": float("nan"), "loss": float("nan"), "num-examples": 0}
-    result = serving_accuracy(run.cfg, run.data.num_classes, run.store, ledger.plan(), serving, ledger.artifacts(),
-                              run.data.test.inputs, run.data.test.labels)
-    ledger.set_meta("accuracy", {"serving": serving["artifacts"], **result})
-    return result
-
-
-def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> dict[int, int]:
-    """``query.forget`` to every client holding forgotten samples; they delete them for good."""
-    if not forgotten:
-        return {}
-    from fedforget.store.purge import PURGE_KEY, PURGE_RECORD, purged_sha_list
-
-    shas = purged_sha_list(run.store)  # the clients drop their own copies of purged artifacts too
-    messages = [
-        Message(RecordDict({"arrays": _record({"samples": np.asarray(ids, dtype=np.int64)}),
-                            **({PURGE_RECORD: ConfigRecord({PURGE_KEY: shas})} if shas else {})}),
-                dst_node_id=run.nodes[p], message_type=FORGET_MESSAGE)
-        for p, ids in sorted(forgotten.items())
-    ]
-    deleted = {}
-    parts = sorted(forgotten)
-    replies, lost = exchange_redo_or_exclude(grid, run.nodes, messages, parts, run.cfg.round_timeout)
-    if lost:
-        raise NodeFailure(f"partition(s) {sorted(lost)} did not confirm deleting their forgotten samples; the "
-                          "retrain stops (nothing half-done is served); run `fedforget retrain` when they are back")
-    for reply in replies:
-        info = reply.content["info"]
-        deleted[int(info[PARTITION_KEY])] = int(info["deleted"])
-    from fedforget.store.acks import record_acks  # the acknowledgements `status` and `receipt` show
-
-    ledger = run.store.ledger()
-    try:
-        record_acks(ledger, deleted)
-    finally:
-        ledger.close()
-    log(INFO, "fedforget: clients deleted %d sample(s) for good (%s)", sum(deleted.values()),
-        ", ".join(f"partition {p}: {n}" for p, n in sorted(deleted.items())))
-    return deleted
-
-
 def run_chains(grid: Grid, cfg: RunConfig) -> None:
     """ServerApp entry for fedsgt / s3t / sisa / fedcio (``action`` = train or retrain)."""
     nodes = discover_partitions(grid, cfg.round_timeout)

@@ -15,8 +15,8 @@ from flwr.supercore import log
 
 from fedforget.core.config import RunConfig, sample_clients
 from fedforget.core.seeds import derive_seed
-from fedforget.core.slicing import UnitId
 from fedforget.strategies.failover import PartitionsExcluded, PolicyGrid, check_reply
+from fedforget.strategies.forget_messages import send_forget
 from fedforget.strategies.messaging import (
     PARTITION_KEY,
     RECEIVED,
@@ -28,6 +28,8 @@ from fedforget.strategies.messaging import (
     to_numpy,
 )
 from fedforget.strategies.run_setup import DEFAULT_ADAPTER, ServerRun, open_server_run, prepare_server_run
+from fedforget.strategies.serving_eval import evaluate_serving
+from fedforget.strategies.units import all_units
 from fedforget.training.supervised import evaluate
 
 ARTIFACT = "fedavg/global"
@@ -143,18 +145,12 @@ class PartitionFedAvg(FedAvg):
         return metrics
 
 
-def all_units(run: ServerRun, partitions: Iterable[int]) -> list[str]:
-    return sorted(str(UnitId(p, s)) for p in partitions for s in range(len(run.plan.slices[p])))
-
-
 def run_fedavg(grid: Grid, cfg: RunConfig) -> None:
     """Train one global LoRA adapter + head with FedAvg, evaluate every round, store the result.
 
     ``action='retrain'`` is the retrain-from-scratch baseline: clients first delete the forgotten
     samples for good, then the whole training runs again on what remains.
     """
-    from fedforget.strategies.chains import evaluate_serving, send_forget
-
     nodes = discover_partitions(grid, cfg.round_timeout)
     if cfg.action == "retrain":
         run = open_server_run(cfg, nodes)

@@ -57,9 +57,10 @@ from fedforget.core.seeds import derive_seed
 from fedforget.store.check import corrupt_artifacts
 from fedforget.store.ledger import Ledger
 from fedforget.strategies.chain_model import default_module_init, initial_head
-from fedforget.strategies.chains import CHAIN_MESSAGE, evaluate_serving, send_forget
 from fedforget.strategies.failover import check_chain_reply, exchange_redo_or_exclude
+from fedforget.strategies.forget_messages import send_forget
 from fedforget.strategies.messaging import (
+    CHAIN_MESSAGE,
     PARTITION_KEY,
     discover_partitions,
     payload_bytes,
@@ -68,6 +69,7 @@ from fedforget.strategies.messaging import (
 )
 from fedforget.strategies.run_setup import ServerRun, open_server_run, prepare_server_run
 from fedforget.strategies.serve import load_tensors
+from fedforget.strategies.serving_eval import evaluate_serving
 
 Arrays = dict[str, np.ndarray]
 SLOTS = json.dumps([{"slot": "default", "targets": None}])

@@ -51,9 +51,9 @@ from fedforget.core.config import ConfigError, RunConfig
 from fedforget.core.hosfl_plan import History, TrafficLedger, round_seeds, sample_round
 from fedforget.core.seeds import derive_seed
 from fedforget.strategies.failover import FRAMING_PER_TENSOR, check_reply, exchange_redo_or_exclude
-from fedforget.strategies.fedavg import all_units
 from fedforget.strategies.messaging import discover_partitions
 from fedforget.strategies.run_setup import prepare_server_run
+from fedforget.strategies.units import all_units
 from fedforget.tasks.split import SplitModel, cached_split_model, split_device
 from fedforget.training import zo
 from fedforget.training.determinism import deterministic_torch

@@ -31,7 +31,7 @@ from fedforget.core.config import RunConfig
 from fedforget.core.hosfl_plan import entries_to_apply, local_batch_indices, local_steps
 from fedforget.store.atomic import atomic_write_bytes
 from fedforget.store.store import Store, resolve_store_path
-from fedforget.strategies.client_work import ClientSite
+from fedforget.strategies.client_site import ClientSite
 from fedforget.strategies.messaging import PARTITION_KEY
 from fedforget.tasks.split import SplitModel, cached_split_model, split_device
 from fedforget.training import zo

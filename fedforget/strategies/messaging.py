@@ -18,8 +18,12 @@ from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
+from fedforget.strategies.registry import CHAIN, FORGET
+
 POLL_SECONDS = 0.05
 PARTITION_KEY = "partition-id"
+CHAIN_MESSAGE = CHAIN  # train one LoRA module on given slices (chains, FedShard)
+FORGET_MESSAGE = FORGET  # delete forgotten samples for good (every LoRA-family method)
 #: Prefix of a train reply's metrics about the model it received (evaluation folded into training).
 RECEIVED = "received-"
 MAX_ATTEMPTS = 3

@@ -20,14 +20,14 @@ from fedforget.core.config import RunConfig
 from fedforget.store import Store
 from fedforget.store.acks import record_acks
 from fedforget.store.purge import PURGE_KEY, PURGE_RECORD, purged_sha_list
-from fedforget.strategies.messaging import PARTITION_KEY, send_with_retries, to_record
+from fedforget.strategies.messaging import FORGET_MESSAGE, PARTITION_KEY, send_with_retries, to_record
+from fedforget.strategies.registry import entry_for_plan
 
 
 def forget_message_type(plan_kind: str | None) -> str:
-    from fedforget.strategies.chains import FORGET_MESSAGE
-    from fedforget.strategies.safe import FORGET_MESSAGE as SAFE_FORGET
-
-    return SAFE_FORGET if plan_kind == "safe" else FORGET_MESSAGE
+    """The message that makes a node delete samples, for the method that wrote a plan of ``plan_kind``."""
+    entry = entry_for_plan(plan_kind)
+    return entry.forget_message if entry is not None else FORGET_MESSAGE
 
 
 def reachable_partitions(grid: Grid, timeout: float) -> dict[int, int]:

@@ -22,7 +22,7 @@ from fedforget.core.seeds import derive_seed
 from fedforget.store.node_secret import node_secret
 from fedforget.store.purge import drop_purged_copies
 from fedforget.store.tombstones import add_tombstones
-from fedforget.strategies.client_work import ClientSite
+from fedforget.strategies.client_site import ClientSite
 from fedforget.strategies.messaging import PARTITION_KEY, to_numpy
 from fedforget.tasks.registry import get_task, partition_plan
 from fedforget.tasks.safe_adapters import AdapterSettings, FrozenCrossAttention, normalised, train_adapters

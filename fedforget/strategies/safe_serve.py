@@ -114,6 +114,13 @@ def safe_probabilities(cfg: RunConfig, store: Store, plan_json: dict[str, Any], 
     return torch.softmax(torch.from_numpy(scores), dim=1).numpy(), labels
 
 
+def served_probabilities(cfg: RunConfig, num_classes: int, store: Store, plan_json: dict[str, Any],
+                         serving: dict[str, Any], artifacts: list[dict[str, Any]],
+                         inputs: tuple[torch.Tensor, ...]) -> np.ndarray:
+    """SAFE's serving function in the registry's common signature (``num_classes`` is not needed)."""
+    return safe_probabilities(cfg, store, plan_json, serving, artifacts, inputs)[0]
+
+
 def safe_accuracy(cfg: RunConfig, store: Store, plan_json: dict[str, Any], serving: dict[str, Any],
                   artifacts: list[dict[str, Any]]) -> dict[str, float]:
     probs, labels = safe_probabilities(cfg, store, plan_json, serving, artifacts)

@@ -1,8 +1,10 @@
 """What is served: the stored serving plan turned into predictions (server, coordinator, audit).
 
-Chains: per shard the selected prefixes are mixed as softmax probabilities with the plan's weights
-(FedSGT AllSeq/MinSeq/LongSeq), then shards are averaged (S3T/SISA/FedCIO ensembles). A single
-artifact (fedavg) is served alone.
+The plan's ``kind`` picks its method's serving function from the registry. :func:`lora_probabilities`
+serves the LoRA models: for chains, per shard the selected prefixes are mixed as softmax
+probabilities with the plan's weights (FedSGT AllSeq/MinSeq/LongSeq), then shards are averaged
+(S3T/SISA/FedCIO ensembles); a single artifact (fedavg) is served alone and FedShard's flat shards
+are averaged.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from fedforget.core.chains import ChainPlan, shard_vote_weights
 from fedforget.core.config import RunConfig
 from fedforget.store import Store
 from fedforget.strategies.chain_model import Module, assemble, split_state
+from fedforget.strategies.registry import entry_for_plan, resolve
 from fedforget.training.supervised import predict_logits
 
 Tensors = dict[str, torch.Tensor]
@@ -51,10 +54,15 @@ def serving_probabilities(cfg: RunConfig, num_classes: int, store: Store, plan_j
     """Class probabilities of the served ensemble on ``inputs``; raises :class:`ServingError` if none."""
     if not serving.get("available"):
         raise ServingError("no valid model is left to serve; run `fedforget retrain`")
-    if plan_json.get("kind") == "safe":  # SAFE: InCA adapters + prototypes, not LoRA
-        from fedforget.strategies.safe_serve import safe_probabilities
+    entry = entry_for_plan(plan_json.get("kind"))
+    serving_fn = resolve(entry.serving) if entry is not None else lora_probabilities
+    return serving_fn(cfg, num_classes, store, plan_json, serving, artifacts, inputs)
 
-        return safe_probabilities(cfg, store, plan_json, serving, artifacts, inputs)[0]
+
+def lora_probabilities(cfg: RunConfig, num_classes: int, store: Store, plan_json: dict[str, Any],
+                       serving: dict[str, Any], artifacts: list[dict[str, Any]],
+                       inputs: tuple[torch.Tensor, ...]) -> np.ndarray:
+    """The LoRA-family serving function: one model, FedShard's flat shards, or chain ensembles."""
     shas = {a["artifact"]: a["sha256"] for a in artifacts}
     metas = {a["artifact"]: a["meta"] for a in artifacts}
     kinds = {a["kind"] for a in artifacts if a["artifact"] in serving["artifacts"]}

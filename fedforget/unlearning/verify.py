@@ -105,7 +105,7 @@ def node_secrets_here(store: Store, scratch_root: Path, partitions: int) -> set[
 def _scratch_run(store: Store, workdir: Path, forgotten: dict[int, list[int]]) -> tuple[Store, set[int]]:
     from fedforget.inprocess import run_in_process
     from fedforget.store.tombstones import add_tombstones
-    from fedforget.strategies.client_work import dataset_key
+    from fedforget.strategies.client_site import dataset_key
     from fedforget.unlearning.evaluate import stored_config
 
     cfg = stored_config(store)
@@ -124,7 +124,7 @@ def _scratch_run(store: Store, workdir: Path, forgotten: dict[int, list[int]]) -
 
 
 def verify_store(store: Store, include_all: bool = False, workdir: Path | None = None) -> dict[str, Any]:
-    from fedforget.core.chains import compute_serving
+    from fedforget.core.serving_plans import compute_serving
     from fedforget.store.safe_budget import dp_exposed_to_forgotten, dp_training_nodes  # SAFE-DP
 
     ledger = store.ledger()

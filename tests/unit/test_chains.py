@@ -14,17 +14,16 @@ from fedforget.core.chains import (
     ChainPlan,
     active_length,
     chain_serving,
-    compute_serving,
     describe_invalidation,
     expected_deletions_left,
     layer_blocks,
     rebuild_from,
     serving_artifacts,
-    single_serving,
 )
 from fedforget.core.grouping import group_units
 from fedforget.core.sequences import cyclic_sequences
 from fedforget.core.serving import STRATEGIES, active_prefix
+from fedforget.core.serving_plans import compute_serving, single_serving
 from fedforget.core.theory import harmonic
 
 # FedSGT-like: one shard, L = 3 groups of two client slices, B = 3 cyclic orders (0,1,2), (2,0,1), (1,2,0).

@@ -70,3 +70,15 @@ def test_forget_message_with_a_remembered_plan_runs_without_torch(tmp_path: Path
         assert reply.content["info"]["deleted"] == 1, reply.content
     """
     assert heavy_modules_after(forget, env) == []
+
+
+def test_method_registry_imports_only_the_standard_library():
+    """The ClientApp reads the registry in every per-message process: it holds names, not code."""
+    code = """
+        import sys
+        before = set(sys.modules)
+        import fedforget.strategies.registry
+        added = {m.split(".")[0] for m in set(sys.modules) - before} - set(sys.stdlib_module_names)
+        assert added == {"fedforget"}, sorted(added)
+    """
+    assert heavy_modules_after(code) == []

@@ -1,0 +1,56 @@
+"""Forget propagation inside a retrain: the owners delete forgotten samples before anything is rebuilt.
+
+Every method whose nodes keep tombstones through ``query.forget`` sends it here, under the common
+failure policy: a partition that does not confirm stops the retrain, so nothing rebuilt from data a
+node still holds is ever served. The replies are recorded as acknowledgements (``status``, ``receipt``).
+"""
+
+from __future__ import annotations
+
+from logging import INFO
+from typing import TYPE_CHECKING
+
+import numpy as np
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.serverapp import Grid
+from flwr.supercore import log
+
+from fedforget.strategies.failover import exchange_redo_or_exclude
+from fedforget.strategies.messaging import FORGET_MESSAGE, PARTITION_KEY, NodeFailure, to_record
+
+if TYPE_CHECKING:
+    from fedforget.strategies.run_setup import ServerRun
+
+
+def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> dict[int, int]:
+    """``query.forget`` to every client holding forgotten samples; they delete them for good."""
+    if not forgotten:
+        return {}
+    from fedforget.store.purge import PURGE_KEY, PURGE_RECORD, purged_sha_list
+
+    shas = purged_sha_list(run.store)  # the clients drop their own copies of purged artifacts too
+    messages = [
+        Message(RecordDict({"arrays": to_record({"samples": np.asarray(ids, dtype=np.int64)}),
+                            **({PURGE_RECORD: ConfigRecord({PURGE_KEY: shas})} if shas else {})}),
+                dst_node_id=run.nodes[p], message_type=FORGET_MESSAGE)
+        for p, ids in sorted(forgotten.items())
+    ]
+    deleted = {}
+    parts = sorted(forgotten)
+    replies, lost = exchange_redo_or_exclude(grid, run.nodes, messages, parts, run.cfg.round_timeout)
+    if lost:
+        raise NodeFailure(f"partition(s) {sorted(lost)} did not confirm deleting their forgotten samples; the "
+                          "retrain stops (nothing half-done is served); run `fedforget retrain` when they are back")
+    for reply in replies:
+        info = reply.content["info"]
+        deleted[int(info[PARTITION_KEY])] = int(info["deleted"])
+    from fedforget.store.acks import record_acks  # the acknowledgements `status` and `receipt` show
+
+    ledger = run.store.ledger()
+    try:
+        record_acks(ledger, deleted)
+    finally:
+        ledger.close()
+    log(INFO, "fedforget: clients deleted %d sample(s) for good (%s)", sum(deleted.values()),
+        ", ".join(f"partition {p}: {n}" for p, n in sorted(deleted.items())))
+    return deleted
