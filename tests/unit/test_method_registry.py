@@ -9,7 +9,7 @@ import importlib.util
 
 import pytest
 
-from fedforget.core.config import METHODS
+from fedforget.core.config import CONFIG_GROUPS, METHOD_GROUP, METHODS
 from fedforget.strategies import registry
 from fedforget.strategies.messaging import CHAIN_MESSAGE, FORGET_MESSAGE
 from fedforget.strategies.registry import FAMILIES, SHARED_HANDLERS, SHARED_MODULES, client_handlers, resolve
@@ -29,10 +29,10 @@ def test_every_configured_method_has_one_entry():
     assert len({m.name for m in FAMILIES}) == len(FAMILIES)
 
 
-def test_config_groups_are_known():
+def test_each_entry_names_the_config_group_its_methods_read():
     assert {m.config_group for m in FAMILIES} <= GROUPS
-    assert {v: registry.method_entry(v).config_group for v in ("fedavg", "sisa", "zo-sfl", "fedshard", "protosisa")} \
-        == {"fedavg": None, "sisa": "chains", "zo-sfl": "hosfl", "fedshard": "fedshard", "protosisa": "safe"}
+    assert {v: m.config_group for m in FAMILIES for v in m.variants} == METHOD_GROUP
+    assert {g for g in METHOD_GROUP.values() if g} <= set(CONFIG_GROUPS)
 
 
 @pytest.mark.parametrize("target", _targets())
