@@ -57,7 +57,8 @@ PAIR_DEFAULTS: dict[tuple[str, str], dict[str, Value]] = {
     ("hosfl", "rt-smollm"): {"num-rounds": 60},  # about 50 s a round on 2 CPU cores
     ("zo-sfl", "rt-smollm"): {"num-rounds": 60},
     **{(m, "digits-mlp"): {"adapter-width": 64} for m in ("safe", "protosisa")},
-    **{(m, "fmnist-effnet"): {"adapter-width": 256} for m in ("safe", "protosisa")},
+    **{(m, "fmnist-effnet"): {"adapter-width": 1280} for m in ("safe", "protosisa")},
+    **{(m, t): {"adapter-width": 384} for m in ("safe", "protosisa") for t in ("rt-minilm", "fortunes-minilm")},
 }
 
 

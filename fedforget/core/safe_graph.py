@@ -19,6 +19,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fedforget.core.config import ConfigError
 from fedforget.core.seeds import derive_seed
 from fedforget.core.slicing import array_split
 from fedforget.core.theory import harmonic
@@ -267,6 +268,17 @@ def bilevel_cells(labels: Mapping[int, Mapping[int, int]], num_classes: int, coa
                         cells[g * num_classes + k] = part
         out[p] = {c: sorted(v) for c, v in sorted(cells.items())}
     return out
+
+
+def check_clique_classes(method: str, num_classes: int, fine: int, task: str) -> None:
+    """SAFE's cliques need two classes each: a one-class clique's one-vs-all adapters see no negative.
+
+    ``fine`` class groups split the K classes near-equally, so the smallest has ⌊K/fine⌋ classes. A
+    :class:`ConfigError` names the largest ``safe.fine`` that works; ProtoSISA's shards hold every class.
+    """
+    if method == "safe" and num_classes // fine < 2:
+        raise ConfigError(f"safe.fine={fine} leaves a SAFE clique with one class of {task}'s {num_classes}, whose "
+                          f"adapters would never see a negative; use safe.fine <= {max(1, num_classes // 2)}")
 
 
 def build_safe_plan(method: str, labels: Mapping[int, Mapping[int, int]], num_classes: int, coarse: int, fine: int,

@@ -29,7 +29,7 @@ from flwr.supercore import log
 from fedforget.core.config import RunConfig
 from fedforget.core.safe_budget import adapter_budget
 from fedforget.core.safe_dp import request_budget
-from fedforget.core.safe_graph import SafePlan, build_safe_plan
+from fedforget.core.safe_graph import SafePlan, build_safe_plan, check_clique_classes
 from fedforget.core.safe_shard import class_counts
 from fedforget.core.seeds import derive_seed
 from fedforget.store.ledger import Ledger
@@ -348,7 +348,11 @@ def run_safe(grid: Grid, cfg: RunConfig) -> None:
     if cfg.action == "retrain":
         retrain_safe(grid, cfg, nodes)
         return
-    shard_ids = safe_shard_ids(cfg)  # before the store exists: too few unused rows writes nothing
+    from fedforget.tasks.registry import load_task_data
+
+    # before the store exists: a bad graph or too few unused rows writes nothing
+    check_clique_classes(cfg.method, load_task_data(cfg).num_classes, cfg.fine, cfg.task)
+    shard_ids = safe_shard_ids(cfg)
     run = prepare_server_run(cfg, nodes)
     shard = load_safe_shard(cfg, run.store.root, shard_ids)
     plan, cells = make_plan(cfg, run, shard)

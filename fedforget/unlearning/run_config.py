@@ -36,6 +36,11 @@ def check_run_config(text: str) -> str:
         from fedforget.strategies.safe_shard import safe_shard_ids
 
         safe_shard_ids(cfg)
+    if cfg.method == "safe" and cfg.fine > 1:  # one class per clique: the same check the ServerApp makes
+        from fedforget.core.safe_graph import check_clique_classes
+        from fedforget.tasks.registry import load_task_data
+
+        check_clique_classes(cfg.method, load_task_data(cfg).num_classes, cfg.fine, cfg.task)
     if not set(overrides) & set(RENAMED):
         return text
     warn_renamed(overrides)

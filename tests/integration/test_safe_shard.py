@@ -156,3 +156,18 @@ def test_protosisa_shards_all_read_the_whole_safe_shard_and_verify_is_exact(tmp_
     shards = len(_cliques(final["served"]))  # every shard holds every class, so each reads all 50 rows
     assert final["safe-shard-visited"] == shards * budget["steps"] * min(budget["batch-size"], 50)
     assert verify_store(store)["exact"]
+
+
+def test_a_safe_graph_with_one_class_cliques_is_a_one_line_config_error_and_writes_nothing(tmp_path):
+    """digits-mlp has 10 classes: safe.fine=6 leaves some cliques one class, so no adapter of theirs sees a negative."""
+    from fedforget.unlearning.run_config import check_run_config
+
+    message = r"safe\.fine=6 leaves a SAFE clique with one class of digits-mlp's 10.*use safe\.fine <= 5"
+    with pytest.raises(ConfigError, match=message) as exc:
+        train_in_process(tmp_path / "s", NODES, **{**SAFE, "safe.fine": 6})
+    assert "\n" not in str(exc.value)
+    assert not (tmp_path / "s").exists()
+    with pytest.raises(ConfigError, match=message):
+        check_run_config("method='safe' task='digits-mlp' safe.fine=6")
+    check_run_config("method='safe' task='digits-mlp' safe.fine=5")
+    check_run_config("method='protosisa' task='digits-mlp' safe.fine=6")  # ProtoSISA's shards hold every class
