@@ -34,7 +34,7 @@ from fedforget.inprocess import run_in_process
 from fedforget.store import Store
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "results"
-FINE = {1: 1, 8: 2, 16: 4, 32: 4, 64: 8}  # SAFE's n_f per n (n_c = n / n_f); ~√n, at most K = 10
+FINE = {1: 1, 8: 2, 16: 4, 32: 4, 64: 4}  # SAFE's n_f per n (n_c = n / n_f): ~√n, and two classes per clique at K = 10
 SERIES = {
     "SAFE": lambda n: {"method": "safe", "safe.coarse": n // FINE[n], "safe.fine": FINE[n]},
     "SISA": lambda n: {"method": "protosisa", "safe.coarse": n, "safe.fine": 1, "safe.prototypes": False},

@@ -147,7 +147,7 @@ class RunConfig:
     plan_file: str = ""
     # -- [safe]: SAFE and its InCA baselines (safe_dp, safe_schedule, safe_shard: safe.dp, safe.schedule, safe.shard)
     coarse: int = 4
-    fine: int = 4
+    fine: int = 0
     coarse_by: str = "sample"
     prototypes: bool = True
     safe_dp: bool = False

@@ -18,12 +18,12 @@ Value = int | float
 #: Run-config keys whose default is "the task's and method's value"; 0 selects it.
 AUTO_KEYS: tuple[str, ...] = (
     "num-rounds", "local-epochs", "batch-size", "lr", "lora-r", "lora-alpha", "rounds-per-phase",
-    "adapter-steps", "adapter-width",
+    "adapter-steps", "adapter-width", "fine",
 )
 
 FALLBACK: dict[str, Value] = {
     "num-rounds": 10, "local-epochs": 1, "batch-size": 32, "lr": 0.005, "lora-r": 4, "rounds-per-phase": 1,
-    "adapter-steps": 100, "adapter-width": 128,
+    "adapter-steps": 100, "adapter-width": 128, "fine": 4,
 }
 
 #: What plain FedAvg of LoRA + head needs per task (benchmarks/utility.py measures these).
@@ -59,6 +59,8 @@ PAIR_DEFAULTS: dict[tuple[str, str], dict[str, Value]] = {
     **{(m, "digits-mlp"): {"adapter-width": 64} for m in ("safe", "protosisa")},
     **{(m, "fmnist-effnet"): {"adapter-width": 1280} for m in ("safe", "protosisa")},
     **{(m, t): {"adapter-width": 384} for m in ("safe", "protosisa") for t in ("rt-minilm", "fortunes-minilm")},
+    # two classes: a SAFE clique needs both (one class per clique leaves its adapters no negative)
+    ("safe", "rt-minilm"): {"adapter-width": 384, "fine": 1},
 }
 
 
