@@ -353,3 +353,10 @@ def forget_cost(plan: SafePlan, touched_units: Collection[str], removed: int) ->
     hit = [(cid, cls) for cid, _, _, cls in plan.cliques() if touched & set(plan.members[cid])]
     revisited = sum(plan.clique_size(c) + plan.shard_size(cls) for c, cls in hit) - removed
     return {"cliques": [c for c, _ in hit], "revisited": revisited}
+
+
+def forget_detail(plan_json: Mapping[str, Any], touched_units: Collection[str], removed: int,
+                  serving: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``fedforget forget`` reports for a SAFE store: the cliques hit, |M_x|, the cliques still served."""
+    return {"safe": {**forget_cost(SafePlan.from_json(dict(plan_json)), touched_units, removed),
+                     "cliques-served": serving.get("cliques-served")}}

@@ -38,6 +38,7 @@ class Method:
     config_group: str | None  # the run-config key group it reads (:mod:`fedforget.core.config`)
     planning: tuple[str, ...] = ()  # pure modules under fedforget.core: no torch, no flwr
     modules: tuple[str, ...] = ()  # its other modules: tasks, training, store, views
+    forget_detail: str | None = None  # "module:function(plan, units, removed, serving)" → extra `forget` report
 
     def files(self) -> tuple[str, ...]:
         """The modules that belong to this method alone (shared ones left out), each once."""
@@ -140,6 +141,7 @@ FAMILIES: tuple[Method, ...] = (
         plan_kinds=("safe",),
         forget_message="query.safeforget",
         config_group="safe",
+        forget_detail="fedforget.core.safe_graph:forget_detail",
         planning=("fedforget.core.safe_graph", "fedforget.core.safe_dp", "fedforget.core.safe_shard",
                   "fedforget.core.safe_budget"),
         modules=("fedforget.strategies.safe_shard", "fedforget.tasks.safe_adapters", "fedforget.tasks.safe_features",

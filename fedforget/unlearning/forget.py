@@ -15,6 +15,7 @@ from fedforget.core.slicing import UnitId
 from fedforget.store import Store
 from fedforget.store.ledger import ForgetResult, LedgerUsageError
 from fedforget.store.purge import complete_purges
+from fedforget.strategies.registry import entry_for_plan, resolve
 
 
 def parse_slices(texts: Sequence[str]) -> list[str]:
@@ -52,11 +53,10 @@ def forget_request(store: Store, samples: Sequence[int] = (), slices: Sequence[s
         result = ledger.forget(samples=samples, slices=parse_slices(slices), clients=clients)
         plan = ledger.plan()
         result.affected = describe_invalidation(plan, result.invalidated)
-        if plan and plan.get("kind") == "safe" and result.request is not None:  # SAFE
-            from fedforget.core.safe_graph import SafePlan, forget_cost
-
-            result.affected["safe"] = {**forget_cost(SafePlan.from_json(plan), result.units, result.new_samples),
-                                       "cliques-served": result.serving.get("cliques-served")}
+        entry = entry_for_plan(plan.get("kind")) if plan else None
+        if entry is not None and entry.forget_detail and result.request is not None:
+            detail = resolve(entry.forget_detail)
+            result.affected.update(detail(plan, result.units, result.new_samples, result.serving))
     finally:
         ledger.close()
     if before is not None and result.request is not None:
