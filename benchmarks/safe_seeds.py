@@ -222,7 +222,7 @@ def summarise(rows: list[dict[str, Any]], refs: dict[str, float], shards: list[i
     return out
 
 
-def plot(report: dict[str, Any]) -> None:
+def plot(report: dict[str, Any], png: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -258,7 +258,7 @@ def plot(report: dict[str, Any]) -> None:
     bx.set_title("instant forgetting (paper Fig. 4)")
     bx.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(OUT / "safe_seeds.png", dpi=120)
+    fig.savefig(png, dpi=120)
 
 
 def merge(paths: list[Path], out: Path) -> None:
@@ -268,7 +268,7 @@ def merge(paths: list[Path], out: Path) -> None:
               "seeds": sorted({s for p in parts for s in p["seeds"]})}
     report["summary"] = summarise(report["rows"], parts[0]["summary"]["references"], report["shards"])
     out.write_text(json.dumps(report, indent=2), encoding="utf-8")
-    plot(report)
+    plot(report, out.with_suffix(".png"))
     print(json.dumps(report["summary"], indent=2))
 
 
@@ -329,7 +329,7 @@ def main() -> None:
         shutil.rmtree(store.root, ignore_errors=True)
     report["summary"] = summarise(rows, refs, shards)
     out.write_text(json.dumps(report, indent=2), encoding="utf-8")
-    plot(report)
+    plot(report, out.with_suffix(".png"))
     print(json.dumps(report["summary"], indent=2))
 
 

@@ -77,7 +77,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def plot(report: dict[str, Any]) -> None:
+def plot(report: dict[str, Any], png: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -109,7 +109,7 @@ def plot(report: dict[str, Any]) -> None:
         ax.set_title(title)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(OUT / "safe_text.png", dpi=120)
+    fig.savefig(png, dpi=120)
 
 
 def main() -> None:
@@ -149,7 +149,7 @@ def main() -> None:
         out.write_text(json.dumps(report, indent=2), encoding="utf-8")
     report["summary"] = summarise(report["rows"])
     out.write_text(json.dumps(report, indent=2), encoding="utf-8")
-    plot(report)
+    plot(report, out.with_suffix(".png"))
     print(json.dumps({"references": report["references"], **report["summary"]}, indent=2))
 
 
