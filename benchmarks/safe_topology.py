@@ -7,8 +7,11 @@ there are reused when their configuration is the same, so every difference is pa
 topology also gets the instant-forgetting curve (cliques dropped without retraining, paper's Fig. 4).
 
     python benchmarks/safe_topology.py --n 16 --fine 1,2,4 --seeds 1,2,3
+    python benchmarks/safe_topology.py --n 64 --fine 4 --dropped 0,8,16,32,48 \
+        --out docs/results/safe_topology_n64.json   # the instant-forgetting curve nearer the paper's 256 shards
 
-Writes ``docs/results/safe_topology.json`` and ``safe_topology.png``.
+A reused row that lacks this run's curve is trained again, so every series carries the same curve.
+Writes ``docs/results/safe_topology.json`` and ``safe_topology.png`` (or beside ``--out``).
 """
 
 from __future__ import annotations
@@ -21,10 +24,9 @@ from typing import Any
 
 import numpy as np
 from bench_common import machine_info
-from safe_seeds import drop_curve, final, mean_std, token_table, train
+from safe_seeds import SERIES, drop_curve, final, mean_std, token_table, train
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "results"
-DROPPED = [0, 2, 4, 8, 12]
 
 
 def measured_elsewhere(path: Path, base: dict[str, Any], nodes: int, n: int, fine: dict[int, int]
@@ -43,7 +45,12 @@ def measured_elsewhere(path: Path, base: dict[str, Any], nodes: int, n: int, fin
     return [r for r in rows if r["series"] == "SISA" or r["fine"] in fine]
 
 
-def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def has_curve(row: dict[str, Any], dropped: list[int]) -> bool:
+    return len(row.get("drops", [])) == len(dropped)
+
+
+def summarise(rows: list[dict[str, Any]], dropped: list[int]) -> dict[str, Any]:
+    last = f"kept after {dropped[-1]} drops"
     sisa = {r["seed"]: r for r in rows if r["series"] == "SISA"}
     out: dict[str, Any] = {"SISA": mean_std([r["accuracy"] for r in sisa.values()])} if sisa else {}
     for f in sorted({r["fine"] for r in rows if r["series"] == "SAFE"}):
@@ -52,13 +59,14 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         paired = [mine[s]["accuracy"] - sisa[s]["accuracy"] for s in mine if s in sisa]
         if paired:
             cell["minus-SISA (paired)"] = mean_std(paired)
-        kept = [r["drops"][-1] / r["drops"][0] for r in mine.values() if "drops" in r]
+        kept = [r["drops"][-1] / r["drops"][0] for r in mine.values() if has_curve(r, dropped)]
         if kept:
-            cell["kept after 12 drops"] = mean_std(kept)
+            cell[last] = mean_std(kept)
         out[f"SAFE n_f={f}"] = cell
-    kept = [r["drops"][-1] / r["drops"][0] for r in sisa.values() if "drops" in r]
-    if kept:
-        out["SISA kept after 12 drops"] = mean_std(kept)
+    for series in ("SISA", "ProtoSISA"):
+        kept = [r["drops"][-1] / r["drops"][0] for r in rows if r["series"] == series and has_curve(r, dropped)]
+        if kept:
+            out[f"{series} {last}"] = mean_std(kept)
     return out
 
 
@@ -83,7 +91,7 @@ def plot(report: dict[str, Any], png: Path) -> None:
     ax.set_title(f"{report['config']['task']}: topology at fixed forgetting cost")
     ax.legend(fontsize=8)
     for label, pick in [(f"SAFE n_f={f}", lambda r, f=f: r["series"] == "SAFE" and r["fine"] == f) for f in fines] + [
-            ("SISA", lambda r: r["series"] == "SISA")]:
+            (s, lambda r, s=s: r["series"] == s) for s in ("SISA", "ProtoSISA")]:
         curves = np.array([[a / r["drops"][0] for a in r["drops"]] for r in rows if pick(r) and "drops" in r])
         if len(curves):
             bx.errorbar(report["dropped"], 100 * curves.mean(0), marker="o", capsize=3, label=label,
@@ -102,6 +110,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=16)
     parser.add_argument("--fine", default="1,2,4")
     parser.add_argument("--seeds", default="1,2,3")
+    parser.add_argument("--dropped", default="0,2,4,8,12", help="cliques / shards dropped along the curve")
+    parser.add_argument("--baselines", default="SISA", help="uniform-shard series that get the same curve")
     parser.add_argument("--nodes", type=int, default=5)
     parser.add_argument("--train-size", type=int, default=2000)
     parser.add_argument("--test-size", type=int, default=2000)
@@ -114,27 +124,32 @@ def main() -> None:
     table = token_table(base, work)
     fine = {int(f): args.n // int(f) for f in args.fine.split(",")}
     seeds = [int(s) for s in args.seeds.split(",")]
+    dropped = [int(d) for d in args.dropped.split(",")]
+    baselines = [b for b in args.baselines.split(",") if b]
     out = Path(args.out)
     old = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {}
-    rows = [r for r in old.get("rows", []) if "from" not in r]
-    rows += [r for r in measured_elsewhere(Path(args.reuse), base, args.nodes, args.n, fine) if r["seed"] in seeds]
+    rows = [r for r in old.get("rows", []) if "from" not in r and has_curve(r, dropped)]
+    rows += [r for r in measured_elsewhere(Path(args.reuse), base, args.nodes, args.n, fine)
+             if r["seed"] in seeds and has_curve(r, dropped)]
     report = {"machine": machine_info(), "config": base, "nodes": args.nodes, "n": args.n, "seeds": seeds,
-              "dropped": DROPPED, "rows": rows}
+              "dropped": dropped, "rows": rows}
+    jobs = [("SAFE", n_f, {"method": "safe", "safe.coarse": n_c, "safe.fine": n_f}) for n_f, n_c in fine.items()]
+    jobs += [(b, 1, SERIES[b](args.n)) for b in baselines]
     for seed in seeds:
-        for n_f, n_c in fine.items():
-            if any(r["series"] == "SAFE" and r["fine"] == n_f and r["seed"] == seed for r in rows):
+        for series, n_f, graph in jobs:
+            if any(r["series"] == series and r["fine"] == n_f and r["seed"] == seed for r in rows):
                 continue
-            graph = {"method": "safe", "safe.coarse": n_c, "safe.fine": n_f, "seed": seed}
-            store, secs = train(work, f"safe-{n_c}x{n_f}-s{seed}", {**base, **graph}, args.nodes, table)
-            row = {"series": "SAFE", "n": args.n, "fine": n_f, "seed": seed, "accuracy": final(store)["accuracy"],
+            name = f"{series.lower()}-{graph['safe.coarse']}x{n_f}-s{seed}"
+            store, secs = train(work, name, {**base, **graph, "seed": seed}, args.nodes, table)
+            row = {"series": series, "n": args.n, "fine": n_f, "seed": seed, "accuracy": final(store)["accuracy"],
                    "seconds": round(secs, 1), "samples-visited": final(store)["samples-visited"],
-                   "drops": drop_curve(store, DROPPED, seed)}
+                   "drops": drop_curve(store, dropped, seed)}
             shutil.rmtree(store.root, ignore_errors=True)
             rows.append(row)
             print(json.dumps(row), flush=True)
-            report["summary"] = summarise(rows)
+            report["summary"] = summarise(rows, dropped)
             out.write_text(json.dumps(report, indent=2), encoding="utf-8")
-    report["summary"] = summarise(rows)
+    report["summary"] = summarise(rows, dropped)
     out.write_text(json.dumps(report, indent=2), encoding="utf-8")
     plot(report, out.with_suffix(".png"))
     print(json.dumps(report["summary"], indent=2))

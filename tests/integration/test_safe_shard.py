@@ -173,11 +173,14 @@ def test_a_safe_graph_with_one_class_cliques_is_a_one_line_config_error_and_writ
     check_run_config("method='protosisa' task='digits-mlp' safe.fine=6")  # ProtoSISA's shards hold every class
 
 
-def test_safe_defaults_give_every_clique_of_a_two_class_task_both_classes():
-    """A user who passes only method and task gets a graph that trains: rt-minilm's 2 classes, one group."""
+def test_safe_defaults_give_every_clique_enough_classes_for_its_one_vs_all_adapters():
+    """A user who passes only method and task gets a graph that trains: rt-minilm's 2 classes in one group,
+    a ten-class task's in two groups of five, fortunes' 43 in four groups."""
     from fedforget.core.config import parse_run_config
     from fedforget.unlearning.run_config import check_run_config
 
     check_run_config("method='safe' task='rt-minilm'")
     assert parse_run_config({"method": "safe", "task": "rt-minilm"}).fine == 1
-    assert parse_run_config({"method": "safe", "task": "fmnist-effnet"}).fine == 4
+    for task in ("digits-mlp", "fmnist-cnn", "fmnist-effnet"):
+        assert parse_run_config({"method": "safe", "task": task}).fine == 2
+    assert parse_run_config({"method": "safe", "task": "fortunes-minilm"}).fine == 4
