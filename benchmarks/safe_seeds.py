@@ -249,16 +249,23 @@ def plot(report: dict[str, Any], png: Path) -> None:
     ax.set_title(f"{report['config']['task']}, {report['nodes']} nodes, {len(report['seeds'])} seeds")
     ax.legend(fontsize=7)
     curves = [r for r in report["rows"] if "drops" in r]
-    for series in sorted({r["series"] for r in curves}):
-        rel = np.array([[a / r["drops"][0] for a in r["drops"]] for r in curves if r["series"] == series])
-        bx.errorbar(report["dropped"], rel.mean(0), yerr=rel.std(0, ddof=1) if len(rel) > 1 else None,
-                    marker="o", capsize=3, label=series)
-    bx.set_xlabel(f"cliques / shards dropped without retraining (of n = {report['drop-n']})")
-    bx.set_ylabel("relative accuracy")
-    bx.set_title("instant forgetting (paper Fig. 4)")
-    bx.legend(fontsize=7)
+    by_series = {s: [r["drops"] for r in curves if r["series"] == s] for s in sorted({r["series"] for r in curves})}
+    plot_drop_curves(bx, by_series, report["dropped"], report["drop-n"])
     fig.tight_layout()
     fig.savefig(png, dpi=120)
+
+
+def plot_drop_curves(ax: Any, curves: dict[str, list[list[float]]], dropped: list[int], n: int) -> None:
+    """Accuracy kept (%) as cliques / shards leave without retraining, mean ± std over seeds (paper Fig. 4)."""
+    for label, runs in curves.items():
+        kept = 100 * np.array([[a / run[0] for a in run] for run in runs])
+        if len(kept):
+            ax.errorbar(dropped, kept.mean(0), yerr=kept.std(0, ddof=1) if len(kept) > 1 else None,
+                        marker="o", capsize=3, label=label)
+    ax.set_xlabel(f"cliques / shards dropped without retraining (of n = {n})")
+    ax.set_ylabel("accuracy kept (%)")
+    ax.set_title("instant forgetting (paper Fig. 4)")
+    ax.legend(fontsize=7)
 
 
 def merge(paths: list[Path], out: Path) -> None:

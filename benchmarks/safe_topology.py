@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 from bench_common import machine_info
-from safe_seeds import SERIES, drop_curve, final, mean_std, token_table, train
+from safe_seeds import SERIES, drop_curve, final, mean_std, plot_drop_curves, token_table, train
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "results"
 
@@ -82,24 +82,19 @@ def plot(report: dict[str, Any], png: Path) -> None:
     acc = [[100 * r["accuracy"] for r in rows if r["series"] == "SAFE" and r["fine"] == f] for f in fines]
     ax.errorbar(fines, [np.mean(a) for a in acc], yerr=[np.std(a, ddof=1) if len(a) > 1 else 0 for a in acc],
                 marker="o", capsize=3, label="SAFE")
-    sisa = [100 * r["accuracy"] for r in rows if r["series"] == "SISA"]
-    if sisa:
-        ax.axhline(np.mean(sisa), ls="--", color="C1", label="SISA")
+    for colour, series in (("C1", "SISA"), ("C2", "ProtoSISA")):
+        accuracy = [100 * r["accuracy"] for r in rows if r["series"] == series]
+        if accuracy:
+            ax.axhline(np.mean(accuracy), ls="--", color=colour, label=series)
     ax.set_xscale("log", base=2)
     ax.set_xlabel(f"n_f (class groups per coarse shard), n = {report['n']} cliques")
     ax.set_ylabel("test accuracy (%), mean ± std over seeds")
     ax.set_title(f"{report['config']['task']}: topology at fixed forgetting cost")
     ax.legend(fontsize=8)
-    for label, pick in [(f"SAFE n_f={f}", lambda r, f=f: r["series"] == "SAFE" and r["fine"] == f) for f in fines] + [
-            (s, lambda r, s=s: r["series"] == s) for s in ("SISA", "ProtoSISA")]:
-        curves = np.array([[a / r["drops"][0] for a in r["drops"]] for r in rows if pick(r) and "drops" in r])
-        if len(curves):
-            bx.errorbar(report["dropped"], 100 * curves.mean(0), marker="o", capsize=3, label=label,
-                        yerr=100 * curves.std(0, ddof=1) if len(curves) > 1 else None)
-    bx.set_xlabel(f"cliques / shards dropped without retraining (of n = {report['n']})")
-    bx.set_ylabel("accuracy kept (%)")
-    bx.set_title("instant forgetting (paper Fig. 4)")
-    bx.legend(fontsize=8)
+    picks = {f"SAFE n_f={f}": lambda r, f=f: r["series"] == "SAFE" and r["fine"] == f for f in fines}
+    picks.update({s: lambda r, s=s: r["series"] == s for s in ("SISA", "ProtoSISA")})
+    curves = {label: [r["drops"] for r in rows if pick(r) and "drops" in r] for label, pick in picks.items()}
+    plot_drop_curves(bx, curves, report["dropped"], report["n"])
     fig.tight_layout()
     fig.savefig(png, dpi=120)
 
