@@ -37,7 +37,7 @@ from fedforget.strategies.failover import FRAMING_PER_TENSOR, check_reply, excha
 from fedforget.strategies.messaging import NodeFailure, discover_partitions, to_numpy
 from fedforget.strategies.run_setup import ServerRun, open_server_run, prepare_server_run
 from fedforget.strategies.safe_client import PARAM_KEYS, SEP, frozen_backbone, frozen_theta
-from fedforget.strategies.safe_shard import SafeShard, load_safe_shard, safe_shard_ids
+from fedforget.strategies.safe_shard import SafeShard, load_safe_shard, safe_shard_ids, whole_train_split
 from fedforget.tasks.safe_adapters import init_adapters
 
 TRAIN_MESSAGE = f"{MessageType.TRAIN}.safe"
@@ -352,9 +352,11 @@ def run_safe(grid: Grid, cfg: RunConfig) -> None:
 
     # before the store exists: a bad graph or too few unused rows writes nothing
     check_clique_classes(cfg.method, load_task_data(cfg).num_classes, cfg.fine, cfg.task)
-    shard_ids = safe_shard_ids(cfg)
+    whole = whole_train_split(cfg) if cfg.safe_shard > 0 else None  # read once: the draw, then the rows
+    shard_ids = safe_shard_ids(cfg, whole)
     run = prepare_server_run(cfg, nodes)
-    shard = load_safe_shard(cfg, run.store.root, shard_ids)
+    shard = load_safe_shard(cfg, run.store.root, shard_ids, whole)
+    del whole
     plan, cells = make_plan(cfg, run, shard)
     dim = token_dim(cfg)
     ledger = run.store.ledger()

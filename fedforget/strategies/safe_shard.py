@@ -35,14 +35,17 @@ def whole_train_split(cfg: RunConfig) -> Examples:
     return get_task(cfg.task).load_data(dataclasses.replace(cfg, train_size=WHOLE_SPLIT)).train
 
 
-def safe_shard_ids(cfg: RunConfig) -> list[int]:
-    """The run's safe-shard ids; a :class:`ConfigError` if the task has too few rows the run leaves unused."""
+def safe_shard_ids(cfg: RunConfig, whole: Examples | None = None) -> list[int]:
+    """The run's safe-shard ids; a :class:`ConfigError` if the task has too few rows the run leaves unused.
+
+    ``whole``: the task's whole training split when the caller has it loaded already.
+    """
     if cfg.safe_shard <= 0:
         return []
     from fedforget.tasks.registry import load_task_data
 
     used = load_task_data(cfg).train.ids.tolist()
-    pool = whole_train_split(cfg).ids.tolist()
+    pool = (whole if whole is not None else whole_train_split(cfg)).ids.tolist()
     return draw_safe_shard(pool, used, cfg.safe_shard, shard_seed(cfg.seed, cfg.task))
 
 
@@ -78,14 +81,15 @@ class SafeShard:
         return normalised(torch.from_numpy(self.pooled[rows])).sum(axis=0), len(rows)
 
 
-def load_safe_shard(cfg: RunConfig, folder: Path, ids: list[int]) -> SafeShard | None:
+def load_safe_shard(cfg: RunConfig, folder: Path, ids: list[int], whole: Examples | None = None
+                    ) -> SafeShard | None:
     """The safe shard of ``ids`` with its tokens, cached in ``folder`` (the store) like the test split's."""
     if not ids:
         return None
     from fedforget.strategies.safe_client import frozen_backbone
     from fedforget.tasks.safe_features import cached_tokens
 
-    examples = whole_train_split(cfg).by_ids(ids)
+    examples = (whole if whole is not None else whole_train_split(cfg)).by_ids(ids)
     backbone = frozen_backbone(cfg.task, cfg.hf_model, cfg.seed)
     tokens, pooled = cached_tokens(folder, f"safe-shard-{cfg.task}", backbone.weights_sha256, ids, backbone.module,
                                    examples.inputs)
