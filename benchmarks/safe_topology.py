@@ -67,6 +67,22 @@ def summarise(rows: list[dict[str, Any]], dropped: list[int]) -> dict[str, Any]:
         kept = [r["drops"][-1] / r["drops"][0] for r in rows if r["series"] == series and has_curve(r, dropped)]
         if kept:
             out[f"{series} {last}"] = mean_std(kept)
+    out["minus-SISA along the curve (paired)"] = curve_gaps(rows, dropped)
+    return out
+
+
+def curve_gaps(rows: list[dict[str, Any]], dropped: list[int]) -> dict[str, dict[str, Any]]:
+    """Accuracy minus SISA's after each number of drops, paired by seed: is a series above SISA along the curve?"""
+    def label(r: dict[str, Any]) -> str:
+        return f"SAFE n_f={r['fine']}" if r["series"] == "SAFE" else r["series"]
+
+    curves = [r for r in rows if has_curve(r, dropped)]
+    sisa = {r["seed"]: r["drops"] for r in curves if r["series"] == "SISA"}
+    out = {}
+    for name in sorted({label(r) for r in curves if r["series"] != "SISA"}):
+        mine = {r["seed"]: r["drops"] for r in curves if label(r) == name and r["seed"] in sisa}
+        if mine:
+            out[name] = {str(d): mean_std([mine[s][i] - sisa[s][i] for s in mine]) for i, d in enumerate(dropped)}
     return out
 
 
