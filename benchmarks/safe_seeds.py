@@ -257,16 +257,18 @@ def plot(report: dict[str, Any], png: Path) -> None:
     fig.savefig(png, dpi=120)
 
 
-def plot_drop_curves(ax: Any, curves: dict[str, list[list[float]]], dropped: list[int], n: int) -> None:
-    """Accuracy kept (%) as cliques / shards leave without retraining, mean ± std over seeds (paper Fig. 4)."""
+def plot_drop_curves(ax: Any, curves: dict[str, list[list[float]]], dropped: list[int], n: int,
+                     relative: bool = True) -> None:
+    """Accuracy kept (%, the paper's Fig. 4) or test accuracy (%) as cliques / shards leave without
+    retraining, mean ± std over seeds."""
     for label, runs in curves.items():
-        kept = 100 * np.array([[a / run[0] for a in run] for run in runs])
+        kept = 100 * np.array([[a / run[0] if relative else a for a in run] for run in runs])
         if len(kept):
             ax.errorbar(dropped, kept.mean(0), yerr=kept.std(0, ddof=1) if len(kept) > 1 else None,
                         marker="o", capsize=3, label=label)
     ax.set_xlabel(f"cliques / shards dropped without retraining (of n = {n})")
-    ax.set_ylabel("accuracy kept (%)")
-    ax.set_title("instant forgetting (paper Fig. 4)")
+    ax.set_ylabel("accuracy kept (%)" if relative else "test accuracy (%)")
+    ax.set_title("instant forgetting, relative (paper Fig. 4)" if relative else "instant forgetting, accuracy")
     ax.legend(fontsize=7)
 
 

@@ -93,7 +93,7 @@ def plot(report: dict[str, Any], png: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = report["rows"]
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(16, 4))
     fines = sorted({r["fine"] for r in rows if r["series"] == "SAFE"})
     acc = [[100 * r["accuracy"] for r in rows if r["series"] == "SAFE" and r["fine"] == f] for f in fines]
     ax.errorbar(fines, [np.mean(a) for a in acc], yerr=[np.std(a, ddof=1) if len(a) > 1 else 0 for a in acc],
@@ -111,6 +111,7 @@ def plot(report: dict[str, Any], png: Path) -> None:
     picks.update({s: lambda r, s=s: r["series"] == s for s in ("SISA", "ProtoSISA")})
     curves = {label: [r["drops"] for r in rows if pick(r) and "drops" in r] for label, pick in picks.items()}
     plot_drop_curves(bx, curves, report["dropped"], report["n"])
+    plot_drop_curves(cx, curves, report["dropped"], report["n"], relative=False)
     fig.tight_layout()
     fig.savefig(png, dpi=120)
 
