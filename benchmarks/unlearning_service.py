@@ -1,4 +1,4 @@
-"""Issue 3's measured claims: forget latency vs retraining, service curves, deletions before a
+"""The unlearning service's measured claims: forget latency vs retraining, service curves, deletions before a
 retrain (next to the closed forms) and training cost per method.
 
 Trains, with the real ServerApp and ClientApp on the in-process Grid (bit-identical to Ray and the

@@ -53,7 +53,12 @@ def _tokens_of(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[tor
 
 
 def compute_tokens(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """(N, T, D) float32 tokens and (N, D) pooled features, one sample at a time."""
+    """(N, T, D) float32 tokens and (N, D) pooled features, one sample at a time, both C-contiguous.
+
+    A conv map's tokens are a transposed view (channels vary slowest); ``np.stack`` keeps that layout, and
+    ``safetensors.numpy`` writes an array's raw buffer whatever its strides, so a non-contiguous array
+    would be cached scrambled (tokens whose mean is no longer the pooled vector).
+    """
     module.eval()
     toks, pools = [], []
     with deterministic_torch(), torch.no_grad():
@@ -63,11 +68,16 @@ def compute_tokens(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple
             pools.append(p[0].float().numpy())
     if not toks:
         return np.zeros((0, 1, 1), np.float32), np.zeros((0, 1), np.float32)
-    return np.stack(toks), np.stack(pools)
+    return np.ascontiguousarray(np.stack(toks)), np.ascontiguousarray(np.stack(pools))
+
+
+#: Part of every cache file's name: files written before the cache stored C-contiguous arrays (scrambled
+#: conv-map tokens) have other names, so they are never read again and the next write removes them.
+CACHE_FORMAT = "c-order"
 
 
 def cache_key(kind: str, weights_sha256: str, ids: Sequence[int]) -> str:
-    h = hashlib.sha256(f"{kind}|{weights_sha256}|".encode())
+    h = hashlib.sha256(f"{CACHE_FORMAT}|{kind}|{weights_sha256}|".encode())
     h.update(np.asarray(sorted(ids), dtype=np.int64).tobytes())
     return h.hexdigest()[:24]
 
@@ -92,7 +102,8 @@ def cached_tokens(folder: Path, kind: str, weights_sha256: str, ids: Sequence[in
     for old in folder.glob(f"{CACHE_PREFIX}{kind}-*.safetensors"):
         old.unlink()
     tmp = path.with_suffix(".tmp")
-    save_file({"tokens": tokens, "pooled": pooled, "ids": np.asarray(ids, dtype=np.int64)}, str(tmp))
+    save_file({"tokens": np.ascontiguousarray(tokens), "pooled": np.ascontiguousarray(pooled),
+               "ids": np.asarray(ids, dtype=np.int64)}, str(tmp))
     atomic_write_bytes(path, tmp.read_bytes())
     tmp.unlink()
     return tokens, pooled

@@ -37,6 +37,18 @@ def _shas(store: Store) -> dict[str, str]:
         ledger.close()
 
 
+def _fresh_tokens(store: Store, ids: list[int]) -> np.ndarray:
+    """The backbone's tokens of ``ids``, computed now in this process (what the node's cache must hold)."""
+    from fedforget.strategies.safe_client import frozen_backbone
+    from fedforget.tasks.registry import load_task_data
+    from fedforget.tasks.safe_features import compute_tokens
+    from fedforget.unlearning.evaluate import stored_config
+
+    cfg = stored_config(store)
+    return compute_tokens(frozen_backbone(cfg.task, cfg.hf_model, cfg.seed).module,
+                          load_task_data(cfg).train.by_ids(ids).inputs)[0]
+
+
 @pytest.mark.parametrize("config,tokens_per_sample", [(CNN, 49), (TEXT, 48)], ids=["fmnist-cnn", "rt-minilm"])
 def test_multi_token_forget_and_clique_retrain_verify_bit_exact_and_purge_the_token_cache(tmp_path, config,
                                                                                            tokens_per_sample):
@@ -44,8 +56,10 @@ def test_multi_token_forget_and_clique_retrain_verify_bit_exact_and_purge_the_to
     state = store.root / "clients" / "1"
     sample = store.manifest()["partitions"]["1"][0][0]
     assert sample in _cached_ids(state)
-    tokens = load_file(str(next(state.glob("safe-features-train-*.safetensors"))))["tokens"]
+    cache = load_file(str(next(state.glob("safe-features-train-*.safetensors"))))
+    tokens = cache["tokens"]
     assert tokens.shape[1] == tokens_per_sample  # many tokens per sample, not one pooled vector
+    assert np.array_equal(tokens, _fresh_tokens(store, cache["ids"].tolist()), equal_nan=True)  # cached as computed
     before = _shas(store)
     result = forget_request(store, samples=[sample])
     control = verify_store(copy_store(store.root, tmp_path, "control"), include_all=True)
