@@ -83,12 +83,14 @@ def prefill(store_dir: Path, config: dict[str, Any], nodes: int, table: dict[str
         kind = f"train-{dataset_key(cfg)}"
         folder = store_dir / "clients" / str(p)
         folder.mkdir(parents=True, exist_ok=True)
-        save_file({"tokens": table["train"][rows], "pooled": table["train-pooled"][rows],
+        save_file({"tokens": np.ascontiguousarray(table["train"][rows]),
+                   "pooled": np.ascontiguousarray(table["train-pooled"][rows]),
                    "ids": np.asarray(ids, dtype=np.int64)},
                   str(folder / f"{CACHE_PREFIX}{kind}-{cache_key(kind, sha, ids)}.safetensors"))
     ids = table["test-ids"].tolist()
     kind = f"test-{cfg.task}"
-    save_file({"tokens": table["test"], "pooled": table["test-pooled"], "ids": np.asarray(ids, dtype=np.int64)},
+    save_file({"tokens": np.ascontiguousarray(table["test"]), "pooled": np.ascontiguousarray(table["test-pooled"]),
+               "ids": np.asarray(ids, dtype=np.int64)},
               str(store_dir / f"{CACHE_PREFIX}{kind}-{cache_key(kind, sha, ids)}.safetensors"))
 
 
