@@ -67,7 +67,7 @@ VARIANTS: dict[str, dict[str, object]] = {
     # SAFE's references on the same InCA adapters: one adapter per class without sharding, and SISA with
     # as many uniform shards as SAFE's ten-class default graph has cliques (4 coarse × 2 fine = 8)
     "safe-flat": {"method": "safe", "safe.coarse": 1, "safe.fine": 1, "safe.prototypes": False},
-    "sisa-inca": {"method": "protosisa", "safe.coarse": 8, "safe.prototypes": False},
+    "sisa-inca": {"method": "protosisa", "safe.coarse": 8, "safe.fine": 1, "safe.prototypes": False},
 }
 PARTITIONS: dict[str, dict[str, object]] = {
     "iid": {"partitioner": "iid"},

@@ -49,7 +49,8 @@ METHOD_DEFAULTS: dict[str, dict[str, Value]] = {
     "sfl": {"local-epochs": 1},
     # SAFE's InCA adapters: AdamW steps per adapter on each node, whatever its clique holds (core/safe_budget.py)
     "safe": {"num-rounds": 5, "lr": 0.005},
-    "protosisa": {"num-rounds": 5, "lr": 0.005},
+    # ProtoSISA/SISA: safe.coarse uniform shards (it deals coarse·fine shards of all classes)
+    "protosisa": {"num-rounds": 5, "lr": 0.005, "fine": 1},
 }
 
 #: Method and task together, where the pair needs its own value.

@@ -72,3 +72,10 @@ def test_adapters_train_with_adamw_weight_decay_and_replay_bit_for_bit():
 def test_bad_adapter_settings_are_refused_with_the_key_named(key, value):
     with pytest.raises(ConfigError, match=key):
         parse_run_config({"method": "safe", key: value})
+
+
+def test_protosisa_left_at_its_defaults_deals_safe_coarse_shards_and_safe_groups_classes():
+    sisa = parse_run_config({"method": "protosisa", "task": "fmnist-effnet", "safe.coarse": 8})
+    assert (sisa.coarse, sisa.fine) == (8, 1)  # uniform shards are coarse·fine: eight, as the README says
+    safe = parse_run_config({"method": "safe", "task": "fmnist-effnet"})
+    assert (safe.coarse, safe.fine) == (4, 2)
