@@ -296,7 +296,7 @@ def main() -> None:
     parser.add_argument("--series", default="SAFE,SISA")
     parser.add_argument("--nodes", type=int, default=5)
     parser.add_argument("--train-size", type=int, default=2000)
-    parser.add_argument("--test-size", type=int, default=1000)
+    parser.add_argument("--test-size", type=int, default=2000)
     parser.add_argument("--drop-n", type=int, default=16)
     parser.add_argument("--work", default="runs/safe-seeds")
     parser.add_argument("--out", default=str(OUT / "safe_seeds.json"))
