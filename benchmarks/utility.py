@@ -228,7 +228,7 @@ def plot(summary: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     panels = sorted({(s["task"], s["partition"]) for s in summary})
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(7.5, 4.2 * len(panels)), 4.2), squeeze=False)
     for ax, (task, partition) in zip(axes[0], panels, strict=True):
         rows = [s for s in summary if (s["task"], s["partition"]) == (task, partition)]
         rows.sort(key=lambda s: (s["method"] not in REFERENCE, s["method"] != "fedavg", s["method"]))
