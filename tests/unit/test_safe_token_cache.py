@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import numpy as np
-from safetensors.numpy import load_file, save_file
 
 from fedforget.tasks.safe_features import cached_tokens
 
@@ -21,13 +20,26 @@ def _conv_map_tokens(n: int) -> np.ndarray:
     return np.stack([m.T for m in maps])  # (N, positions, channels), not C-contiguous
 
 
-def test_a_transposed_token_array_is_scrambled_by_safetensors_unless_written_in_c_order(tmp_path):
-    tokens = _conv_map_tokens(3)
-    assert not tokens.flags["C_CONTIGUOUS"]
-    save_file({"tokens": tokens}, str(tmp_path / "raw.safetensors"))
-    assert not np.array_equal(load_file(str(tmp_path / "raw.safetensors"))["tokens"], tokens)  # the mismatch
-    save_file({"tokens": np.ascontiguousarray(tokens)}, str(tmp_path / "c.safetensors"))
-    assert np.array_equal(load_file(str(tmp_path / "c.safetensors"))["tokens"], tokens)
+def test_computed_conv_map_tokens_are_c_contiguous_and_in_token_major_order():
+    import torch
+
+    from fedforget.tasks.safe_features import compute_tokens
+
+    class TinyCNN(torch.nn.Module):  # the token path of the conv backbones: conv1, conv2, a 2×2 map
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.conv1, self.conv2 = torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.Conv2d(4, 8, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.flatten(1)[:, :8]
+
+    module, x = TinyCNN(), torch.randn(3, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+    tokens, pooled = compute_tokens(module, (x,))
+    assert tokens.shape == (3, 4, 8) and tokens.flags["C_CONTIGUOUS"] and pooled.flags["C_CONTIGUOUS"]
+    with torch.no_grad():
+        fmap = torch.max_pool2d(torch.relu(module.conv2(torch.max_pool2d(torch.relu(module.conv1(x)), 2))), 2)
+    assert np.allclose(tokens, fmap.flatten(2).transpose(1, 2).numpy())
 
 
 def test_cached_tokens_read_back_equal_to_what_was_computed(tmp_path, monkeypatch):
