@@ -62,8 +62,8 @@ PAIR_DEFAULTS: dict[tuple[str, str], dict[str, Value]] = {
     **{(m, t): {"adapter-width": 384} for m in ("safe", "protosisa") for t in ("rt-minilm", "fortunes-minilm")},
 }
 #: SAFE's class groups per coarse shard: a clique's one-vs-all adapters need enough other classes as
-#: negatives. Ten classes: two groups of five (n_f = 4 leaves 2–3 a clique and serves 4.5 points below
-#: SISA at 16 cliques, n_f = 2 1.3 above: benchmarks/safe_topology.py). Two classes: both in every clique.
+#: negatives. Ten classes: two groups of five (n_f = 4 leaves 2–3 a clique and serves 6.3 points below
+#: SISA at 16 cliques, n_f = 2 2.0 above: benchmarks/safe_topology.py). Two classes: both in every clique.
 SAFE_FINE: dict[str, int] = {"digits-mlp": 2, "fmnist-cnn": 2, "fmnist-effnet": 2, "rt-minilm": 1}
 PAIR_DEFAULTS.update({("safe", t): {**PAIR_DEFAULTS.get(("safe", t), {}), "fine": f} for t, f in SAFE_FINE.items()})
 
