@@ -7,7 +7,6 @@ ClientApp exception comes back as an error reply, as it would from a real SuperN
 
 from __future__ import annotations
 
-import tomllib
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -18,15 +17,19 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.task_identity import TaskIdentity
 
 CLIENT_APP_RAISED_EXCEPTION = 2
+#: The source checkout's app manifest; absent in an installed copy, which never reads it.
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 
 
 def default_run_config() -> dict[str, object]:
-    """The ``[tool.flwr.app.config]`` defaults, flattened as ``flwr run`` starts from (``safe.coarse``)."""
-    from flwr.common.config import flatten_dict
+    """The run-config defaults, flattened as ``flwr run`` starts from (``safe.coarse``).
 
-    data = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))
-    return dict(flatten_dict(data["tool"]["flwr"]["app"]["config"]))
+    They come from the package's typed config, so an installed copy needs no source checkout; a unit
+    test keeps ``[tool.flwr.app.config]`` in the pyproject equal to them, key for key and type for type.
+    """
+    from fedforget.core.config import declared_defaults
+
+    return declared_defaults()
 
 
 class InProcessGrid(Grid):

@@ -7,6 +7,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -21,14 +22,25 @@ STAGE_LINE = re.compile(r"FedShard stage (\d+)/(\d+)")
 
 
 def app_dir() -> Path:
-    """The Flower app to submit: this checkout (where pyproject.toml declares the app)."""
+    """The Flower app to submit: ``FEDFORGET_HOME``, else this source checkout, else the app manifest an
+    installed wheel carries (its FAB holds only the manifest; the ServerApp and ClientApp then import the
+    installed package, as Flower's runtime dependency installation is off)."""
     home = os.environ.get("FEDFORGET_HOME")
+    package = Path(fedforget.__file__).resolve().parent
     candidates = [Path(home)] if home else []
-    candidates.append(Path(fedforget.__file__).resolve().parent.parent)
+    candidates += [package.parent, package / "flower_app"]
     for path in candidates:
         if (path / "pyproject.toml").is_file():
             return path
-    raise FileNotFoundError("cannot find the fedforget app (pyproject.toml); set FEDFORGET_HOME to the checkout")
+    raise FileNotFoundError("cannot find the fedforget app (pyproject.toml); reinstall fedforget or set "
+                            "FEDFORGET_HOME to a checkout")
+
+
+def flwr_cli() -> str:
+    """Flower's CLI of this interpreter's environment (so an installed copy works without an activated
+    venv), else whichever ``flwr`` is on the PATH."""
+    beside = Path(sys.executable).parent / "flwr"
+    return str(beside) if beside.is_file() else "flwr"
 
 
 def flwr_run(federation: str, run_config: str, store: str, console: Console) -> tuple[int, Path]:
@@ -37,7 +49,7 @@ def flwr_run(federation: str, run_config: str, store: str, console: Console) -> 
     store_path.mkdir(parents=True, exist_ok=True, mode=0o700)
     log_path = store_path / "flwr-run.log"
     config = f"{run_config} store={json.dumps(str(store_path))}".strip()  # a TOML basic string
-    cmd = ["flwr", "run", str(app_dir()), federation, "--stream", "--run-config", config]
+    cmd = [flwr_cli(), "run", str(app_dir()), federation, "--stream", "--run-config", config]
     env = {**os.environ, "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
     console.print(f"[dim]$ {' '.join(shlex.quote(c) for c in cmd)}[/]")
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the store stays owner-only

@@ -22,9 +22,13 @@ NODES = 3
 METHODS = {
     "fedavg": {"method": "fedavg", "num-rounds": 2},
     "fedsgt": {"method": "fedsgt", "chains.groups": 3, "chains.budget": 3, "slices-per-client": 2},
+    "s3t": {"method": "s3t", "chains.groups": 2, "chains.shards": 2, "chains.budget": 2, "slices-per-client": 2},
+    "sisa": {"method": "sisa", "chains.groups": 2, "chains.shards": 2, "slices-per-client": 2},
+    "fedcio": {"method": "fedcio", "chains.clusters": 2, "num-rounds": 2},
     "fedshard": {"method": "fedshard", "fedshard.fanout": 2, "fedshard.rounds-min": 1, "fedshard.rounds-max": 1,
                  "local-epochs": 1},
     "safe": {"method": "safe", "safe.coarse": 2, "safe.fine": 2, "num-rounds": 2, "local-epochs": 1},
+    "protosisa": {"method": "protosisa", "safe.coarse": 2, "num-rounds": 2, "local-epochs": 1},
 }
 
 

@@ -211,3 +211,17 @@ def test_method_groups_cover_every_method():
 
     assert set(METHOD_GROUP) == set(METHODS)
     assert {g for g in METHOD_GROUP.values() if g} <= set(CONFIG_GROUPS)
+
+
+def test_the_packaged_defaults_equal_the_pyproject_app_config_key_for_key_and_type_for_type():
+    """An installed copy reads its defaults from the package; the checkout's pyproject must say the same."""
+    import tomllib
+
+    from flwr.common.config import flatten_dict
+
+    from fedforget.inprocess import PYPROJECT
+
+    declared = dict(flatten_dict(tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["tool"]["flwr"]["app"]["config"]))
+    packaged = default_run_config()
+    assert list(packaged) == list(declared)
+    assert {k: (v, type(v)) for k, v in packaged.items()} == {k: (v, type(v)) for k, v in declared.items()}
