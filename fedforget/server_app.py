@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from logging import ERROR
 
 from flwr.app import Context
@@ -15,13 +16,47 @@ from fedforget.strategies.registry import get_method
 app = ServerApp()
 
 
+class RunConfigRefused(ConfigError):
+    """The run config was refused; its one line is already logged, so Flower's traceback of it is dropped.
+
+    Flower marks the run failed (``flwr ls`` shows sub-status ``failed`` with this message as details), but
+    ``flwr run --stream`` exits 0 whatever the run's status: the CLI streams the logs and never asks how the
+    run ended (``flwr/cli/log.py``), so nothing a ServerApp does gives it a non-zero exit code.
+    """
+
+
+class DropRefusedTraceback(logging.Filter):
+    """Drop the records that carry a :class:`RunConfigRefused` (Flower's "ServerApp raised an exception"
+    / "Simulation raised an exception" with its traceback): the one line before them says it all."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, RunConfigRefused):
+            return False
+        return not any(isinstance(arg, RunConfigRefused) for arg in (record.args or ()) if not isinstance(
+            record.args, dict))
+
+
+def quiet_refusals(logger: logging.Logger | None = None) -> None:
+    """Install :class:`DropRefusedTraceback` on Flower's logger once."""
+    logger = logger or logging.getLogger("flwr")
+    if not any(isinstance(f, DropRefusedTraceback) for f in logger.filters):
+        logger.addFilter(DropRefusedTraceback())
+
+
+def refusal_line(exc: ConfigError) -> str:
+    return (f"fedforget: bad run config: {exc}; fix it in --run-config (keys and values: pyproject.toml "
+            "[tool.flwr.app.config]; `fedforget run` checks them before submitting)")
+
+
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     try:
         cfg = parse_run_config(dict(context.run_config))
     except ConfigError as exc:
-        log(ERROR, "fedforget: bad run config: %s", exc)  # the one line a user needs, before Flower's traceback
-        raise
+        quiet_refusals()
+        log(ERROR, "%s", refusal_line(exc))  # the one line a user needs; Flower's traceback of it is dropped
+        raise RunConfigRefused(str(exc)) from None
     if cfg.action == "propagate":  # deletion on the clients now, no training (`forget --propagate`)
         from fedforget.strategies.propagate import run_propagation
 
