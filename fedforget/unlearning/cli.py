@@ -248,6 +248,22 @@ def audit(store: StoreOpt, as_json: JsonOpt = False) -> None:
             console.print(f"[yellow]{line}[/]")
 
 
+def known_request(handle: Store, request: int) -> None:
+    """Exit 2 with one line unless ``request`` is a request recorded in the store's ledger."""
+    try:
+        ledger = handle.ledger()
+        try:
+            known = {r[0] for r in ledger.db.execute("SELECT id FROM requests")}
+            last = ledger.last_request()
+        finally:
+            ledger.close()
+    except (StoreError, LedgerUsageError) as exc:
+        fail(str(exc))
+    if request not in known:
+        fail(f"unknown request {request}: " + (f"this store has requests 1..{last}" if last else
+             "this store has no forget requests yet") + " (`fedforget status` counts them; nothing was written)")
+
+
 @app.command()
 def receipt(
     request: Annotated[int | None, typer.Argument(help="The request id (`forget` prints it).", min=1,
@@ -291,6 +307,7 @@ def receipt(
     from fedforget.unlearning.verify import verify_store
 
     handle = open_store(store)
+    known_request(handle, request)  # before the key and the from-scratch training of `verify`
     try:
         key = load_or_create_key(handle.root)
         verified = None

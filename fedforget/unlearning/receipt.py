@@ -5,8 +5,13 @@ It states what was asked (the request's spec and units), which artifacts it inva
 the result of ``verify``; it is signed with Ed25519 (``cryptography``) by a key the coordinator keeps
 outside the store, so whoever holds the store cannot forge or alter a receipt.
 
-The key: ``$FEDFORGET_RECEIPT_KEY`` (a PEM file), else ``$FEDFORGET_HOME/.keys/receipt-ed25519.pem``,
-else ``~/.config/fedforget/receipt-ed25519.pem``; created (0600) on first use, never inside a store.
+The key: ``$FEDFORGET_RECEIPT_KEY`` (a PEM file), else ``receipt-ed25519.pem`` in the coordinator's
+secrets directory, outside any checkout: ``$FEDFORGET_SECRETS`` if set, else
+``${XDG_CONFIG_HOME:-~/.config}/fedforget/`` (directory 0700, key 0600). It is created on first use,
+atomically: concurrent first uses agree on one key (a private temp file hard-linked into place; the
+loser reads the winner's key). A key at the old default ``$FEDFORGET_HOME/.keys/receipt-ed25519.pem``
+(inside the checkout) is still used while none exists at the new place, so old receipts keep
+verifying; a line on stderr says so. Never inside a store.
 ``--check`` verifies the signature against that key's public half (or ``--public-key FILE``), so a
 receipt re-signed with another key is refused too.
 """
@@ -16,6 +21,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import secrets
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -32,12 +39,66 @@ class ReceiptError(ValueError):
     """The receipt is malformed, altered, or signed by another key; the message says which."""
 
 
+SECRETS_ENV = "FEDFORGET_SECRETS"
+_told_legacy: set[Path] = set()
+
+
+def secrets_dir() -> Path:
+    """The coordinator's secrets directory: ``$FEDFORGET_SECRETS``, else ``${XDG_CONFIG_HOME:-~/.config}/fedforget``."""
+    if os.environ.get(SECRETS_ENV):
+        return Path(os.path.expanduser(os.environ[SECRETS_ENV]))
+    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(config) / "fedforget"
+
+
+def legacy_key_path() -> Path | None:
+    """Where the key was kept before: inside the checkout (``$FEDFORGET_HOME/.keys``)."""
+    home = os.environ.get("FEDFORGET_HOME")
+    return Path(home) / ".keys" / KEY_NAME if home else None
+
+
 def key_path() -> Path:
     if os.environ.get(KEY_ENV):
         return Path(os.path.expanduser(os.environ[KEY_ENV]))
-    if os.environ.get("FEDFORGET_HOME"):
-        return Path(os.environ["FEDFORGET_HOME"]) / ".keys" / KEY_NAME
-    return Path.home() / ".config" / "fedforget" / KEY_NAME
+    path = secrets_dir() / KEY_NAME
+    legacy = legacy_key_path()
+    if not path.exists() and legacy is not None and legacy.is_file():
+        if legacy not in _told_legacy:
+            _told_legacy.add(legacy)
+            print(f"fedforget: using the receipt key at its old place {legacy} (none at {path}); move it there "
+                  f"or set {KEY_ENV}", file=sys.stderr)
+        return legacy
+    return path
+
+
+def private_dir(path: Path) -> None:
+    """Create ``path`` (and parents) with the directory itself owner-only (0700)."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.stat().st_uid == os.getuid() and path.stat().st_mode & 0o077:
+        os.chmod(path, 0o700)
+
+
+def create_once(path: Path, data: bytes) -> bytes:
+    """Write ``data`` to ``path`` (0600) unless it exists; return what ``path`` holds afterwards.
+
+    A private temp file (``O_CREAT|O_EXCL``, 0600), fsynced, is hard-linked into place: the link either
+    makes the whole file appear or fails with ``FileExistsError``, and then the winner's bytes are read,
+    so concurrent first uses end with one key and nobody reads a half-written one."""
+    private_dir(path.parent)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return path.read_bytes()
+    finally:
+        os.unlink(tmp)
+    return data
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -58,14 +119,9 @@ def load_or_create_key(store_root: Path | None = None):  # noqa: ANN201 - an Ed2
         raise LedgerUsageError(f"the receipt key {path} is inside the store; keep it outside (set {KEY_ENV})")
     if path.is_file():
         return serialization.load_pem_private_key(path.read_bytes(), password=None)
-    key = Ed25519PrivateKey.generate()
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption())
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(pem)
-    return key
+    pem = Ed25519PrivateKey.generate().private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                     serialization.NoEncryption())
+    return serialization.load_pem_private_key(create_once(path, pem), password=None)
 
 
 def _public_raw(key) -> bytes:  # noqa: ANN001 - an Ed25519 private or public key
