@@ -27,6 +27,12 @@ demo: setup
 	@$(ACTIVATE) && fedforget retrain --store $(DEMO_STORE) --federation local-simulation
 	@$(ACTIVATE) && fedforget verify --store $(DEMO_STORE)
 
+# stop this checkout's managed local SuperLink (by the pid listening on its own port, .flwr/local-superlink.env);
+# other checkouts' SuperLinks keep running
+.PHONY: superlink-stop
+superlink-stop: setup
+	@$(ACTIVATE) && python -m fedforget.local_superlink stop
+
 test: setup
 	@$(ACTIVATE) && ruff check . && python -m pytest -q $(PYTEST_ARGS)
 

@@ -69,7 +69,11 @@ else
   say ".venv is up to date"
 fi
 
-# 4. The environment Flower needs here, set by `source .venv/bin/activate`.
+# 4. The environment Flower needs here, set by `source .venv/bin/activate`. This checkout's own ports for
+#    Flower's managed local SuperLink (`flwr run . local-simulation`; Flower's default 39091/39093 is one per
+#    machine): derived from the checkout's path, recorded in .flwr/local-superlink.env (`make superlink-stop`).
+mkdir -p "$ROOT/.flwr"
+read -r SL_HTTP SL_CONTROL < <(FLWR_HOME="$ROOT/.flwr" "$VENV/bin/python" -m fedforget.local_superlink ports "$ROOT")
 marker="# >>> fedforget environment >>>"
 sed -i "/^$marker\$/,/^# <<< fedforget environment <<<\$/d" "$VENV/bin/activate"
 cat >> "$VENV/bin/activate" <<ACT
@@ -83,10 +87,11 @@ export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1
 export HF_HUB_OFFLINE=1
 export FLWR_TELEMETRY_ENABLED=0
 export RAY_DEDUP_LOGS=0
+export FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=$SL_HTTP
+export FLWR_LOCAL_CONTROL_API_PORT=$SL_CONTROL
 # <<< fedforget environment <<<
 ACT
 
 # 5. Flower's SuperLink connections: the Ray simulation (10 nodes) and the loopback deployment.
-mkdir -p "$ROOT/.flwr"
 "$VENV/bin/python" -m fedforget.flwr_config "$ROOT/.flwr/config.toml"
-say "ready: source .venv/bin/activate"
+say "ready: source .venv/bin/activate (local SuperLink of this checkout: 127.0.0.1:$SL_HTTP, control :$SL_CONTROL)"

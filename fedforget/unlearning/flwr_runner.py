@@ -16,9 +16,18 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 import fedforget
 from fedforget.store.store import resolve_store_path
 
+#: ANSI escape sequences (CSI such as colours and cursor moves, OSC such as hyperlinks, other escapes such as
+#: charset selection): Flower colours its log lines even when they are streamed into a pipe, and a log file
+#: must not hold them.
+ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]*[0-~])|\x9b[0-?]*[ -/]*[@-~]")
 ROUND_LINE = re.compile(r"round (\d+)/(\d+): test accuracy ([0-9.]+)")
 POSITION_LINE = re.compile(r"(\d+)/(\d+) chain positions trained")
 STAGE_LINE = re.compile(r"FedShard stage (\d+)/(\d+)")
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without ANSI escape sequences (what a log file written by fedforget holds)."""
+    return ANSI.sub("", text)
 
 
 def app_dir() -> Path:
@@ -50,7 +59,10 @@ def flwr_run(federation: str, run_config: str, store: str, console: Console) -> 
     log_path = store_path / "flwr-run.log"
     config = f"{run_config} store={json.dumps(str(store_path))}".strip()  # a TOML basic string
     cmd = [flwr_cli(), "run", str(app_dir()), federation, "--stream", "--run-config", config]
-    env = {**os.environ, "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+    from fedforget.local_superlink import ports_env
+
+    # this checkout's own local SuperLink (its ports recorded in $FLWR_HOME), never another checkout's
+    env = {**os.environ, **ports_env(), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "NO_COLOR": "1"}
     console.print(f"[dim]$ {' '.join(shlex.quote(c) for c in cmd)}[/]")
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the store stays owner-only
     with open(fd, "w", encoding="utf-8") as log, Progress(
@@ -62,6 +74,7 @@ def flwr_run(federation: str, run_config: str, store: str, console: Console) -> 
                                 cwd=app_dir())
         assert proc.stdout is not None
         for line in proc.stdout:
+            line = strip_ansi(line)
             log.write(line)
             log.flush()
             match = ROUND_LINE.search(line)
