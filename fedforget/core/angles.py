@@ -1,4 +1,4 @@
-"""Update angles (FedShard Eq. 1) and their sign (digest G2), on flattened updates (numpy only).
+"""Update angles (FedShard Eq. 1) and their sign, on flattened updates (numpy only).
 
 ``α_s = arccos(cos(Δθ_s, Δθ))`` is ≥ 0, but A1 needs negative, near-zero and positive angles. The
 sign is the side of the residual direction ``Δθ_s/‖Δθ_s‖ − Δθ/‖Δθ‖`` along the residuals' first

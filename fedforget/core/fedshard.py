@@ -4,10 +4,11 @@ Clients are the leaves. Stage 1 deals a seeded permutation of the clients into `
 each later stage merges about ``R`` shards of the stage below (A1), until one shard holds every
 client (``P = ⌈log_R K⌉`` stages). Every shard is one artifact whose lineage is its clients, so a
 leaving client invalidates exactly its path to the root, and retraining walks that path only, each
-shard starting from the re-aggregation of its (retrained or cached) children (digest §4.3 ★).
+shard starting from the re-aggregation of its (retrained or cached) children, never from a cached
+init that held the leaver.
 
 The tree (members, children, rounds) is the *plan*: retraining and ``verify`` replay it and never
-re-run A1/A2, because those read update angles that the leaver influenced (digest §1 caveat, G17).
+re-run A1/A2, because those read update angles that the leaver influenced.
 """
 
 from __future__ import annotations
@@ -221,7 +222,7 @@ class Child:
 
 
 def _merge_score(group: list[Child], cand: Child) -> tuple[float, float, int]:
-    """``calculateMe`` completed (digest §4.4): M_e over the clients of the candidate super-shard, each
+    """``calculateMe`` completed: M_e over the clients of the candidate super-shard, each
     client's cost its path so far plus the candidate's size; ties by |mean angle|, then index."""
     members = [*group, cand]
     size = sum(len(m.clients) for m in members)
@@ -288,7 +289,7 @@ def variance(values: Sequence[float]) -> float:
 def allocate_rounds(variances: Sequence[float], t_min: int, t_max: int, rule: str = "intent") -> list[int]:
     """A2: rounds per new shard from the variance of its children's angles.
 
-    ``intent`` (default, digest G5): linear and decreasing, the most homogeneous shard gets
+    ``intent`` (default): linear and decreasing, the most homogeneous shard gets
     ``t_max`` and the least ``t_min``. ``literal``: Eq. 2 as printed, ``T0 + (T1−T0)/v`` (≥ T1, → ∞ at
     the minimum variance), clipped to the range. ``constant``: every shard ``t_max``.
     """

@@ -1,4 +1,4 @@
-"""FedShard's costs and fairness metrics, counted on the tree (pure; digest §5 and §6).
+"""FedShard's costs and fairness metrics, counted on the tree (pure).
 
 Cost unit: a *client-round* is one client doing one FedAvg round of local training. "Member-rounds"
 count every member of a retrained shard, the leaver included (the paper's Eq. 14);
@@ -12,7 +12,7 @@ from typing import Any
 
 from fedforget.core.fedshard import ShardTree, num_stages
 
-#: Default ε of M_p's normalisation (digest G10); it is reported with every value.
+#: Default ε of M_p's normalisation; it is reported with every value.
 MP_EPSILON = 0.1
 
 

@@ -1,7 +1,7 @@
 """FedSGT Algorithm 1: deal every client slice into ``L`` groups by a seeded shuffle of slice ids.
 
 Index-driven only (no data semantics), so the grouping is reproducible from the seed and the list
-of units alone and can be reused unchanged when the method retrains from scratch (DESIGN §1).
+of units alone and can be reused unchanged when the method retrains from scratch.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 No torch, no flwr: the server strategy and the clients both use these, and unit tests check them.
 
-Replay timestamps (the digest's off-by-one, Algorithm 3): a client's *version* is the number of
+Replay timestamps (Algorithm 3's off-by-one): a client's *version* is the number of
 history entries applied to its θ_c. Updates are **lazy**: round t's (seeds, v̄) is only appended to
 the history; a client applies it when it next takes part, at the start of that round's forward
 phase. So a client in round t first replays entries ``version .. t-1`` and is then at version t,

@@ -1,4 +1,4 @@
-"""SAFE-DP's request budget (paper §8 / App. D, digest §3.4): how many forget requests a DP-trained
+"""SAFE-DP's request budget (paper §8 / App. D): how many forget requests a DP-trained
 neighbourhood absorbs before its adapter must be retrained, how a node's clique samples its DP
 negatives and composes their privacy loss, and the node-secret seeds of the DP randomness (pure)."""
 

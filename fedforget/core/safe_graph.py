@@ -1,10 +1,10 @@
 """SAFE's shard graph and synergistic bilevel sharding, federated (pure: no torch, no flwr).
 
-Edge convention (the paper's, digest §1): an edge ``(u, v)`` means "u points to v": the adapter of
+Edge convention (the paper's): an edge ``(u, v)`` means "u points to v": the adapter of
 ``u`` is trained on ``v``'s data. :meth:`ShardGraph.uses` is that out-neighbourhood (self included);
 :meth:`ShardGraph.dependents` is the in-neighbourhood, the adapters to retrain when ``v`` changes.
 
-Federated mapping (digest §7): a *refined node* is a cell ``(client, coarse group g, class k)``; the
+Federated mapping: a *refined node* is a cell ``(client, coarse group g, class k)``; the
 cells of coarse group ``g`` whose class is in ``π_g(f)`` form clique ``(g, f)``. One clique = one
 artifact (its per-class queries and heads), so a forgotten sample costs exactly its clique. Cells are
 stored as the ledger's units ``"partition:cell"`` with ``cell = g·K + k``, so ``--slice P:C`` names one.

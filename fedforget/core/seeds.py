@@ -1,4 +1,4 @@
-"""Seeds derived from tuples, so no draw depends on a global stream (DESIGN §4)."""
+"""Seeds derived from tuples, so no draw depends on a global stream."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The experiment directory: artifacts, manifest, ledger, metrics (DESIGN §6)."""
+"""The experiment directory: artifacts, manifest, ledger, metrics."""
 
 from fedforget.store.store import Store, StoreError
 

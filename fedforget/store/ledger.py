@@ -2,7 +2,7 @@
 
 Everything a forget request reads or changes lives in one SQLite database so that a request is one
 transaction: either every artifact it touches is invalid and the new serving plan is written, or
-nothing happened (DESIGN §6 "applied or pending, never half"). Look-ups go through indexes
+nothing happened ("applied or pending, never half"). Look-ups go through indexes
 (sample → unit → artifacts), so a request costs the same whether the store covers 10³ or 10⁷
 samples. ``BEGIN IMMEDIATE`` serialises concurrent coordinators.
 """

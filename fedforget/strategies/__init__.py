@@ -1,1 +1,1 @@
-"""One module per method, each driving Flower's Grid (DESIGN §2)."""
+"""One module per method, each driving Flower's Grid."""

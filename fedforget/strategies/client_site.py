@@ -49,7 +49,7 @@ def dataset_key(cfg: RunConfig) -> str:
 
 def client_state_dir(context: Context, cfg: RunConfig, partition: int) -> Path:
     """Where a node keeps what outlives a run: ``--node-config state-dir=…`` on a SuperNode, else
-    (simulation) ``<store>/clients/<partition>`` (DESIGN §6)."""
+    (simulation) ``<store>/clients/<partition>``."""
     configured = context.node_config.get("state-dir")
     if configured:
         return Path(str(configured))

@@ -9,9 +9,10 @@ angle and children are in the ledger, the tree in the manifest.
 
 ``action='retrain'`` makes the clients delete forgotten data for good, then walks the stages and
 retrains only invalid shards, each from the re-aggregation of its (retrained or cached) children,
-with the cached rounds: the path to the root for a leaving client (digest §4.3, fixes ★).
+with the cached rounds: the path to the root for a leaving client, never from the cached init that
+held the leaver.
 ``plan-file`` replays a stored tree instead of running A1/A2 (what ``verify`` does: the guarantee
-is relative to the plan, digest G17).
+is relative to the plan).
 
 Node failures follow the rule of :mod:`fedforget.strategies.failover`: a lost node is redone on the
 node that now holds its partition, a raising one once more on the same node, a bad reply (NaN,
@@ -187,8 +188,8 @@ class ShardTrainer:
         return results
 
     def _finish_probe(self) -> None:
-        """Per-client angles α_c from the first round of stage 1, where every client starts from θ^0
-        (digest G4): the reference the fairness metrics use for every method."""
+        """Per-client angles α_c from the first round of stage 1, where every client starts from θ^0:
+        the reference the fairness metrics use for every method."""
         clients = sorted(self._probe)
         if not clients:
             return

@@ -1,7 +1,7 @@
 """Talking to nodes: partition discovery, exchanges with a short poll, a deadline and safe retries.
 
 Every client reply is a pure function of the message and the node's partition (seeds come from the
-message, DESIGN §4), so re-sending a message that was lost in transport cannot change a result:
+message), so re-sending a message that was lost in transport cannot change a result:
 that is what makes retrying compatible with exactness. A ClientApp that raised is not retried (it
 would raise again); the run stops with its reason instead.
 """

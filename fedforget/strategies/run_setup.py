@@ -62,7 +62,7 @@ def local_test_share(data: TaskData, partition: int, num_partitions: int, seed: 
 
 def build_manifest(cfg: RunConfig, plan: PartitionPlan, backbone: Backbone, num_partitions: int,
                    backbone_artifact: str | None) -> dict[str, object]:
-    """The manifest of DESIGN §6: task, config, seeds, the sample → partition → unit map."""
+    """The manifest: task, config, seeds, the sample → partition → unit map."""
     return {
         "task": cfg.task,
         "method": cfg.method,

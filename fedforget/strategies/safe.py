@@ -59,7 +59,7 @@ def token_dim(cfg: RunConfig) -> int:
 
 def make_plan(cfg: RunConfig, run: ServerRun, shard: SafeShard | None = None,
               ) -> tuple[SafePlan, dict[int, dict[int, list[int]]]]:
-    """The graph from seeds and the partitions' labels only (digest §7.1), plus the safe shard's class counts."""
+    """The graph from seeds and the partitions' labels only, plus the safe shard's class counts."""
     labels = {}
     for p in sorted(run.plan.slices):
         ids = run.plan.partition_ids(p)

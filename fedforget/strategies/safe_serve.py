@@ -3,7 +3,7 @@
 ``SAFE(z) = (1 − λ)·M(G)(z) + λ·Proto(z)`` with ``λ = exp(−d|S|/100)`` fixed by the plan (paper §7).
 A class whose every adapter left the ensemble (instant forgetting) gets its prototype score mapped
 onto the logits' scale in place of the missing mean logit (:func:`prototype_logits`), or no score at
-all without prototypes (digest A11).
+all without prototypes.
 """
 
 from __future__ import annotations

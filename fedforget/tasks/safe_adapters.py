@@ -2,7 +2,7 @@
 
 Not LoRA: an InCA adapter is one learnable query ``q`` and head ``(v, b)`` per (class, clique) that
 attends over frozen backbone tokens through a cross-attention whose weights θ come from a seed and
-never train (paper §6, App. E; digest §2.5). LayerNorms have no affine parameters, softmax runs over
+never train (paper §6, App. E). LayerNorms have no affine parameters, softmax runs over
 tokens, never over queries, so every query is computed independently (Eq. 4) and sigmoid BCE keeps
 each binary classifier's gradient to its own logit (App. A).
 """

@@ -1,1 +1,1 @@
-"""Deterministic local loops: supervised training and evaluation (DESIGN §4)."""
+"""Deterministic local loops: supervised training and evaluation."""

@@ -1,4 +1,4 @@
-"""``fedforget fairness``: FedShard's M_e and M_p for the requests so far (digest §6, G4, G10–G12).
+"""``fedforget fairness``: FedShard's M_e and M_p for the requests so far.
 
 * Z_c, a client's unlearning cost if it asked to leave, is counted on the stored tree in
   client-rounds (and as 100·Z_c/Z_avg, unit-free); M_e weights its spread by the client's |α_c|.

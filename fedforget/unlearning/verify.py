@@ -1,10 +1,10 @@
 """``fedforget verify``: train from scratch on the remaining data and compare what is served, bit for bit.
 
 The scratch run is the same method, config, seed and plan (groups, sequences, clusters are drawn
-from the seed and the original partition plan, DESIGN §1), executed by the real ServerApp and
+from the seed and the original partition plan), executed by the real ServerApp and
 ClientApp objects on an in-process Grid whose clients hold tombstones for every forgotten sample.
 FedShard's scratch run replays the stored tree (``plan-file``): its merges and rounds were planned
-from update angles the leaver influenced, so "from scratch" means "on the same plan" (digest §1, G17).
+from update angles the leaver influenced, so "from scratch" means "on the same plan".
 
 What is compared is what a user is served, never only what the ledger says about it:
 
