@@ -52,6 +52,11 @@ CREATE TABLE IF NOT EXISTS retrains(id INTEGER PRIMARY KEY AUTOINCREMENT, at REA
 """ + PURGE_SCHEMA
 
 
+#: Where a usage error points to find what to forget (the CLI commands that read the sample index).
+FIND_COMMANDS = ("`fedforget samples --store DIR --client N` lists a client's samples and slices, "
+                 "`fedforget locate --store DIR --sample ID` finds a sample's client and slice")
+
+
 class LedgerUsageError(ValueError):
     """A request names something the store does not know; nothing was written."""
 
@@ -273,7 +278,7 @@ class Ledger:
         negative = [i for i in (*samples, *clients) if not 0 <= i < 2**63]  # ids are SQLite int64, never < 0
         if negative:
             raise LedgerUsageError(f"unknown id(s) {', '.join(map(str, negative[:5]))}: sample and client ids "
-                                   "are non-negative integers (`fedforget status` lists the partitions)")
+                                   f"are non-negative integers; {FIND_COMMANDS}")
         with self.transaction() as db:
             plan = self._plan(db)
             units_named = self._resolve_units(db, slices, clients)
@@ -325,7 +330,7 @@ class Ledger:
         if missing:
             shown = ", ".join(map(str, missing[:5])) + (" …" if len(missing) > 5 else "")
             raise LedgerUsageError(f"unknown sample id(s) {shown}: not in this store's training data "
-                                   "(sample ids are indices into the task's train split)")
+                                   f"(sample ids are indices into the task's train split); {FIND_COMMANDS}")
         return found
 
     def _resolve_units(self, db: sqlite3.Connection, slices: list[str], clients: list[int]) -> list[str]:
@@ -335,13 +340,12 @@ class Ledger:
                                                   chunk))
         missing = [s for s in slices if s not in units]
         if missing:
-            raise LedgerUsageError(f"unknown slice(s) {', '.join(missing[:5])}; `fedforget status` lists "
-                                   "partitions and slices (PARTITION:SLICE)")
+            raise LedgerUsageError(f"unknown slice(s) {', '.join(missing[:5])} (PARTITION:SLICE); {FIND_COMMANDS}")
         for c in clients:
             rows = [r[0] for r in db.execute("SELECT unit FROM units WHERE partition=?", (c,))]
             if not rows:
                 raise LedgerUsageError(f"unknown client {c}: this store has partitions "
-                                       f"0..{self._max_partition(db)}")
+                                       f"0..{self._max_partition(db)}; {FIND_COMMANDS}")
             units.update(rows)
         return sorted(units)
 

@@ -67,6 +67,57 @@ def status(
 
 
 @app.command()
+def samples(
+    store: StoreOpt,
+    client: Annotated[int, typer.Option("--client", help="The client (partition id) whose samples to list.",
+                                        min=0, max=2**63 - 1)],
+    slice_: Annotated[int | None, typer.Option("--slice", help="Only this slice of the client (its index).",
+                                               min=0, max=2**63 - 1)] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """A client's sample ids by slice (unit PARTITION:SLICE), and which are forgotten: what `forget` can name."""
+    from fedforget.unlearning.samples import client_samples
+
+    handle = open_store(store)
+    try:
+        data = client_samples(handle, client, slice_)
+    except (StoreError, LedgerUsageError) as exc:
+        fail(str(exc))
+    if as_json:
+        emit(data, True)
+        return
+    for s in data["slices"]:
+        gone = set(s["forgotten"])
+        ids = " ".join(f"[strike dim]{i}[/]" if i in gone else str(i) for i in s["samples"])
+        console.print(f"client {client} slice {s['slice']} (unit [cyan]{s['unit']}[/]): {len(s['samples'])} "
+                      f"sample(s)" + (f", {len(gone)} forgotten" if gone else "") + f": {ids}", soft_wrap=True)
+    console.print(f"[dim]forget one with `fedforget forget --store {store} --sample ID`, a slice with --slice "
+                  f"{client}:S, the client with --client {client}[/]", soft_wrap=True)
+
+
+@app.command()
+def locate(
+    store: StoreOpt,
+    sample: Annotated[int, typer.Option("--sample", help="Sample id (index in the train split).")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Which client, slice and unit hold a sample, and whether it is forgotten."""
+    from fedforget.unlearning.samples import locate_sample
+
+    handle = open_store(store)
+    try:
+        data = locate_sample(handle, sample)
+    except (StoreError, LedgerUsageError) as exc:
+        fail(str(exc))
+    if as_json:
+        emit(data, True)
+        return
+    state = f"forgotten by request #{data['request']}" if data["forgotten"] else "held"
+    console.print(f"sample {sample}: client {data['client']}, slice {data['slice']} (unit [cyan]{data['unit']}[/]) "
+                  f"· {state}", soft_wrap=True)
+
+
+@app.command()
 def forget(
     store: StoreOpt,
     sample: Annotated[list[int] | None, typer.Option("--sample", help="Sample id (index in the train split).")] = None,

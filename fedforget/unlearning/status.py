@@ -43,6 +43,9 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
         from fedforget.store.acks import request_acks
 
         acks = request_acks(ledger)
+        index = {"clients": int(ledger.db.execute("SELECT COUNT(DISTINCT partition) FROM units").fetchone()[0]),
+                 "slices": int(ledger.db.execute("SELECT COUNT(*) FROM units").fetchone()[0]),
+                 "samples": ledger.num_samples()}
     finally:
         ledger.close()
     acc = None
@@ -69,6 +72,7 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
         "retrain_required": bool(plan) and not serving.get("available"),
         "deletions_left": serving.get("deletions-left"),
         "sequences": _sequences(plan, serving),
+        "index": index,
         "requests": {"total": len(requests), "pending": sum(r["state"] == "pending" for r in requests),
                      "forgotten_samples": forgotten},
         "artifacts": artifacts,
@@ -130,6 +134,11 @@ def print_status(status: dict[str, Any], console: Console, show_artifacts: bool 
     console.print(f"requests {req['total']} ({req['pending']} pending a retrain) · forgotten samples "
                   f"{req['forgotten_samples']} · expected deletions left (δ) "
                   f"{'—' if left is None else f'{left:.2f}'}")
+    index = status.get("index")
+    if index:
+        console.print(f"data {index['samples']} samples in {index['slices']} slices of {index['clients']} clients · "
+                      "`fedforget samples --client N` lists a client's, `fedforget locate --sample ID` finds one",
+                      soft_wrap=True)
     if status.get("safe_shard"):
         console.print(f"safe shard {status['safe_shard']} server-held samples: every clique trains on them; "
                       "never forgotten")
