@@ -142,12 +142,35 @@ def test_dockerfile_passes_hadolint_and_a_sloppy_one_does_not(tmp_path):
     assert hadolint(sloppy).returncode != 0
 
 
+def stages(path: Path) -> list[str]:
+    """The Dockerfile's build stages, each from its FROM line on."""
+    return re.split(r"^(?=FROM )", path.read_text(), flags=re.M)[1:]
+
+
 def test_image_builds_on_flwr_superexec_with_cpu_torch_and_never_ships_secrets():
     text = (ROOT / "deploy" / "Dockerfile").read_text()
     assert re.search(r"^FROM flwr/superexec:", text, re.M)
     assert "ARG TORCH_VARIANT=cpu" in text and "download.pytorch.org/whl/${TORCH_VARIANT}" in text
-    for src in re.findall(r"^COPY (?:--chown=\S+ )?(.+) \S+$", text, re.M):
+    for src in re.findall(r"^COPY (?:--chown=\S+ )?(?!--from)(.+) \S+$", text, re.M):
         for part in src.split():
             assert (ROOT / part).exists(), f"COPY source {part} is missing"
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {"deploy/certs", "deploy/keys", "runs", ".venv"} <= set(ignored)
+
+
+@pytest.mark.parametrize("dockerfile", ["deploy/Dockerfile", "deploy/flwr-standin/Dockerfile"])
+def test_the_wheelhouse_stays_in_a_builder_stage_and_no_cuda_package_gets_in(dockerfile):
+    """A file COPYed into a layer stays in the image even when a later RUN deletes it: the wheelhouse is
+    read in a builder stage only, and the images take the installed result with COPY --from."""
+    *builders, final = stages(ROOT / dockerfile)
+    if dockerfile.endswith("standin/Dockerfile"):
+        final = "".join(s for s in [*builders, final] if not s.startswith("FROM ${ROOTFS_IMAGE} AS venv"))
+        builders = [s for s in builders if s.startswith("FROM ${ROOTFS_IMAGE} AS venv")]
+    assert builders and any("wheelhouse" in s for s in builders)
+    copies = re.findall(r"^COPY .*$", final, re.M)
+    assert copies and not any("wheelhouse" in c or c.split()[-2] == "." for c in copies), copies
+    assert any("--from=" in c for c in copies)
+    if dockerfile == "deploy/Dockerfile":
+        builder = next(s for s in builders if " AS builder" in s.splitlines()[0])
+        assert re.search(r"grep -iE '\^\(nvidia-\|cuda-\|triton\)'", builder)  # a CPU image with CUDA fails
+        assert "--from=builder" in final and "pip install --prefix" not in final
