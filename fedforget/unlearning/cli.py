@@ -28,6 +28,7 @@ FederationOpt = Annotated[str, typer.Option(help="SuperLink connection in $FLWR_
 RunConfigOpt = Annotated[str, typer.Option("--run-config", help="Flower run config, e.g. \"task='digits-mlp'\".")]
 StoreOpt = Annotated[str, typer.Option("--store", help="Store directory of a run (store= in the run config).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show the from-scratch reference run's log.")]
 
 
 def from_cwd(path: str) -> str:
@@ -41,6 +42,21 @@ def open_store(path: str) -> Store:
         return Store.open(from_cwd(path))
     except StoreError as exc:
         fail(str(exc))
+
+
+def reference_run(work, verbose: bool, what: str = "retraining from scratch as the reference"):  # noqa: ANN001, ANN201
+    """``work()`` (a from-scratch training in process) under a one-line progress; its Flower log only
+    with ``verbose``."""
+    from fedforget.unlearning.quiet import quiet_flwr_log
+
+    if verbose:
+        return work()
+    with console.status(f"{what}…") as line:
+        def progress(done: int, total: int, unit: str) -> None:
+            line.update(f"{what}: {done}/{total} {unit}")
+
+        with quiet_flwr_log(progress):
+            return work()
 
 
 def emit(data: dict, as_json: bool) -> None:
@@ -232,15 +248,16 @@ def retrain(store: StoreOpt, federation: FederationOpt = "local-simulation", as_
 def verify(
     store: StoreOpt,
     include_all: Annotated[bool, typer.Option("--all", help="Also compare artifacts that are not served.")] = False,
+    verbose: VerboseOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Retrain from scratch (in process) on the data minus everything forgotten; compare bit for bit."""
+    """Retrain from scratch (in process) on the data minus everything forgotten, as the reference; compare
+    what is served with it bit for bit (-v shows the reference run's log)."""
     from fedforget.unlearning.verify import verify_store
 
     handle = open_store(store)
     try:
-        with console.status("training from scratch on the remaining data…"):
-            result = verify_store(handle, include_all=include_all)
+        result = reference_run(lambda: verify_store(handle, include_all=include_all), verbose)
     except (StoreError, LedgerUsageError) as exc:
         fail(str(exc))
     if as_json:
@@ -324,6 +341,7 @@ def receipt(
     public_key: Annotated[str, typer.Option("--public-key", help="PEM key to check against (default: the "
                                             "coordinator's, see README 'Deletion receipts').")] = "",
     skip_verify: Annotated[bool, typer.Option("--no-verify", help="Do not run `verify` into the receipt.")] = False,
+    verbose: VerboseOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """A signed deletion certificate for REQUEST (Ed25519), or `--check FILE` to verify one (exit 1 if not)."""
@@ -363,8 +381,8 @@ def receipt(
         key = load_or_create_key(handle.root)
         verified = None
         if not skip_verify:
-            with console.status("verify: training from scratch on the remaining data…"):
-                verified = verify_store(handle)
+            verified = reference_run(lambda: verify_store(handle), verbose,
+                                     "verify: retraining from scratch as the reference")
         signed = sign_receipt(build_receipt(handle, request, verified), key)
     except (StoreError, LedgerUsageError, ValueError) as exc:
         fail(str(exc))
