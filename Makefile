@@ -15,16 +15,25 @@ AUTH ?= 0
 setup:
 	@bash tools/setup.sh
 
-# train FedSGT, forget one sample (instant, exact), see what is served, retrain through Flower, verify
+# train FedSGT, find and forget one sample (instant, exact), see what is served, verify against a from-scratch
+# reference, retrain through Flower, verify again; each step is headed by one line saying what it shows
 demo: setup
 	@rm -rf $(DEMO_STORE)
+	@echo "== 1/7 train FedSGT on Fashion-MNIST through Flower's simulation engine (10 clients)"
 	@$(ACTIVATE) && fedforget run --federation local-simulation --store $(DEMO_STORE) --run-config "$(DEMO_CONFIG)"
+	@echo "== 2/7 what the store serves: sequences, their active prefixes, artifacts, accuracy"
 	@$(ACTIVATE) && fedforget status --store $(DEMO_STORE)
-	@$(ACTIVATE) && fedforget forget --store $(DEMO_STORE) --sample $$(python -c "import json; \
-		print(json.load(open('$(DEMO_STORE)/manifest.json'))['partitions']['3'][1][0])")
+	@echo "== 3/7 find a sample of client 3 (fedforget samples / locate) and forget it: instant, exact, no training"
+	@$(ACTIVATE) && sample=$$(fedforget samples --store $(DEMO_STORE) --client 3 --slice 1 --json \
+		| python -c "import json, sys; print(json.load(sys.stdin)['slices'][0]['samples'][0])") \
+		&& fedforget locate --store $(DEMO_STORE) --sample $$sample && fedforget forget --store $(DEMO_STORE) --sample $$sample
+	@echo "== 4/7 what is served now (shorter prefixes, nothing that saw the sample) and its test accuracy"
 	@$(ACTIVATE) && fedforget status --store $(DEMO_STORE) && fedforget evaluate --store $(DEMO_STORE)
+	@echo "== 5/7 verify: train the from-scratch reference without the sample (in process), compare what is served bit for bit"
 	@$(ACTIVATE) && fedforget verify --store $(DEMO_STORE)
+	@echo "== 6/7 retrain through Flower: client 3 deletes the sample for good, the invalidated artifacts are rebuilt"
 	@$(ACTIVATE) && fedforget retrain --store $(DEMO_STORE) --federation local-simulation
+	@echo "== 7/7 verify the retrained store: train the from-scratch reference again, compare bit for bit"
 	@$(ACTIVATE) && fedforget verify --store $(DEMO_STORE)
 
 # stop this checkout's managed local SuperLink (by the pid listening on its own port, .flwr/local-superlink.env);
