@@ -93,6 +93,68 @@ def ports_env(flwr_home: str | os.PathLike[str] | None = None) -> dict[str, str]
     return {} if pair is None else {HTTP_ENV: str(pair[0]), CONTROL_ENV: str(pair[1])}
 
 
+def local_address(federation: str, flwr_home: Path) -> str | None:
+    """``:local:`` or ``:local-in-memory:`` when connection ``federation`` of ``flwr_home/config.toml`` is
+    Flower's managed local SuperLink, else None."""
+    import tomllib
+
+    try:
+        config = tomllib.loads((flwr_home / "config.toml").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    address = ((config.get("superlink") or {}).get(federation) or {}).get("address")
+    return address if address in (":local:", ":local-in-memory:") else None
+
+
+def healthy(http_port: int, timeout: float = 0.4) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"http://127.0.0.1:{http_port}/health", timeout=timeout).is_success
+    except httpx.HTTPError:
+        return False
+
+
+def superlink_command(flwr_home: Path, http_port: int, control_port: int, in_memory: bool = False) -> list[str]:
+    """The command ``flwr`` itself starts its managed local SuperLink with (flwr/cli/local_superlink.py)."""
+    beside = Path(sys.executable).parent / "flower-superlink"
+    runtime = flwr_home / "local-superlink"
+    cmd = [str(beside) if beside.is_file() else "flower-superlink", "--insecure", "--simulation",
+           "--isolation", "subprocess", "--control-api-address", f"127.0.0.1:{control_port}", "--host", "127.0.0.1",
+           "--port", str(http_port), "--log-file", str(runtime / "superlink.log"),
+           "--log-rotation-interval-hours", "24", "--log-rotation-backup-count", "7"]
+    return cmd if in_memory else [*cmd, "--database", str(runtime / "state.db")]
+
+
+def ensure_started(federation: str, env: dict[str, str], timeout: float = 180.0) -> None:
+    """Start this checkout's managed local SuperLink ahead of ``flwr run`` when ``federation`` is one.
+
+    ``flwr`` waits a hard-coded 15 s for the SuperLink it starts and kills it after that; on a loaded
+    2-core machine start-up can take longer, and the run fails. Started here (the same command, on this
+    checkout's ports, detached like flwr's), it gets ``timeout`` seconds; ``flwr run`` then finds it up.
+    Does nothing for other connections, without recorded ports, or when it already answers."""
+    import subprocess
+    import time
+
+    home = env.get("FLWR_HOME")
+    address = local_address(federation, Path(home)) if home else None
+    if address is None or not env.get(HTTP_ENV) or not env.get(CONTROL_ENV):
+        return
+    http, control = int(env[HTTP_ENV]), int(env[CONTROL_ENV])
+    if healthy(http):
+        return
+    (Path(home) / "local-superlink").mkdir(parents=True, exist_ok=True)
+    cmd = superlink_command(Path(home), http, control, in_memory=address == ":local-in-memory:")
+    proc = subprocess.Popen(cmd, env={**env, "FLWR_DISABLE_UPDATE_CHECK": "1"},
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if healthy(http):
+            return
+        time.sleep(0.3)
+
+
 @dataclass(frozen=True)
 class Listener:
     """A process and the local TCP ports it listens on."""

@@ -64,6 +64,10 @@ def flwr_run(federation: str, run_config: str, store: str, console: Console) -> 
     # this checkout's own local SuperLink (its ports recorded in $FLWR_HOME), never another checkout's
     env = {**os.environ, **ports_env(), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "NO_COLOR": "1"}
     console.print(f"[dim]$ {' '.join(shlex.quote(c) for c in cmd)}[/]")
+    from fedforget.local_superlink import ensure_started
+
+    with console.status("starting this checkout's local SuperLink…"):
+        ensure_started(federation, env)  # flwr gives its own start-up only 15 s, too few on a loaded machine
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the store stays owner-only
     with open(fd, "w", encoding="utf-8") as log, Progress(
         TextColumn("[bold blue]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),

@@ -94,3 +94,21 @@ def test_superlink_stop_stops_this_checkouts_superlink_and_leaves_another_runnin
         for proc in (mine, other):
             proc.kill()
             proc.wait()
+
+
+def test_a_superlink_started_ahead_of_flwr_is_the_one_stop_selects(tmp_path):
+    (tmp_path / "config.toml").write_text('[superlink.local-simulation]\naddress = ":local:"\n\n'
+                                          '[superlink.docker]\naddress = "127.0.0.1:8000"\n')
+    assert ls.local_address("local-simulation", tmp_path) == ":local:"
+    assert ls.local_address("docker", tmp_path) is None and ls.local_address("nope", tmp_path) is None
+    cmd = ls.superlink_command(tmp_path, 21004, 21006)
+    assert "--simulation" in cmd and cmd[cmd.index("--control-api-address") + 1] == "127.0.0.1:21006"
+    assert superlinks_on(21004, [Listener(7, ("/venv/bin/python", *cmd), frozenset({21004}))]) == [7]
+
+
+def test_ensure_started_leaves_other_connections_alone(tmp_path, monkeypatch):
+    (tmp_path / "config.toml").write_text('[superlink.docker]\naddress = "127.0.0.1:8000"\n')
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: (_ for _ in ()).throw(AssertionError("started")))
+    env = {"FLWR_HOME": str(tmp_path), ls.HTTP_ENV: "21004", ls.CONTROL_ENV: "21006"}
+    ls.ensure_started("docker", env)
+    ls.ensure_started("local-simulation", {**env, ls.HTTP_ENV: ""})
