@@ -27,21 +27,29 @@ class RunConfigRefused(ConfigError):
 
 class DropRefusedTraceback(logging.Filter):
     """Drop the records that carry a :class:`RunConfigRefused` (Flower's "ServerApp raised an exception"
-    / "Simulation raised an exception" with its traceback): the one line before them says it all."""
+    / "Simulation raised an exception" with its traceback), and, once a refusal was logged, Flower's
+    closing "Exit Code: N ... An unhandled exception occurred" (flwr/supercore/exit/exit.py): the one line
+    before them says it all. Every other record, traceback included, passes."""
+
+    refused = False
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, RunConfigRefused):
             return False
-        return not any(isinstance(arg, RunConfigRefused) for arg in (record.args or ()) if not isinstance(
-            record.args, dict))
+        if isinstance(record.args, tuple) and any(isinstance(arg, RunConfigRefused) for arg in record.args):
+            return False
+        return not (self.refused and record.levelno >= ERROR and str(record.msg).startswith("Exit Code: "))
 
 
 def quiet_refusals(logger: logging.Logger | None = None) -> None:
-    """Install :class:`DropRefusedTraceback` on Flower's logger once."""
+    """Install :class:`DropRefusedTraceback` on Flower's logger once, marked as having seen a refusal."""
     logger = logger or logging.getLogger("flwr")
-    if not any(isinstance(f, DropRefusedTraceback) for f in logger.filters):
-        logger.addFilter(DropRefusedTraceback())
+    mine = [f for f in logger.filters if isinstance(f, DropRefusedTraceback)]
+    if not mine:
+        mine = [DropRefusedTraceback()]
+        logger.addFilter(mine[0])
+    mine[0].refused = True
 
 
 def refusal_line(exc: ConfigError) -> str:

@@ -51,6 +51,7 @@ def test_bad_method_logs_one_line_naming_the_key_and_no_traceback(flwr_lines):
     log(logging.ERROR, "%s raised an exception", "ServerApp", exc_info=exc)
     log(logging.ERROR, "%s raised an exception", "Simulation", exc_info=exc)
     log(logging.ERROR, "An exception occurred !! %s", exc)
+    log(logging.ERROR, "Exit Code: 700\n\nAn unhandled exception occurred when running the simulation.")
     errors = [r for r in flwr_lines.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1, flwr_lines.text()
     line = errors[0].getMessage()
