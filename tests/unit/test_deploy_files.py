@@ -62,9 +62,12 @@ def flags(service: dict) -> list[str]:
 
 
 def executable(service: dict) -> str | None:
+    """The flwr executable the service's `command` goes to: the image's entrypoint, or the one a shell
+    entrypoint passes its arguments on to (named last, as its $0)."""
     image = service["image"].split(":")[0]
-    if service.get("entrypoint"):
-        return None
+    entrypoint = service.get("entrypoint")
+    if entrypoint:
+        return entrypoint[-1] if entrypoint[-1] == ENTRYPOINTS.get(image) else None
     return ENTRYPOINTS.get(image)
 
 
@@ -124,6 +127,10 @@ def test_tls_overlay_leaves_no_insecure_link_and_auth_overlay_registers_every_no
         assert node["depends_on"]["register-supernodes"]["condition"] == "service_completed_successfully"
         assert {v["target"] for v in node["volumes"]} >= {"/certs", "/keys"}
     assert len(keys) == NODES
+    # a SuperNode refused activation (its previous session not yet timed out) is started again
+    for i in range(NODES):
+        script = auth[f"supernode-{i}"]["entrypoint"]
+        assert script[:2] == ["/bin/sh", "-c"] and "flower-supernode" in script[2] and "trap" in script[2]
     assert "--enable-supernode-auth" not in services(BASE, TLS)["superlink"]["command"]  # control
 
 
