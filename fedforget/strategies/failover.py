@@ -2,8 +2,9 @@
 
 Rule (docs/design-decisions.md): a message whose node is unavailable (a ``NODE_UNAVAILABLE``
 error, or no reply before the round timeout) or whose reply is malformed is **redone**: sent again,
-unchanged, to the node that now holds the same partition (a restarted SuperNode has a new node id;
-it is found with the same ``query`` the run starts with). Replies are pure functions of the message and
+unchanged, to the node that now holds the same partition (a restarted SuperNode has a new node id,
+or its old one when it authenticates with a registered key; either way it is found with the same
+``query`` the run starts with). Replies are pure functions of the message and
 the partition's data, so a redone message gives the bytes the first would have. A partition that has
 not come back within the rejoin window is **excluded**: every artifact that needs it in this run is
 left unbuilt (not recorded, so never served; the next ``fedforget retrain`` builds it), and every
@@ -55,13 +56,17 @@ def _readdress(msg: Message, node: int) -> Message:
 
 
 def find_partition_nodes(grid: Grid, nodes: dict[int, int], wanted: set[int], timeout: float) -> dict[int, int]:
-    """Ask nodes the run has not mapped yet which partition they hold; return the new ``{partition: node}``."""
+    """Ask the online nodes that may hold a ``wanted`` partition which partition they hold; return the
+    ``{partition: node}`` found. Those are the nodes the run has not mapped yet (a restarted SuperNode
+    that registers itself gets a new node id) and the wanted partitions' own nodes when they are online
+    again (a SuperNode that authenticates with its registered key keeps its node id across restarts)."""
     known = set(nodes.values())
-    fresh = sorted(n for n in grid.get_node_ids() if n not in known)
-    if not fresh or not wanted:
+    lost = {nodes[p] for p in wanted if p in nodes}
+    ask = sorted(n for n in grid.get_node_ids() if n not in known or n in lost)
+    if not ask or not wanted:
         return {}
     query = [Message(RecordDict({"config": ConfigRecord({"ask": "partition"})}), dst_node_id=n,
-                     message_type=MessageType.QUERY) for n in fresh]
+                     message_type=MessageType.QUERY) for n in ask]
     found = {}
     for reply in send_slots(grid, query, timeout):
         if reply is None or reply.has_error():
