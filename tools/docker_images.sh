@@ -19,6 +19,7 @@ ROOTFS_IMAGE=${ROOTFS_IMAGE:-fedforget/debian-rootfs:bookworm}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
 WHEELS=$ROOT/deploy/wheelhouse
+STAMP=$ROOT/.deploy/wheelhouse.key
 export DOCKER_BUILDKIT=0   # the classic builder: no buildx plugin and no frontend image to pull
 say() { printf '\033[1;34m[docker-images]\033[0m %s\n' "$*"; }
 die() { echo "docker-images: $*" >&2; exit "${2:-1}"; }
@@ -56,14 +57,15 @@ wheelhouse() {
   # a wheelhouse that holds everything these lists name is not downloaded again
   key=$(cat "$WHEELS/flwr/requirements.txt" "$WHEELS/app/torch-requirements.txt" "$ROOT/requirements.lock" \
         <(echo "$assets") | sha256sum | cut -c1-16)
-  if [ "$(cat "$WHEELS/app/.complete" 2>/dev/null)" = "$key" ]; then say "wheelhouse up to date"; return; fi
+  # (the stamp is kept outside the build context, so writing it does not invalidate the build cache)
+  if [ "$(cat "$STAMP" 2>/dev/null)" = "$key" ]; then say "wheelhouse up to date"; return; fi
   say "wheelhouse: flwr==$FLWR_VERSION and the pinned set (pip download through this host's configuration)"
   "$PYTHON" -m pip download -q --no-deps --dest "$WHEELS/flwr" -r "$WHEELS/flwr/requirements.txt" 2>&1 \
     | { grep -v 'is ignored' || true; }
   # shellcheck disable=SC2086
   "$PYTHON" -m pip download -q --no-deps --dest "$WHEELS/app" -r "$ROOT/requirements.lock" \
     -r "$WHEELS/app/torch-requirements.txt" $assets 2>&1 | { grep -v 'is ignored' || true; }
-  echo "$key" > "$WHEELS/app/.complete"
+  mkdir -p "$(dirname "$STAMP")" && echo "$key" > "$STAMP"
   took "wheelhouse ($(du -sh "$WHEELS" | cut -f1))" "$t0"
 }
 
