@@ -6,6 +6,11 @@ ACTIVATE := source $(VENV)/bin/activate
 DEMO_STORE ?= runs/demo
 DEMO_CONFIG ?= method='fedsgt' task='fmnist-cnn' chains.groups=5 chains.budget=5 train-size=3000 test-size=1000 seed=1
 PYTEST_ARGS ?=
+# pytest-xdist workers: most tests wait on Flower's polls and process start-ups, so more than the cores
+TEST_WORKERS ?= 4
+# CONTAINERS=0 leaves out the compose tests (they then skip and say so); by default `make test` starts a
+# Docker engine (installing it as root) and runs them, and a missing engine fails the run
+CONTAINERS ?= 1
 # `make deploy-up TLS=1 AUTH=1`: TLS on the SuperLink and SuperNode authentication (AUTH implies TLS)
 TLS ?= 0
 AUTH ?= 0
@@ -42,11 +47,15 @@ demo: setup
 superlink-stop: setup
 	@$(ACTIVATE) && python -m fedforget.local_superlink stop
 
+# everything: ruff, unit, integration, e2e (Ray, loopback, the installed wheel) and the containers
 test: setup
-	@$(ACTIVATE) && ruff check . && python -m pytest -q $(PYTEST_ARGS)
+	@if [ "$(CONTAINERS)" = 1 ]; then bash tools/docker_engine.sh; fi
+	@$(ACTIVATE) && ruff check . && FEDFORGET_DOCKER_E2E=$(CONTAINERS) python -m pytest -q -n $(TEST_WORKERS) \
+		--dist loadscope $(PYTEST_ARGS)
 
+# unit and integration only (no Flower processes, no containers)
 test-fast: setup
-	@$(ACTIVATE) && python -m pytest -q -m "not e2e" $(PYTEST_ARGS)
+	@$(ACTIVATE) && python -m pytest -q -n $(TEST_WORKERS) --dist loadscope -m "not e2e" $(PYTEST_ARGS)
 
 lint: setup
 	@$(ACTIVATE) && ruff check .
