@@ -18,6 +18,8 @@ fi
 if [ ${#packages[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     say "missing: ${packages[*]}; install them (apt-get install -y ${packages[*]}) or run as root"
+    # debootstrap is needed only for stand-in images that are not built yet (tools/docker_images.sh says so)
+    answers && exit 0
     exit 2
   fi
   say "installing ${packages[*]} (apt-get)"
@@ -36,6 +38,9 @@ if [ "$(id -u)" != 0 ]; then
   exit 2
 fi
 mkdir -p "$ROOT/.deploy"
+# a dockerd that died (e.g. with the machine) leaves its pid file behind, and a new one refuses to start
+pidfile=/var/run/docker.pid
+if [ -f "$pidfile" ] && ! kill -0 "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null; then rm -f "$pidfile"; fi
 start=$SECONDS
 # containerd comes with docker.io; dockerd starts its own when none runs
 nohup dockerd >"$ROOT/.deploy/dockerd.log" 2>&1 &
