@@ -35,6 +35,8 @@ from fedforget.strategies.messaging import PARTITION_KEY, NodeFailure, ReliableG
 
 REJOIN_ENV = "FEDFORGET_NODE_REJOIN_S"
 DEFAULT_REJOIN_S = 90.0
+#: how often a partition whose node was reported gone is redone on that same node when it is back
+MAX_SAME_NODE_REDOS = 2
 #: errors that mean "the node is gone" (redo elsewhere), as opposed to a ClientApp that raised (a bug)
 GONE = frozenset({ErrorCode.NODE_UNAVAILABLE, ErrorCode.MESSAGE_UNAVAILABLE, ErrorCode.REPLY_MESSAGE_UNAVAILABLE,
                   ErrorCode.CLIENT_APP_CRASHED})
@@ -55,14 +57,17 @@ def _readdress(msg: Message, node: int) -> Message:
     return Message(msg.content, dst_node_id=node, message_type=meta.message_type, group_id=meta.group_id or None)
 
 
-def find_partition_nodes(grid: Grid, nodes: dict[int, int], wanted: set[int], timeout: float) -> dict[int, int]:
+def find_partition_nodes(grid: Grid, nodes: dict[int, int], wanted: set[int], timeout: float,
+                         reported_gone: set[int] = frozenset()) -> dict[int, int]:
     """Ask the online nodes that may hold a ``wanted`` partition which partition they hold; return the
     ``{partition: node}`` found. Those are the nodes the run has not mapped yet (a restarted SuperNode
-    that registers itself gets a new node id) and the wanted partitions' own nodes when they are online
-    again (a SuperNode that authenticates with its registered key keeps its node id across restarts)."""
+    that registers itself gets a new node id) and, for the partitions in ``reported_gone``, their own
+    nodes once they are online again (a SuperNode that authenticates with a registered key keeps its
+    node id across restarts). A node that stayed online and fell silent is not asked again: it would
+    answer the query and swallow the redone message, for ever."""
     known = set(nodes.values())
-    lost = {nodes[p] for p in wanted if p in nodes}
-    ask = sorted(n for n in grid.get_node_ids() if n not in known or n in lost)
+    rejoined = {nodes[p] for p in wanted & set(reported_gone) if p in nodes}
+    ask = sorted(n for n in grid.get_node_ids() if n not in known or n in rejoined)
     if not ask or not wanted:
         return {}
     query = [Message(RecordDict({"config": ConfigRecord({"ask": "partition"})}), dst_node_id=n,
@@ -91,10 +96,12 @@ def exchange_redo_or_exclude(grid: Grid, nodes: dict[int, int], messages: Sequen
     current = list(messages)
     deadline: float | None = None
     rejected: dict[int, int] = {}
+    same_node_redos: dict[int, int] = {}
     raised_why: dict[int, str] = {}
     while pending:
         answers = send_slots(grid, [current[i] for i in pending], timeout)
         lost = []
+        reported_gone: set[int] = set()  # Flower said the node is gone (not merely silent)
         for i, reply in zip(pending, answers, strict=True):
             p = partitions[i]
             raised = reply is not None and reply.has_error() and reply.error.code not in GONE
@@ -107,6 +114,8 @@ def exchange_redo_or_exclude(grid: Grid, nodes: dict[int, int], messages: Sequen
             log(WARNING, "fedforget: partition %d: %s", p, why)
             if raised:
                 raised_why[i] = why
+            elif reply is not None and reply.has_error() and same_node_redos.get(p, 0) < MAX_SAME_NODE_REDOS:
+                reported_gone.add(p)
             if reply is not None and (raised or not reply.has_error()):  # raised or malformed: one more try
                 rejected[p] = rejected.get(p, 0) + 1
                 if rejected[p] > 1:
@@ -117,9 +126,11 @@ def exchange_redo_or_exclude(grid: Grid, nodes: dict[int, int], messages: Sequen
         deadline = deadline or time.monotonic() + rejoin
         gone = {partitions[i] for i in lost if partitions[i] not in rejected}
         while gone:  # asked at least once, so a node already back is found even with no rejoin window
-            moved = find_partition_nodes(grid, nodes, gone, max(1.0, deadline - time.monotonic()))
+            moved = find_partition_nodes(grid, nodes, gone, max(1.0, deadline - time.monotonic()), reported_gone)
             for p, node in moved.items():
                 log(WARNING, "fedforget: partition %d is back on node %d; redoing its work", p, node)
+                if node == nodes.get(p):
+                    same_node_redos[p] = same_node_redos.get(p, 0) + 1
                 nodes[p] = node
                 gone.discard(p)
             if not gone or time.monotonic() >= deadline:
