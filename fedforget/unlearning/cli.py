@@ -339,7 +339,7 @@ def receipt(
     store: Annotated[str, typer.Option("--store", help="Store directory of a run.")] = "",
     check: Annotated[str, typer.Option("--check", help="Check a receipt FILE's signature instead.")] = "",
     public_key: Annotated[str, typer.Option("--public-key", help="PEM key to check against (default: the "
-                                            "coordinator's, see README 'Deletion receipts').")] = "",
+                                            "coordinator's, see the docs' Erasure and receipts page).")] = "",
     skip_verify: Annotated[bool, typer.Option("--no-verify", help="Do not run `verify` into the receipt.")] = False,
     verbose: VerboseOpt = False,
     as_json: JsonOpt = False,
@@ -456,7 +456,7 @@ def fairness(store: StoreOpt, as_json: JsonOpt = False) -> None:
                       f"{r['client-rounds']} client-rounds")
 
 
-# Bounds of the theory commands' numbers (README "Bounds"): beyond them, exit 2 with one line. The
+# Bounds of the theory commands' numbers (docs/cli.md, "Bounds"): beyond them, exit 2 with one line. The
 # Monte-Carlo's work (core.theory.monte_carlo_work) costs ≤ ~1.2 µs a step on one loaded core.
 MAX_GROUPS, MAX_BUDGET, MAX_SHARDS, MAX_CLUSTERS, MAX_TRIALS = 1000, 10_000, 1000, 100_000, 1_000_000
 MAX_MC_WORK = 25_000_000

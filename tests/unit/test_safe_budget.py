@@ -76,6 +76,6 @@ def test_bad_adapter_settings_are_refused_with_the_key_named(key, value):
 
 def test_protosisa_left_at_its_defaults_deals_safe_coarse_shards_and_safe_groups_classes():
     sisa = parse_run_config({"method": "protosisa", "task": "fmnist-effnet", "safe.coarse": 8})
-    assert (sisa.coarse, sisa.fine) == (8, 1)  # uniform shards are coarse·fine: eight, as the README says
+    assert (sisa.coarse, sisa.fine) == (8, 1)  # uniform shards are coarse·fine: eight, as the SAFE docs page says
     safe = parse_run_config({"method": "safe", "task": "fmnist-effnet"})
     assert (safe.coarse, safe.fine) == (4, 2)
