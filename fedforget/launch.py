@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 
+from fedforget.process_tree import kill_tree
 from fedforget.unlearning.flwr_runner import app_dir
 
 LOOPBACK_SCRIPT = "deploy/loopback.sh"
@@ -45,26 +46,6 @@ def free_port_block(size: int) -> int:
         except OSError:
             continue
     raise RuntimeError("no block of free ports on 127.0.0.1")
-
-
-def kill_tree(pid: int, timeout: float = 10.0) -> None:
-    """SIGTERM a process and its descendants, then SIGKILL what is left."""
-    try:
-        root = psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        return
-    procs = [root, *root.children(recursive=True)]
-    for proc in procs:
-        try:
-            proc.terminate()
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=timeout)
-    for proc in alive:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
 
 
 def _processes_with(*needles: str) -> list[psutil.Process]:

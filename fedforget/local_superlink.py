@@ -197,7 +197,7 @@ def listeners() -> list[Listener]:
 
 def stop(flwr_home: Path) -> int:
     """Stop this checkout's SuperLink (and its children: simulation, Ray); 0 also when none runs."""
-    from fedforget.launch import kill_tree
+    from fedforget.process_tree import kill_tree
 
     pair = read_ports(flwr_home)
     if pair is None:
