@@ -7,8 +7,9 @@ DEMO_STORE ?= runs/demo
 # 3 groups x 3 sequences (9 chain positions, 25 with 5 x 5) on 2,000 samples, to keep `make demo` short on 2 cores
 DEMO_CONFIG ?= method='fedsgt' task='fmnist-cnn' chains.groups=3 chains.budget=3 train-size=2000 test-size=1000 seed=1
 PYTEST_ARGS ?=
-# pytest-xdist workers: most tests wait on Flower's polls and process start-ups, so more than the cores
-TEST_WORKERS ?= 4
+# pytest-xdist workers for unit + integration (CPU-bound) and for the e2e tests (on heartbeat deadlines)
+TEST_WORKERS ?= 3
+E2E_WORKERS ?= 2
 # CONTAINERS=0 leaves out the compose tests (they then skip and say so); by default `make test` starts a
 # Docker engine (installing it as root) and runs them, and a missing engine fails the run
 CONTAINERS ?= 1
@@ -48,14 +49,11 @@ demo: setup
 superlink-stop: setup
 	@$(ACTIVATE) && python -m fedforget.local_superlink stop
 
-# everything: ruff, unit, integration, e2e (Ray, loopback, the installed wheel) in parallel, then the
-# containers on their own (a loaded machine starves their ClientApps' first heartbeat)
+# everything, in tiers (tools/run_tests.sh): ruff; unit + integration in parallel while the container images
+# build; the Flower-runtime e2e tests two at a time; the compose tests alone
 test: setup
-	@if [ "$(CONTAINERS)" = 1 ]; then bash tools/docker_engine.sh; fi
-	@$(ACTIVATE) && ruff check . && FEDFORGET_DOCKER_E2E=0 python -m pytest -q -n $(TEST_WORKERS) --dist loadscope \
-		$(PYTEST_ARGS)
-	@if [ "$(CONTAINERS)" = 1 ]; then $(ACTIVATE) && bash tools/docker_images.sh && FEDFORGET_DOCKER_E2E=1 \
-		python -m pytest -q -rs tests/e2e/test_docker_compose.py $(PYTEST_ARGS); fi
+	@TEST_WORKERS=$(TEST_WORKERS) E2E_WORKERS=$(E2E_WORKERS) CONTAINERS=$(CONTAINERS) PYTEST_ARGS="$(PYTEST_ARGS)" \
+		bash tools/run_tests.sh
 
 # unit and integration only (no Flower processes, no containers)
 test-fast: setup

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# `make test`: every tier, in the order that keeps a 2-core machine both busy and responsive.
+#
+#   1. ruff
+#   2. unit + integration, TEST_WORKERS in parallel (CPU-bound, no deadlines); the container images build
+#      beside them (tools/docker_images.sh, logged to .deploy/images.log)
+#   3. the Flower-runtime end-to-end tests (Ray, loopback SuperLink + SuperNodes, the installed wheel),
+#      E2E_WORKERS at a time: their SuperNodes heartbeat on deadlines, and a crowded machine turns a
+#      late heartbeat into a node declared gone and work redone
+#   4. the compose tests, alone, for the same reason
+#
+# Every tier runs even when an earlier one fails; the exit status is non-zero when any failed.
+# CONTAINERS=0 leaves out the engine, the images and tier 4 (the compose tests then skip and say so).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+TEST_WORKERS=${TEST_WORKERS:-3}
+E2E_WORKERS=${E2E_WORKERS:-2}
+CONTAINERS=${CONTAINERS:-1}
+read -r -a EXTRA <<< "${PYTEST_ARGS:-}"
+# shellcheck disable=SC1091
+source .venv/bin/activate
+failed=()
+tier() { printf '\n\033[1m== make test: %s\033[0m\n' "$1"; TIER_T0=$(date +%s); }
+done_tier() { echo "== $1: $2 in $(($(date +%s) - TIER_T0)) s"; [[ $2 == passed ]] || failed+=("$1"); }
+
+tier "ruff"
+if ruff check .; then done_tier ruff passed; else done_tier ruff failed; fi
+
+images=""
+if [[ $CONTAINERS == 1 ]]; then
+  bash tools/docker_engine.sh || { echo "make test: no Docker engine (CONTAINERS=0 leaves the containers out)" >&2; exit 1; }
+  mkdir -p .deploy
+  bash tools/docker_images.sh > .deploy/images.log 2>&1 &
+  images=$!
+  echo "== container images building in the background (log: .deploy/images.log)"
+fi
+
+tier "unit + integration (-n $TEST_WORKERS)"
+if FEDFORGET_DOCKER_E2E=0 python -m pytest -q -n "$TEST_WORKERS" --dist loadscope -m "not e2e" "${EXTRA[@]}"; then
+  done_tier "unit + integration" passed
+else
+  done_tier "unit + integration" failed
+fi
+
+if [[ -n $images ]]; then
+  tier "container images"
+  if wait "$images"; then sed 's/\x1b\[[0-9;]*m//g' .deploy/images.log; done_tier "container images" passed
+  else tail -40 .deploy/images.log; done_tier "container images" failed; fi
+fi
+
+tier "end-to-end on Flower's runtimes (-n $E2E_WORKERS)"
+compose=()  # run in tier 4 when the containers are in; otherwise they skip here and say why
+[[ $CONTAINERS == 1 ]] && compose=(--deselect tests/e2e/test_docker_compose.py)
+if FEDFORGET_DOCKER_E2E=0 python -m pytest -q -rs -n "$E2E_WORKERS" --dist worksteal -m e2e "${compose[@]}" "${EXTRA[@]}"; then
+  done_tier "end-to-end" passed
+else
+  done_tier "end-to-end" failed
+fi
+
+if [[ $CONTAINERS == 1 ]]; then
+  tier "containers (docker compose)"
+  if [[ " ${failed[*]} " == *"container images"* ]]; then
+    done_tier containers failed
+  elif FEDFORGET_DOCKER_E2E=1 python -m pytest -q -rs tests/e2e/test_docker_compose.py "${EXTRA[@]}"; then
+    done_tier containers passed
+  else
+    done_tier containers failed
+  fi
+fi
+
+if ((${#failed[@]})); then echo "make test: failed: ${failed[*]}" >&2; exit 1; fi
+echo "make test: every tier passed"
