@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import platform
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -40,8 +41,23 @@ def cpu_model() -> str:
     return platform.processor()
 
 
+def source_commit() -> str:
+    """The checkout's commit, with ``+dirty`` when tracked files differ from it: a figure names the code
+    that made it."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (no git checkout)"
+    return head + ("+dirty" if dirty else "")
+
+
 def machine_info() -> dict[str, Any]:
     return {
+        "commit": source_commit(),
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
