@@ -387,8 +387,9 @@ def parse_run_config(raw: Mapping[str, object], warn: bool = True) -> RunConfig:
         raise ConfigError(f"run-config 'fedshard.rounds-min'={cfg.rounds_min} exceeds "
                           f"'fedshard.rounds-max'={cfg.rounds_max}")
     _check_safe(cfg)
-    _check_sizes(cfg, frozenset(f.name for f in fields(RunConfig) if field_key(f.name) in raw
-                                and raw[field_key(f.name)] != declared_defaults()[field_key(f.name)]))
+    defaults = declared_defaults()
+    _check_sizes(cfg, frozenset(f.name for f in fields(RunConfig) if raw.get(field_key(f.name), defaults[field_key(
+        f.name)]) != defaults[field_key(f.name)]))
     return cfg
 
 
