@@ -387,10 +387,15 @@ def parse_run_config(raw: Mapping[str, object], warn: bool = True) -> RunConfig:
         raise ConfigError(f"run-config 'fedshard.rounds-min'={cfg.rounds_min} exceeds "
                           f"'fedshard.rounds-max'={cfg.rounds_max}")
     _check_safe(cfg)
-    defaults = declared_defaults()
-    _check_sizes(cfg, frozenset(f.name for f in fields(RunConfig) if raw.get(field_key(f.name), defaults[field_key(
-        f.name)]) != defaults[field_key(f.name)]))
+    _check_sizes(cfg, _changed_names(raw))
     return cfg
+
+
+def _changed_names(raw: Mapping[str, object]) -> frozenset[str]:
+    """The attributes whose run-config key ``raw`` sets to something other than its declared default."""
+    defaults = declared_defaults()
+    return frozenset(f.name for f in fields(RunConfig)
+                     if raw.get(field_key(f.name), defaults[field_key(f.name)]) != defaults[field_key(f.name)])
 
 
 def _check_sizes(cfg: RunConfig, typed: frozenset[str]) -> None:
