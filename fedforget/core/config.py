@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
@@ -211,6 +212,36 @@ _MIN = {
     "rounds_min": 1,
     "rounds_max": 1,
 }
+#: Documented absolute caps (docs/configuration.md, "Bounds"): past any count a run can use, so a typed value
+#: costs bounded memory and time before the machine-dependent estimate (core/run_footprint.py) is asked.
+_MAX = {
+    "seed": 2**63 - 1,
+    "num_rounds": 100_000,
+    "local_epochs": 10_000,
+    "batch_size": 65_536,
+    "lora_r": 65_536,
+    "lora_alpha": 1_000_000,
+    "slices_per_client": 10_000,
+    "train_size": 10_000_000,
+    "test_size": 10_000_000,
+    "groups": 1000,
+    "budget": 10_000,
+    "rounds_per_phase": 10_000,
+    "shards": 1000,
+    "clusters": 1000,
+    "perturbations": 10_000,
+    "clients_per_round": 100_000,
+    "eval_every": 100_000,
+    "fanout": 1000,
+    "rounds_min": 100_000,
+    "rounds_max": 100_000,
+    "coarse": 10_000,
+    "fine": 10_000,
+    "adapter_steps": 1_000_000,
+    "adapter_width": 16_384,
+}
+#: Chain methods that train ``chains.budget`` orders of ``chains.groups`` groups.
+_ORDERED_CHAINS = ("fedsgt", "s3t")
 _POSITIVE = ("lr", "dirichlet_alpha", "round_timeout", "mu")
 
 
@@ -224,6 +255,8 @@ def _coerce(name: str, kind: type, value: object) -> object:
             return value
     elif kind is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(float(value)):
+                raise ConfigError(f"run-config {key!r} must be a finite number, got {value!r}")
             return float(value)
     elif kind is str:
         if isinstance(value, str):
@@ -324,6 +357,10 @@ def parse_run_config(raw: Mapping[str, object], warn: bool = True) -> RunConfig:
     for name, low in _MIN.items():
         if getattr(cfg, name) < low:
             raise ConfigError(f"run-config {field_key(name)!r} must be >= {low}, got {getattr(cfg, name)}")
+    for name, high in _MAX.items():
+        if getattr(cfg, name) > high:
+            raise ConfigError(f"run-config {field_key(name)!r} must be <= {high:,} (its documented bound), "
+                              f"got {getattr(cfg, name)}")
     for name in _POSITIVE:
         if not getattr(cfg, name) > 0:
             raise ConfigError(f"run-config {field_key(name)!r} must be > 0, got {getattr(cfg, name)}")
@@ -350,7 +387,39 @@ def parse_run_config(raw: Mapping[str, object], warn: bool = True) -> RunConfig:
         raise ConfigError(f"run-config 'fedshard.rounds-min'={cfg.rounds_min} exceeds "
                           f"'fedshard.rounds-max'={cfg.rounds_max}")
     _check_safe(cfg)
+    _check_sizes(cfg, _changed_names(raw))
     return cfg
+
+
+def _changed_names(raw: Mapping[str, object]) -> frozenset[str]:
+    """The attributes whose run-config key ``raw`` sets to something other than its declared default."""
+    defaults = declared_defaults()
+    return frozenset(f.name for f in fields(RunConfig)
+                     if raw.get(field_key(f.name), defaults[field_key(f.name)]) != defaults[field_key(f.name)])
+
+
+def _check_sizes(cfg: RunConfig, typed: frozenset[str]) -> None:
+    """Sizes that multiply: orders a chain method can select in seconds, slices the task's rows can fill,
+    and the memory the whole run needs (:mod:`fedforget.core.run_footprint`) against what this machine has."""
+    from fedforget.core.run_footprint import available_memory, fit_refusal, task_rows
+
+    if cfg.method in _ORDERED_CHAINS:
+        if cfg.groups < 8 and cfg.budget > math.factorial(cfg.groups):  # 8! is past the budget's bound
+            raise ConfigError(f"run-config 'chains.budget'={cfg.budget} exceeds the {math.factorial(cfg.groups)} "
+                              f"distinct orders of {cfg.groups} groups; use at most {math.factorial(cfg.groups)} "
+                              "or more 'chains.groups'")
+        from fedforget.core.theory import selection_refusal
+
+        refusal = selection_refusal(cfg.groups, cfg.budget, bool(cfg.prior), ("'chains.groups'", "'chains.budget'"))
+        if refusal:
+            raise ConfigError(f"run-config {refusal}")
+    rows = task_rows(cfg)
+    if cfg.slices_per_client > rows:
+        raise ConfigError(f"run-config 'slices-per-client'={cfg.slices_per_client} is more slices than task "
+                          f"{cfg.task!r} has training rows ({rows}); use at most {rows}")
+    refusal = fit_refusal(cfg, available_memory(), field_key, typed)
+    if refusal:
+        raise ConfigError(refusal)
 
 
 def parse_prior(text: str, groups: int) -> list[float]:

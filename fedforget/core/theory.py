@@ -19,11 +19,15 @@ from fractions import Fraction
 from math import comb, factorial
 from typing import Any
 
-from fedforget.core.sequences import Order, cyclic_sequences
+from fedforget.core.sequences import _ATTEMPTS_PER_SAMPLE, Order, cyclic_sequences
 from fedforget.core.serving import active_prefix
 
 THEORY_METHODS = ("fedsgt", "s3t", "sisa", "fedcio")
 _MEMO_ENTRIES = 1 << 16
+#: Group positions (groups × budget) the cyclic selection may build: about 3 s with its output.
+ORDER_CELLS_MAX = 1_000_000
+#: Steps :func:`bms_work` may count for one BMS selection: about 5 s on one loaded core (~1 µs a step).
+BMS_WORK_MAX = 5_000_000
 
 
 def _check_positive(**values: int) -> None:
@@ -108,6 +112,43 @@ def monte_carlo_work(method: str, groups: int, shards: int, clusters: int, trial
     units, per_shard = (clusters, 1) if method == "fedcio" else \
         (shards * groups, groups) if method in ("s3t", "sisa") else (groups, groups)
     return float(trials) * units * (math.log(units) + 1.0 + per_shard)
+
+
+def bms_work(groups: int, budget: int) -> float:
+    """Steps :func:`~fedforget.core.sequences.bms_sequences` takes at worst, up to a constant: at level ``k``
+    the Latin square scores ``L·(L − k)`` orders of ``k + 1`` groups (``L²(L − 1)(L + 4)/6`` in all, ~``L⁴/6``)
+    and ranks the ``L`` orders; for ``B > L`` the conditional sampler may draw its whole attempt budget,
+    ``100·(B − L) + 1000`` orders of ``L²`` steps each (a degenerate prior makes every draw a duplicate)."""
+    latin = groups**2 * (groups - 1) * (groups + 4) / 6 + groups**2
+    attempts = _ATTEMPTS_PER_SAMPLE * (budget - groups) + 1000 if budget > groups else 0
+    return latin + attempts * groups**2 + groups * budget
+
+
+def selection_refusal(groups: int, budget: int, with_prior: bool, names: tuple[str, str]) -> str | None:
+    """None when selecting ``budget`` orders of ``groups`` answers within seconds; otherwise one line
+    naming the bound and the largest value of ``names`` (the groups' and the budget's option) that is within it."""
+    group_name, budget_name = names
+    if not with_prior:
+        if groups * budget <= ORDER_CELLS_MAX:
+            return None
+        return (f"{group_name} {groups} × {budget_name} {budget} is over the bound of {ORDER_CELLS_MAX:,} group "
+                f"positions; use {budget_name} {max(1, ORDER_CELLS_MAX // groups)} or fewer")
+    if bms_work(groups, budget) <= BMS_WORK_MAX:
+        return None
+    said = (f"selecting {budget} orders of {groups} groups with a prior (BMS) is over its bound "
+            f"({bms_work(groups, budget):.3g} steps > {BMS_WORK_MAX:.3g}, about 5 s)")
+    if bms_work(groups, 1) <= BMS_WORK_MAX:
+        return f"{said}; use {budget_name} {_largest(lambda b: bms_work(groups, b), budget)} or fewer"
+    return f"{said}; use {group_name} {_largest(lambda g: bms_work(g, 1), groups)} or fewer"
+
+
+def _largest(work: Callable[[int], float], high: int) -> int:
+    """The largest ``n`` in ``1..high`` with ``work(n) <= BMS_WORK_MAX`` (``work`` grows with ``n``; 1 fits)."""
+    lo, hi = 1, high
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if work(mid) <= BMS_WORK_MAX else (lo, mid - 1)
+    return lo
 
 
 def _summary(values: list[float]) -> dict[str, float]:

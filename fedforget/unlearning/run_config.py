@@ -3,8 +3,26 @@ instead of after starting a SuperLink run."""
 
 from __future__ import annotations
 
+import re
+
 from fedforget.core.config import RENAMED, ConfigError, parse_run_config, warn_renamed
 from fedforget.inprocess import default_run_config
+
+#: A ``key=value`` pair as ``flwr run`` finds them (flwr.common.config.parse_config_args): what it skips
+#: between pairs is dropped without a word, so it is refused here.
+FLWR_PAIR = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")
+
+
+def refuse_skipped_text(text: str) -> None:
+    """Raise :class:`ConfigError` for anything ``flwr run`` would drop silently: ``lr=`` with no value, a
+    bare word between pairs."""
+    for leftover in FLWR_PAIR.sub(" ", text).split():
+        key = leftover.split("=", 1)[0]
+        if leftover.endswith("=") and key:
+            raise ConfigError(f"run-config {key!r} has no value; give it one ({key}=...) or leave it out "
+                              "for its default")
+        raise ConfigError(f"--run-config holds {leftover[:80]!r}, which is not a key=value pair; "
+                          "e.g. \"task='digits-mlp' chains.groups=5\"")
 
 
 def parse_flwr_run_config(text: str) -> dict[str, object]:
@@ -13,6 +31,8 @@ def parse_flwr_run_config(text: str) -> dict[str, object]:
 
     if not text.strip():
         return {}
+    if not text.strip().endswith(".toml"):  # a TOML file's path: flwr reads the file
+        refuse_skipped_text(text)
     try:
         parsed = dict(parse_config_args([text]))
     except (ValueError, TypeError, OSError) as exc:  # tomli's TOMLDecodeError is a ValueError

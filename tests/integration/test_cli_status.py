@@ -114,7 +114,7 @@ def test_run_submits_a_flat_key_under_its_grouped_name_with_a_warning(capsys):
     from fedforget.unlearning.run_config import check_run_config
 
     config._WARNED.discard("groups")
-    text = check_run_config("method='fedsgt' groups=3")
-    assert text == 'method="fedsgt" chains.groups=3'
+    text = check_run_config("method='fedsgt' groups=4")  # 4 groups: 24 orders, room for the default budget of 10
+    assert text == 'method="fedsgt" chains.groups=4'
     assert "'groups' is now 'chains.groups'" in capsys.readouterr().err
-    assert check_run_config("method='fedsgt' chains.groups=3") == "method='fedsgt' chains.groups=3"
+    assert check_run_config("method='fedsgt' chains.groups=4") == "method='fedsgt' chains.groups=4"
