@@ -8,6 +8,8 @@ ledger (in simulation the node's state dir is ``<store>/clients/<partition>/``).
 A missing secret (a node that lost its state) is replaced by a new one; a file of the wrong size is
 moved aside to ``dp-secret.corrupt`` and replaced the same way. DP adapters trained with the old secret
 can then no longer be reproduced on that node (docs/design-decisions.md, "SAFE-DP node secret").
+The file is created once, owner-only, by ``store.secret_files.create_once`` (concurrent first uses
+agree on one secret); a secret found open to others is narrowed to 0600 with a warning.
 """
 
 from __future__ import annotations

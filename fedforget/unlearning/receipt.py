@@ -8,12 +8,15 @@ outside the store, so whoever holds the store cannot forge or alter a receipt.
 The key: ``$FEDFORGET_RECEIPT_KEY`` (a PEM file), else ``receipt-ed25519.pem`` in the coordinator's
 secrets directory, outside any checkout: ``$FEDFORGET_SECRETS`` if set, else
 ``${XDG_CONFIG_HOME:-~/.config}/fedforget/`` (directory 0700, key 0600). It is created on first use,
-atomically: concurrent first uses agree on one key (a private temp file hard-linked into place; the
-loser reads the winner's key). A key at the old default ``$FEDFORGET_HOME/.keys/receipt-ed25519.pem``
-(inside the checkout) is still used while none exists at the new place, so old receipts keep
-verifying; a line on stderr says so. Never inside a store.
+atomically (``store.secret_files.create_once``: concurrent first uses agree on one key), and refused
+while group or others may read or write it. A key at the old default
+``$FEDFORGET_HOME/.keys/receipt-ed25519.pem`` (inside the checkout) is still used while none exists at
+the new place, so old receipts keep verifying; a line on stderr says so. Never inside a store.
+
 ``--check`` verifies the signature against that key's public half (or ``--public-key FILE``), so a
-receipt re-signed with another key is refused too.
+receipt re-signed with another key is refused too, and requires the file's bytes to be exactly the
+ones written (:func:`receipt_bytes`), so one signed body has one accepted file. ``ledger_digest``
+(``receipt_ledger``) commits the receipt to the ledger rows it certifies.
 """
 
 from __future__ import annotations
