@@ -335,6 +335,11 @@ def known_request(handle: Store, request: int) -> None:
              "this store has no forget requests yet") + " (`fedforget status` counts them; nothing was written)")
 
 
+def os_reason(exc: OSError) -> str:
+    """``PATH: reason`` for an OSError, without errno noise."""
+    return f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
+
+
 def check_receipt_file(check: str, public_key: str, store: str, as_json: bool) -> None:
     """``receipt --check``: exit 0 for a receipt unaltered byte for byte and signed by the key checked against
     (named as what it is), 1 with one line when not or when the ledger of ``store`` no longer matches it."""
@@ -357,8 +362,10 @@ def check_receipt_file(check: str, public_key: str, store: str, as_json: bool) -
     try:
         key = load_public_key(Path(from_cwd(public_key)) if public_key else None)
         coordinator = key if not public_key else coordinator_public_key()
-    except (ReceiptKeyError, OSError) as exc:
+    except ReceiptKeyError as exc:
         fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot read the key: {os_reason(exc)}")
     try:
         body = check_receipt(data, key)
     except ReceiptError as exc:
@@ -436,6 +443,8 @@ def receipt(
         signed = sign_receipt(build_receipt(handle, request, verified), key)
     except (StoreError, LedgerUsageError, ReceiptKeyError, ValueError) as exc:
         fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot use the receipt key: {os_reason(exc)}")
     out = handle.root / "receipts" / f"request-{request}.json"
     atomic_write_bytes(mkdir_private(out.parent) / out.name, receipt_bytes(signed))  # 0600, whole or not at all
     if as_json:

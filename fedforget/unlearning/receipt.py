@@ -37,6 +37,7 @@ from fedforget.unlearning.receipt_ledger import DIGEST_FIELD, ledger_state
 FORMAT = "fedforget-receipt/1"
 #: no receipt comes near this (a request's units and purged artifacts); reading more would be unbounded
 MAX_RECEIPT_BYTES = 16 * 2**20
+MAX_KEY_BYTES = 64 * 2**10  # an Ed25519 PEM is about 120 bytes
 KEY_ENV = "FEDFORGET_RECEIPT_KEY"
 KEY_NAME = "receipt-ed25519.pem"
 
@@ -113,7 +114,7 @@ def _load_private(path: Path):  # noqa: ANN202 - an Ed25519PrivateKey
         raise ReceiptKeyError(f"the receipt key {path} is open to others (mode {path.stat().st_mode & 0o777:04o}); run "
                               f"`chmod 600 {path}`, and make a new key if someone else may have read it")
     try:
-        return serialization.load_pem_private_key(path.read_bytes(), password=None)
+        return serialization.load_pem_private_key(read_bounded(path, MAX_KEY_BYTES, "PEM key"), password=None)
     except (ValueError, TypeError):
         raise ReceiptKeyError(f"the receipt key {path} is not an unencrypted PEM Ed25519 private key") from None
 
@@ -178,15 +179,20 @@ def sign_receipt(body: dict[str, Any], key) -> dict[str, Any]:  # noqa: ANN001
                                   "value": base64.b64encode(signature).decode()}}
 
 
-def read_receipt_file(path: Path) -> bytes:
-    """A receipt file's bytes, bounded: a regular file of at most :data:`MAX_RECEIPT_BYTES`."""
+def read_bounded(path: Path, limit: int, what: str) -> bytes:
+    """A regular file's bytes, at most ``limit`` of them (a path to a device or a huge file is refused)."""
     if not path.is_file():
-        raise OSError(f"{path} is not a regular file")
+        raise OSError(f"{path} " + ("is not a regular file" if path.exists() else "does not exist"))
     with open(path, "rb") as fh:
-        data = fh.read(MAX_RECEIPT_BYTES + 1)
-    if len(data) > MAX_RECEIPT_BYTES:
-        raise OSError(f"{path} is over {MAX_RECEIPT_BYTES // 2**20} MiB; no receipt is that large")
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(f"{path} is over {limit:,} bytes; no {what} is that large")
     return data
+
+
+def read_receipt_file(path: Path) -> bytes:
+    """A receipt file's bytes, at most :data:`MAX_RECEIPT_BYTES`."""
+    return read_bounded(path, MAX_RECEIPT_BYTES, "receipt")
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -252,7 +258,7 @@ def load_public_key(path: Path | None) -> bytes:
             raise ReceiptKeyError(f"no coordinator key at {key_path()}; pass --public-key FILE (the coordinator's "
                                   "public key)")
         return coordinator
-    data = Path(path).read_bytes()
+    data = read_bounded(Path(path), MAX_KEY_BYTES, "PEM key")
     try:
         key = serialization.load_pem_public_key(data)
     except ValueError:

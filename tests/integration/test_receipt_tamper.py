@@ -163,3 +163,11 @@ def test_a_check_of_something_that_is_no_receipt_file_exits_2_in_one_line(issued
     refused_in_one_line(check(tmp_path), 2, "not a regular file")
     (tmp_path / "junk.json").write_bytes(b"[" * 100_000)
     refused_in_one_line(check(tmp_path / "junk.json"), 2, "not JSON")
+
+
+def test_a_public_key_that_is_no_key_file_exits_2_in_one_line(issued, tmp_path):
+    _, path = issued
+    refused_in_one_line(check(path, "--public-key", "/dev/zero"), 2, "not a regular file")
+    refused_in_one_line(check(path, "--public-key", str(tmp_path / "missing.pem")), 2, "does not exist")
+    (tmp_path / "big.pem").write_bytes(b"x" * 100_000)
+    refused_in_one_line(check(path, "--public-key", str(tmp_path / "big.pem")), 2, "no PEM key is that large")
