@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from fedforget.store.atomic import atomic_write_bytes
+from fedforget.store.secret_files import mkdir_private
 
 CACHE_DIR = "module-cache"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -35,7 +36,7 @@ def keep_module(state_dir: Path, sha256: str, data: bytes) -> None:
         raise ValueError(f"module {sha256[:12]}… arrived with bytes that do not match its sha256")
     path = cache_path(state_dir, sha256)
     if cached_module(state_dir, sha256) is None:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        mkdir_private(path.parent)
         atomic_write_bytes(path, data)
 
 

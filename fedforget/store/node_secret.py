@@ -8,6 +8,8 @@ ledger (in simulation the node's state dir is ``<store>/clients/<partition>/``).
 A missing secret (a node that lost its state) is replaced by a new one; a file of the wrong size is
 moved aside to ``dp-secret.corrupt`` and replaced the same way. DP adapters trained with the old secret
 can then no longer be reproduced on that node (docs/design-decisions.md, "SAFE-DP node secret").
+The file is created once, owner-only, by ``store.secret_files.create_once`` (concurrent first uses
+agree on one secret); a secret found open to others is narrowed to 0600 with a warning.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from flwr.common.logger import log
 
 from fedforget.core.safe_dp import SECRET_BYTES
+from fedforget.store.secret_files import PRIVATE_FILE, create_once, open_to_others
 
 SECRET_FILE = "dp-secret"
 
@@ -33,12 +36,24 @@ def node_secret(state_dir: Path) -> bytes:
     path = secret_path(state_dir)
     existing = _read(path)
     if existing is not None and len(existing) == SECRET_BYTES:
+        _owner_only(path)
         return existing
     if existing is not None:
-        os.replace(path, path.with_name(SECRET_FILE + ".corrupt"))
+        try:
+            os.replace(path, path.with_name(SECRET_FILE + ".corrupt"))
+        except FileNotFoundError:
+            pass  # a concurrent reader moved it aside first
         log(WARNING, "fedforget: %s had %d bytes, not %d; moved aside and replaced: DP adapters trained with the "
             "old secret can no longer be reproduced on this node", path, len(existing), SECRET_BYTES)
     return _create(path)
+
+
+def _owner_only(path: Path) -> None:
+    """A secret others could read is no secret: narrow it to 0600 (a node keeps training) and say so."""
+    if path.stat().st_uid == os.getuid() and open_to_others(path):
+        os.chmod(path, PRIVATE_FILE)
+        log(WARNING, "fedforget: %s was readable by others; narrowed to 0600 (whoever read it can replay this "
+            "node's DP noise)", path)
 
 
 def _read(path: Path) -> bytes | None:
@@ -49,29 +64,5 @@ def _read(path: Path) -> bytes | None:
 
 
 def _create(path: Path) -> bytes:
-    """Write a fresh secret to a private temp file and hard-link it into place: a concurrent creator's
-    secret wins if it got there first, so one node never trains with two secrets."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    secret = secrets.token_bytes(SECRET_BYTES)
-    tmp = path.with_name(f".{SECRET_FILE}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(secret)
-            fh.flush()
-            os.fsync(fh.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            winner = _read(path)
-            if winner is not None and len(winner) == SECRET_BYTES:
-                return winner
-            raise
-    finally:
-        os.unlink(tmp)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)  # the link itself survives a crash
-    finally:
-        os.close(directory)
-    return secret
+    """A fresh secret, unless a concurrent creator's got there first: one node never trains with two."""
+    return create_once(path, secrets.token_bytes(SECRET_BYTES), accept=lambda winner: len(winner) == SECRET_BYTES)

@@ -16,6 +16,7 @@ from safetensors.numpy import save as st_save
 from fedforget.store.atomic import append_line, atomic_write_bytes, atomic_write_json
 from fedforget.store.ledger import LEDGER, InvalidationRule, Ledger
 from fedforget.store.safe_budget import charge_dp_budget
+from fedforget.store.secret_files import mkdir_private
 
 MANIFEST = "manifest.json"
 METRICS = "metrics.jsonl"
@@ -80,7 +81,7 @@ class Store:
             finally:
                 old.close()
             ledger_path.unlink()
-        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        mkdir_private(root)
         for sub in (ARTIFACTS, CLIENTS):
             (root / sub).mkdir(exist_ok=True, mode=0o700)
         os.chmod(root, 0o700)
@@ -201,5 +202,5 @@ class Store:
 
     def client_dir(self, partition: int) -> Path:
         path = self.root / CLIENTS / str(partition)
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        mkdir_private(path)
         return path

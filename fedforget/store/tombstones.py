@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from fedforget.store.atomic import atomic_write_json
+from fedforget.store.secret_files import mkdir_private
 
 TOMBSTONES = "tombstones.json"
 
@@ -38,6 +39,6 @@ def add_tombstones(state_dir: Path, dataset: str, ids: Iterable[int]) -> int:
     new = {int(i) for i in ids} - known
     if new:
         data[dataset] = sorted(known | new)
-        Path(state_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
+        mkdir_private(Path(state_dir))
         atomic_write_json(path, data)
     return len(new)

@@ -22,6 +22,7 @@ from safetensors.numpy import load_file, save_file
 from torch import nn
 
 from fedforget.store.atomic import atomic_write_bytes
+from fedforget.store.secret_files import mkdir_private
 from fedforget.training.determinism import deterministic_torch
 
 CACHE_PREFIX = "safe-features-"
@@ -98,7 +99,7 @@ def cached_tokens(folder: Path, kind: str, weights_sha256: str, ids: Sequence[in
         rows = [order[int(i)] for i in ids]
         return data["tokens"][rows], data["pooled"][rows]
     tokens, pooled = compute_tokens(module, inputs)
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    mkdir_private(folder)
     for old in folder.glob(f"{CACHE_PREFIX}{kind}-*.safetensors"):
         old.unlink()
     tmp = path.with_suffix(".tmp")

@@ -8,9 +8,12 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from fedforget.store import Store, StoreError
+from fedforget.store.atomic import atomic_write_bytes
 from fedforget.store.ledger import LedgerUsageError
+from fedforget.store.secret_files import mkdir_private
 from fedforget.store.store import resolve_store_path
 from fedforget.unlearning.errors import fail
 from fedforget.unlearning.flwr_runner import flwr_run
@@ -332,11 +335,80 @@ def known_request(handle: Store, request: int) -> None:
              "this store has no forget requests yet") + " (`fedforget status` counts them; nothing was written)")
 
 
+def os_reason(exc: OSError) -> str:
+    """``PATH: reason`` for an OSError, without errno noise."""
+    return f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
+
+
+def check_receipt_file(check: str, public_key: str, store: str, as_json: bool) -> None:
+    """``receipt --check``: exit 0 for a receipt unaltered byte for byte and signed by the key checked against
+    (named as what it is), 1 with one line when not or when the ledger of ``store`` no longer matches it."""
+    from pathlib import Path
+
+    from fedforget.unlearning.receipt import (
+        ReceiptError,
+        ReceiptKeyError,
+        check_receipt,
+        coordinator_public_key,
+        load_public_key,
+        read_receipt_file,
+    )
+    from fedforget.unlearning.receipt_ledger import compare_ledger
+
+    try:
+        data = read_receipt_file(Path(from_cwd(check)))
+    except OSError as exc:
+        fail(f"cannot read {check!r} as a receipt: {exc.strerror or exc}")
+    try:
+        key = load_public_key(Path(from_cwd(public_key)) if public_key else None)
+        coordinator = key if not public_key else coordinator_public_key()
+    except ReceiptKeyError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot read the key: {os_reason(exc)}")
+    try:
+        body = check_receipt(data, key)
+    except ReceiptError as exc:
+        fail(f"receipt NOT valid: {exc}", code=1)
+    except ValueError as exc:
+        fail(f"cannot read {check!r} as a receipt: it is not JSON ({exc.__class__.__name__})")
+    signer = "the coordinator's key" if not public_key else f"the key in {public_key} (" + (
+        "the coordinator's key" if key == coordinator else "NOT the coordinator's key" if coordinator else
+        "no coordinator key on this machine to compare with") + ")"
+    ledger = None
+    if store:
+        handle = open_store(store)
+        try:
+            opened = handle.ledger()
+            try:
+                ledger = compare_ledger(opened, body)
+            finally:
+                opened.close()
+        except (StoreError, LedgerUsageError) as exc:
+            fail(str(exc))
+        if ledger["differs"]:
+            fail(f"receipt NOT valid: the ledger of {store} was edited after the receipt: it no longer holds "
+                 "what the receipt certifies: " + "; ".join(ledger["differs"]), code=1)
+    request_id = body["request"]["id"]
+    if as_json:
+        emit({"valid": True, "request": request_id, "store": body.get("store"), "signed_by": signer,
+              "coordinator_key": None if coordinator is None else key == coordinator, "ledger": ledger}, True)
+        return
+    said = ("; pass --store S to compare it with the ledger" if ledger is None and "ledger_digest" in body else
+            "; it carries no ledger digest (issued by an older fedforget), so no ledger can be compared with it"
+            if ledger is None or not ledger["digest"] else
+            f"; the ledger of {store} matches it (serving plan: {ledger['serving']})")
+    console.print("[bold green]valid[/]: " + escape(f"receipt of request #{request_id} of {body.get('store')}, "
+                                                    f"signed by {signer}, unaltered{said}"),
+                  soft_wrap=True, highlight=False)
+
+
 @app.command()
 def receipt(
     request: Annotated[int | None, typer.Argument(help="The request id (`forget` prints it).", min=1,
                                                   max=2**63 - 1)] = None,
-    store: Annotated[str, typer.Option("--store", help="Store directory of a run.")] = "",
+    store: Annotated[str, typer.Option("--store", help="Store directory of a run (with --check: the store whose "
+                                       "ledger the receipt must still match).")] = "",
     check: Annotated[str, typer.Option("--check", help="Check a receipt FILE's signature instead.")] = "",
     public_key: Annotated[str, typer.Option("--public-key", help="PEM key to check against (default: the "
                                             "coordinator's, see the docs' Erasure and receipts page).")] = "",
@@ -345,31 +417,16 @@ def receipt(
     as_json: JsonOpt = False,
 ) -> None:
     """A signed deletion certificate for REQUEST (Ed25519), or `--check FILE` to verify one (exit 1 if not)."""
-    from pathlib import Path
-
     from fedforget.unlearning.receipt import (
-        ReceiptError,
+        ReceiptKeyError,
         build_receipt,
-        check_receipt,
         load_or_create_key,
-        load_public_key,
+        receipt_bytes,
         sign_receipt,
     )
 
     if check:
-        try:
-            data = json.loads(Path(from_cwd(check)).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            fail(f"cannot read {check!r} as a receipt: {exc.__class__.__name__}")
-        try:
-            body = check_receipt(data, load_public_key(Path(from_cwd(public_key)) if public_key else None))
-        except (ReceiptError, OSError) as exc:
-            fail(f"receipt NOT valid: {exc}", code=1)
-        if as_json:
-            emit({"valid": True, "request": body["request"]["id"], "store": body["store"]}, True)
-        else:
-            console.print(f"[bold green]valid[/]: receipt of request #{body['request']['id']} of {body['store']}, "
-                          "signed by the coordinator's key and unaltered", soft_wrap=True)
+        check_receipt_file(check, public_key, store, as_json)
         return
     if request is None or not store:
         fail("name a request and its store (`fedforget receipt 1 --store runs/x`), or --check FILE")
@@ -384,11 +441,12 @@ def receipt(
             verified = reference_run(lambda: verify_store(handle), verbose,
                                      "verify: retraining from scratch as the reference")
         signed = sign_receipt(build_receipt(handle, request, verified), key)
-    except (StoreError, LedgerUsageError, ValueError) as exc:
+    except (StoreError, LedgerUsageError, ReceiptKeyError, ValueError) as exc:
         fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot use the receipt key: {os_reason(exc)}")
     out = handle.root / "receipts" / f"request-{request}.json"
-    out.parent.mkdir(exist_ok=True, mode=0o700)
-    out.write_text(json.dumps(signed, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    atomic_write_bytes(mkdir_private(out.parent) / out.name, receipt_bytes(signed))  # 0600, whole or not at all
     if as_json:
         emit(signed, True)
     else:

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 import fedforget
+from fedforget.store.secret_files import mkdir_private
 from fedforget.store.store import resolve_store_path
 
 #: ANSI escape sequences (CSI such as colours and cursor moves, OSC such as hyperlinks, other escapes such as
@@ -55,7 +56,7 @@ def flwr_cli() -> str:
 def flwr_run(federation: str, run_config: str, store: str, console: Console) -> tuple[int, Path]:
     """Run the app on ``federation`` with ``run_config`` + ``store``; return (exit code, log path)."""
     store_path = resolve_store_path(store)
-    store_path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    mkdir_private(store_path)
     log_path = store_path / "flwr-run.log"
     config = f"{run_config} store={json.dumps(str(store_path))}".strip()  # a TOML basic string
     cmd = [flwr_cli(), "run", str(app_dir()), federation, "--stream", "--run-config", config]

@@ -8,12 +8,15 @@ outside the store, so whoever holds the store cannot forge or alter a receipt.
 The key: ``$FEDFORGET_RECEIPT_KEY`` (a PEM file), else ``receipt-ed25519.pem`` in the coordinator's
 secrets directory, outside any checkout: ``$FEDFORGET_SECRETS`` if set, else
 ``${XDG_CONFIG_HOME:-~/.config}/fedforget/`` (directory 0700, key 0600). It is created on first use,
-atomically: concurrent first uses agree on one key (a private temp file hard-linked into place; the
-loser reads the winner's key). A key at the old default ``$FEDFORGET_HOME/.keys/receipt-ed25519.pem``
-(inside the checkout) is still used while none exists at the new place, so old receipts keep
-verifying; a line on stderr says so. Never inside a store.
+atomically (``store.secret_files.create_once``: concurrent first uses agree on one key), and refused
+while group or others may read or write it. A key at the old default
+``$FEDFORGET_HOME/.keys/receipt-ed25519.pem`` (inside the checkout) is still used while none exists at
+the new place, so old receipts keep verifying; a line on stderr says so. Never inside a store.
+
 ``--check`` verifies the signature against that key's public half (or ``--public-key FILE``), so a
-receipt re-signed with another key is refused too.
+receipt re-signed with another key is refused too, and requires the file's bytes to be exactly the
+ones written (:func:`receipt_bytes`), so one signed body has one accepted file. ``ledger_digest``
+(``receipt_ledger``) commits the receipt to the ledger rows it certifies.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import secrets
 import sys
 import time
 from pathlib import Path
@@ -29,14 +31,23 @@ from typing import Any
 
 from fedforget.store import Store
 from fedforget.store.ledger import LedgerUsageError
+from fedforget.store.secret_files import create_once, open_to_others
+from fedforget.unlearning.receipt_ledger import DIGEST_FIELD, ledger_state
 
 FORMAT = "fedforget-receipt/1"
+#: no receipt comes near this (a request's units and purged artifacts); reading more would be unbounded
+MAX_RECEIPT_BYTES = 16 * 2**20
+MAX_KEY_BYTES = 64 * 2**10  # an Ed25519 PEM is about 120 bytes
 KEY_ENV = "FEDFORGET_RECEIPT_KEY"
 KEY_NAME = "receipt-ed25519.pem"
 
 
 class ReceiptError(ValueError):
     """The receipt is malformed, altered, or signed by another key; the message says which."""
+
+
+class ReceiptKeyError(ValueError):
+    """The coordinator's key cannot be used as it is (open to others, unreadable); the operator must fix it."""
 
 
 SECRETS_ENV = "FEDFORGET_SECRETS"
@@ -71,36 +82,6 @@ def key_path() -> Path:
     return path
 
 
-def private_dir(path: Path) -> None:
-    """Create ``path`` (and parents) with the directory itself owner-only (0700)."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if path.stat().st_uid == os.getuid() and path.stat().st_mode & 0o077:
-        os.chmod(path, 0o700)
-
-
-def create_once(path: Path, data: bytes) -> bytes:
-    """Write ``data`` to ``path`` (0600) unless it exists; return what ``path`` holds afterwards.
-
-    A private temp file (``O_CREAT|O_EXCL``, 0600), fsynced, is hard-linked into place: the link either
-    makes the whole file appear or fails with ``FileExistsError``, and then the winner's bytes are read,
-    so concurrent first uses end with one key and nobody reads a half-written one."""
-    private_dir(path.parent)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return path.read_bytes()
-    finally:
-        os.unlink(tmp)
-    return data
-
-
 def _inside(path: Path, root: Path) -> bool:
     try:
         path.resolve().relative_to(root.resolve())
@@ -118,10 +99,24 @@ def load_or_create_key(store_root: Path | None = None):  # noqa: ANN201 - an Ed2
     if store_root is not None and _inside(path, store_root):
         raise LedgerUsageError(f"the receipt key {path} is inside the store; keep it outside (set {KEY_ENV})")
     if path.is_file():
-        return serialization.load_pem_private_key(path.read_bytes(), password=None)
+        return _load_private(path)
     pem = Ed25519PrivateKey.generate().private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                      serialization.NoEncryption())
     return serialization.load_pem_private_key(create_once(path, pem), password=None)
+
+
+def _load_private(path: Path):  # noqa: ANN202 - an Ed25519PrivateKey
+    """The key at ``path``, refused while group or others may read or write it (they could forge receipts)."""
+    from cryptography.hazmat.primitives import serialization
+
+    loose = open_to_others(path)
+    if loose:
+        raise ReceiptKeyError(f"the receipt key {path} is open to others (mode {path.stat().st_mode & 0o777:04o}); run "
+                              f"`chmod 600 {path}`, and make a new key if someone else may have read it")
+    try:
+        return serialization.load_pem_private_key(read_bounded(path, MAX_KEY_BYTES, "PEM key"), password=None)
+    except (ValueError, TypeError):
+        raise ReceiptKeyError(f"the receipt key {path} is not an unencrypted PEM Ed25519 private key") from None
 
 
 def _public_raw(key) -> bytes:  # noqa: ANN001 - an Ed25519 private or public key
@@ -136,12 +131,19 @@ def canonical(body: dict[str, Any]) -> bytes:
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
+def receipt_bytes(signed: dict[str, Any]) -> bytes:
+    """The one byte string a signed receipt is written as (and printed as by ``--json``)."""
+    return (json.dumps(signed, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
 def build_receipt(store: Store, request: int, verify_result: dict[str, Any] | None) -> dict[str, Any]:
-    """The unsigned body of request ``request``'s receipt."""
+    """The unsigned body of request ``request``'s receipt, read from one snapshot of the ledger."""
+    from fedforget.store.acks import request_acks
     from fedforget.store.purge import purged_rows
 
     ledger = store.ledger()
     try:
+        ledger.db.execute("BEGIN")  # one read snapshot: the digest and the fields agree
         rows = {r["request"]: r for r in ledger.requests()}
         if request not in rows:
             raise LedgerUsageError(f"unknown request {request}: this store has requests 1..{ledger.last_request()} "
@@ -149,10 +151,9 @@ def build_receipt(store: Store, request: int, verify_result: dict[str, Any] | No
         row = rows[request]
         purged = [{"artifact": p["artifact"], "sha256": p["sha256"], "purged_at": p["at"], "done": p["done"]}
                   for p in purged_rows(ledger.db) if p["request"] == request]
-        from fedforget.store.acks import request_acks
-
         acks = request_acks(ledger).get(request, {"owners": [], "acknowledged": [], "pending": []})
         serving = ledger.serving()
+        digest = ledger_state(ledger, request)
     finally:
         ledger.close()
     return {
@@ -163,6 +164,7 @@ def build_receipt(store: Store, request: int, verify_result: dict[str, Any] | No
         "purge_complete": all(p["done"] for p in purged),
         "acknowledgements": acks,
         "serving_after": serving,
+        DIGEST_FIELD: digest,
         "verify": None if verify_result is None else {
             k: verify_result.get(k) for k in ("exact", "served", "served_equal", "forgotten_samples", "dp_covered",
                                               "not_checked", "files", "serving_plan", "reason")} | {
@@ -177,11 +179,51 @@ def sign_receipt(body: dict[str, Any], key) -> dict[str, Any]:  # noqa: ANN001
                                   "value": base64.b64encode(signature).decode()}}
 
 
-def check_receipt(receipt: Any, public_key_raw: bytes) -> dict[str, Any]:
-    """Raise :class:`ReceiptError` unless ``receipt`` is a receipt signed by ``public_key_raw``, unaltered."""
+def read_bounded(path: Path, limit: int, what: str) -> bytes:
+    """A regular file's bytes, at most ``limit`` of them (a path to a device or a huge file is refused)."""
+    if not path.is_file():
+        raise OSError(f"{path} " + ("is not a regular file" if path.exists() else "does not exist"))
+    with open(path, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(f"{path} is over {limit:,} bytes; no {what} is that large")
+    return data
+
+
+def read_receipt_file(path: Path) -> bytes:
+    """A receipt file's bytes, at most :data:`MAX_RECEIPT_BYTES`."""
+    return read_bounded(path, MAX_RECEIPT_BYTES, "receipt")
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ReceiptError(f"the key {key!r} appears twice in one object: the receipt was altered")
+        seen[key] = value
+    return seen
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_receipt(data: bytes) -> Any:
+    """Parse a receipt's bytes strictly (UTF-8, no duplicate keys, no NaN); ValueError when not JSON at all."""
+    try:
+        return json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def check_receipt(data: bytes, public_key_raw: bytes) -> dict[str, Any]:
+    """Raise :class:`ReceiptError` unless ``data`` is a receipt signed by ``public_key_raw``, byte for byte as
+    written: the signature covers the fields, and the file must be exactly :func:`receipt_bytes` of them, so
+    a re-serialised, re-indented or duplicate-key copy is refused like any other altered byte."""
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+    receipt = parse_receipt(data)
     if not isinstance(receipt, dict) or receipt.get("format") != FORMAT or not isinstance(receipt.get("signature"),
                                                                                             dict):
         raise ReceiptError(f"not a {FORMAT} receipt")
@@ -193,11 +235,16 @@ def check_receipt(receipt: Any, public_key_raw: bytes) -> dict[str, Any]:
     except ValueError:
         raise ReceiptError("the receipt's signature is not base64") from None
     if claimed != public_key_raw:
-        raise ReceiptError("the receipt is signed by another key than the coordinator's")
+        raise ReceiptError("the receipt is signed by another key than the one it is checked against")
     try:
         Ed25519PublicKey.from_public_bytes(public_key_raw).verify(value, canonical(body))
     except (InvalidSignature, ValueError):
         raise ReceiptError("the signature does not match: the receipt was altered after it was signed") from None
+    if data != receipt_bytes(receipt):
+        raise ReceiptError("its bytes are not the ones written when it was signed (re-serialised or edited: "
+                           "spacing, key order, escapes or line ends)")
+    if not isinstance(body.get("request"), dict) or not isinstance(body["request"].get("id"), int):
+        raise ReceiptError("the receipt names no request id")
     return body
 
 
@@ -206,18 +253,29 @@ def load_public_key(path: Path | None) -> bytes:
     from cryptography.hazmat.primitives import serialization
 
     if path is None:
-        if not key_path().is_file():
-            raise ReceiptError(f"no coordinator key at {key_path()}; pass --public-key FILE")
-        return _public_raw(load_or_create_key().public_key())
-    data = Path(path).read_bytes()
+        coordinator = coordinator_public_key()
+        if coordinator is None:
+            raise ReceiptKeyError(f"no coordinator key at {key_path()}; pass --public-key FILE (the coordinator's "
+                                  "public key)")
+        return coordinator
+    data = read_bounded(Path(path), MAX_KEY_BYTES, "PEM key")
     try:
         key = serialization.load_pem_public_key(data)
     except ValueError:
         try:
             key = serialization.load_pem_private_key(data, password=None).public_key()
         except (ValueError, TypeError):
-            raise ReceiptError(f"{path} is not a PEM Ed25519 key") from None
-    return _public_raw(key)
+            raise ReceiptKeyError(f"{path} is not a PEM Ed25519 key") from None
+    try:
+        return _public_raw(key)
+    except (ValueError, TypeError):
+        raise ReceiptKeyError(f"{path} is not a PEM Ed25519 key") from None
+
+
+def coordinator_public_key() -> bytes | None:
+    """The coordinator's public key when its key is on this machine (never created by a check), else None."""
+    path = key_path()
+    return _public_raw(_load_private(path)) if path.is_file() else None
 
 
 def public_key_pem() -> bytes:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from fedforget.store import Store
+from fedforget.store.secret_files import mkdir_private
 
 
 def served_file_problems(store: Store, shas: dict[str, str], served: set[str]) -> list[dict[str, str]]:
@@ -94,7 +95,7 @@ def node_secrets_here(store: Store, scratch_root: Path, partitions: int) -> set[
         source = secret_path(store.root / "clients" / str(partition))
         if source.is_file():
             target = secret_path(scratch_root / "clients" / str(partition))
-            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            mkdir_private(target.parent)
             shutil.copyfile(source, target)
             target.chmod(0o600)
         else:
