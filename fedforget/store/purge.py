@@ -9,6 +9,11 @@ idempotent). Deleting inside the transaction instead would lose bytes of a reque
 Nothing purged is ever needed again: serving and retraining start only from valid artifacts
 (chains from the longest valid prefix, FedShard from valid children, SAFE and fedavg from scratch).
 A file whose sha256 is still recorded for a valid artifact (identical bytes) is kept.
+
+Values computed on the forgotten samples go too: the training values (losses, counts) of the
+``metrics.jsonl`` rows written before the request, and the measurements of ``forget --audit-before``,
+of which the ledger keeps only the decision (memorised or not). Copies on deployed nodes, which the
+coordinator cannot delete, count as gone only once their node acknowledges dropping them (``acks``).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fedforget.store.acks import copies_dropped_up_to
 from fedforget.store.crash import crash_point
 
 PURGE_SCHEMA = """
@@ -28,6 +34,13 @@ CREATE TABLE IF NOT EXISTS purged(artifact TEXT NOT NULL, sha256 TEXT NOT NULL, 
 """
 #: per-client files in a client's state dir that hold features of its raw samples (recomputed on demand)
 FEATURE_CACHE_GLOB = "safe-features-*"  # SAFE's frozen-backbone tokens (tasks.safe_features)
+#: metrics values computed on the clients' training samples (losses and counts over them)
+TRAINING_VALUES = ("train-loss", "train-examples", "samples", "samples-total")
+#: ledger meta: the request up to which, and how many leading lines of, metrics.jsonl are redacted
+METRICS_MARK = "metrics-redacted"
+#: ledger meta written by ``forget --audit-before``, and the keys of it that are decisions, not measurements
+AUDIT_KEY = "audit-before"
+AUDIT_DECISION = ("request", "forgotten", "held_out", "verdict", "memorised")
 
 
 def record_purges(db: sqlite3.Connection, request: int, invalidated: list[str]) -> int:
@@ -147,19 +160,34 @@ class PurgeReport:
     pending: list[str] = field(default_factory=list)
     feature_caches: list[str] = field(default_factory=list)
     metrics_rows: int = 0
+    #: rows of metrics.jsonl written before a request that still hold values computed on training samples
+    training_rows: int = 0
+    #: ledger meta keys that still hold values computed on forgotten samples
+    ledger_values: list[str] = field(default_factory=list)
+    #: deployed nodes that may still hold a copy of a purged artifact: partition → the request to confirm
+    client_copies: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def clean(self) -> bool:
+        return not (self.files or self.pending or self.feature_caches or self.metrics_rows or self.training_rows
+                    or self.ledger_values or self.client_copies)
 
     def to_json(self) -> dict[str, Any]:
         return {"files": self.files, "pending": self.pending, "feature-caches": self.feature_caches,
-                "metrics-rows": self.metrics_rows, "clean": not (self.files or self.pending or self.feature_caches
-                                                                  or self.metrics_rows)}
+                "metrics-rows": self.metrics_rows, "training-rows": self.training_rows,
+                "ledger-values": self.ledger_values,
+                "client-copies": [{"partition": p, "request": r} for p, r in sorted(self.client_copies.items())],
+                "clean": self.clean}
 
 
 def complete_purges(store: Any, check: bool = False) -> PurgeReport:
     """Delete every file a purge names (or only list them with ``check``); mark the purges done.
 
     Covers the store's artifacts, any file under ``clients/<partition>/`` named by a purged sha256
-    (client caches), the feature caches of partitions that lost samples, and per-client metrics
-    rows of clients that left. Idempotent: a second call finds nothing.
+    (client caches), the feature caches of partitions that lost samples, per-client metrics rows of
+    clients that left, the training values of metrics rows written before the newest request, and
+    the audit's measurements. Copies on nodes whose state dir is not under ``clients/`` are reported
+    until their node acknowledges. Idempotent: a second call finds nothing.
     """
     ledger = store.ledger()
     try:
@@ -169,29 +197,174 @@ def complete_purges(store: Any, check: bool = False) -> PurgeReport:
         pending = sorted({r["artifact"] for r in rows if not r["done"]})
         touched = _partitions_with_forgotten(db, since_done=True)
         gone = set(ledger.exhausted_partitions())
+        last = ledger.last_request()
+        mark = _metrics_mark(db)
+        audit = ledger.get_meta(AUDIT_KEY)
+        copies = unconfirmed_copies(db, visible_partitions(store.root))
     finally:
         ledger.close()
-    report = PurgeReport(pending=pending)
+    report = PurgeReport(pending=pending, client_copies=copies)
     files = files_named_by(store.root, doomed)
     report.files = [str(p.relative_to(store.root)) for p in files]
     caches = [p for part in sorted(touched) for p in (store.root / "clients" / str(part)).glob(FEATURE_CACHE_GLOB)]
     report.feature_caches = [str(p.relative_to(store.root)) for p in caches]
-    report.metrics_rows = scrub_metrics(store.root, gone, dry_run=True)
+    span = _redacted_span(store.root, last, mark)
+    report.metrics_rows = scrub_metrics(store.root, gone, dry_run=True, span=span)
+    report.training_rows = redact_training_values(store.root, span, dry_run=True)
+    report.ledger_values = [AUDIT_KEY] if audit_leftover(audit) else []
     if check:
         return report
     for path in (*files, *caches):
         path.unlink(missing_ok=True)
         crash_point("purge:file-deleted")
-    scrub_metrics(store.root, gone, dry_run=False)
+    scrub_metrics(store.root, gone, dry_run=False, span=span)
+    redact_training_values(store.root, _redacted_span(store.root, last, mark), dry_run=False)
     ledger = store.ledger()
     try:
         with ledger.transaction() as tx:
             if _has_table(tx):
                 tx.execute("UPDATE purged SET done=1 WHERE done=0")
             ledger._set_meta(tx, "purge-done-request", ledger.last_request())
+            if last:
+                ledger._set_meta(tx, METRICS_MARK, {"request": last, "lines": _line_count(store.root)})
+            if audit_leftover(audit):
+                ledger._set_meta(tx, AUDIT_KEY, audit_decision(audit))
     finally:
         ledger.close()
     return report
+
+
+def purge_mark(db: sqlite3.Connection) -> int:
+    """The newest request whose purged artifacts a ``query.forget`` sent now names (0 if none)."""
+    if not _has_table(db):
+        return 0
+    return int(db.execute("SELECT MAX(request) FROM purged").fetchone()[0] or 0)
+
+
+def copy_holders(db: sqlite3.Connection) -> dict[int, int]:
+    """partition → the newest request whose purged artifacts its node may hold a copy of.
+
+    Nodes keep only the frozen modules of a chain (their module cache, ``store.module_cache``): a
+    module goes to the nodes that train a later position of its chain, and those are the partitions
+    of that position's lineage. No other artifact is stored on a node (aggregated models, FedShard's
+    shards, SAFE's adapters and HO-SFL's halves live only in the messages)."""
+    if not _has_table(db):
+        return {}
+    chains: dict[tuple[Any, Any], list[tuple[int, set[int]]]] = {}
+    for artifact, meta in db.execute("SELECT artifact, meta FROM artifacts"):
+        where = _chain_place(meta)
+        if where is not None:
+            parts = {int(r[0]) for r in db.execute("SELECT DISTINCT u.partition FROM lineage l JOIN units u "
+                                                   "ON u.unit = l.unit WHERE l.artifact=?", (artifact,))}
+            chains.setdefault(where[0], []).append((where[1], parts))
+    holders: dict[int, int] = {}
+    rows = db.execute("SELECT p.request, a.meta FROM purged p JOIN artifacts a ON a.artifact = p.artifact "
+                      "WHERE p.sha256 NOT IN (SELECT sha256 FROM artifacts WHERE valid=1)")
+    for request, meta in rows:
+        where = _chain_place(meta)
+        if where is None:
+            continue
+        for position, parts in chains.get(where[0], []):
+            if position > where[1]:
+                for part in parts:
+                    holders[part] = max(holders.get(part, 0), int(request))
+    return holders
+
+
+def _chain_place(meta: str) -> tuple[tuple[Any, Any], int] | None:
+    """((shard, sequence), position) of a chain module, from its ledger meta; None for other artifacts."""
+    try:
+        data = json.loads(meta)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("position"), int) or "sequence" not in data:
+        return None
+    return (json.dumps(data.get("shard")), json.dumps(data.get("sequence"))), data["position"]
+
+
+def visible_partitions(root: Path) -> set[int]:
+    """Partitions whose node state dir is the store's ``clients/<partition>/`` (simulation): the
+    coordinator deletes and checks their copies itself. A deployed node's state dir is elsewhere."""
+    folder = Path(root) / "clients"
+    if not folder.is_dir():
+        return set()
+    return {int(p.name) for p in folder.iterdir() if p.name.isdigit() and p.is_dir()}
+
+
+def unconfirmed_copies(db: sqlite3.Connection, visible: set[int]) -> dict[int, int]:
+    """Possible holders the coordinator cannot see whose node has not confirmed dropping their copies:
+    partition → the request it has yet to confirm."""
+    confirmed = copies_dropped_up_to(db)
+    return {p: r for p, r in sorted(copy_holders(db).items()) if p not in visible and confirmed.get(p, 0) < r}
+
+
+def audit_leftover(value: Any) -> bool:
+    """Whether the audit's ledger record still holds measurements (anything beyond the decision)."""
+    return isinstance(value, dict) and bool(set(value) - set(AUDIT_DECISION))
+
+
+def audit_decision(measured: dict[str, Any]) -> dict[str, Any]:
+    """What the ledger keeps of an audit: whether the forgotten samples were memorised (the loss-threshold
+    attack told them from held-out samples with 95% confidence), not the losses or AUCs behind it."""
+    if "memorised" in measured:
+        memorised = measured["memorised"]
+    else:
+        result = measured.get("result")
+        ci = result.get("loss_threshold_ci95") if isinstance(result, dict) else None
+        usable = measured.get("verdict") is None and isinstance(ci, list) and ci and isinstance(ci[0], int | float)
+        memorised = bool(ci[0] > 0.5) if usable else None
+    return {**{k: measured.get(k) for k in AUDIT_DECISION}, "memorised": memorised}
+
+
+def _metrics_mark(db: sqlite3.Connection) -> dict[str, int] | None:
+    row = db.execute("SELECT value FROM meta WHERE key=?", (METRICS_MARK,)).fetchone()
+    try:
+        mark = json.loads(row[0]) if row else None
+    except ValueError:
+        return None
+    if not (isinstance(mark, dict) and all(isinstance(mark.get(k), int) for k in ("request", "lines"))):
+        return None
+    return mark
+
+
+def _line_count(root: Path) -> int:
+    path = root / "metrics.jsonl"
+    return len(path.read_text(encoding="utf-8").splitlines()) if path.is_file() else 0
+
+
+def _redacted_span(root: Path, last_request: int, mark: dict[str, int] | None) -> int:
+    """How many leading lines of metrics.jsonl were written by runs whose data held a forgotten sample:
+    all of them while a request is newer than the mark, else the lines the last purge covered (later
+    lines come from retrains, which never see forgotten data)."""
+    if not last_request:
+        return 0
+    lines = _line_count(root)
+    if mark is None or mark["request"] < last_request:
+        return lines
+    return min(mark["lines"], lines)
+
+
+def redact_training_values(root: Path, span: int, dry_run: bool) -> int:
+    """Drop the training values (``TRAINING_VALUES``) of the first ``span`` rows of metrics.jsonl; the
+    row stays with what the plan alone determines (round, bytes, client-rounds, test-split evaluations)."""
+    from fedforget.store.atomic import atomic_write_bytes
+
+    path = root / "metrics.jsonl"
+    if not span or not path.is_file():
+        return 0
+    lines = path.read_text(encoding="utf-8").splitlines()
+    changed = 0
+    for i, line in enumerate(lines[:span]):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and any(k in row for k in TRAINING_VALUES):
+            changed += 1
+            lines[i] = json.dumps({k: v for k, v in row.items() if k not in TRAINING_VALUES}, sort_keys=True)
+    if changed and not dry_run:
+        atomic_write_bytes(path, ("\n".join(lines) + "\n").encode("utf-8"))
+    return changed
 
 
 def _partitions_with_forgotten(db: sqlite3.Connection, since_done: bool) -> set[int]:
@@ -218,15 +391,21 @@ def _scrubbed(row: dict[str, Any], partitions: set[int]) -> dict[str, Any]:
     return out
 
 
-def scrub_metrics(root: Path, partitions: set[int], dry_run: bool) -> int:
-    """Per-client metrics rows of clients that left: dropped, and their entries in per-client maps."""
+def scrub_metrics(root: Path, partitions: set[int], dry_run: bool, span: int | None = None) -> int:
+    """Per-client metrics rows of clients that left: dropped, and their entries in per-client maps; only
+    among the first ``span`` rows (all without it), those of runs that still had the clients' data."""
     from fedforget.store.atomic import atomic_write_bytes
 
     path = root / "metrics.jsonl"
     if not partitions or not path.is_file():
         return 0
     kept, changed = [], 0
-    for line in path.read_text(encoding="utf-8").splitlines():
+    lines = path.read_text(encoding="utf-8").splitlines()
+    span = len(lines) if span is None else span
+    for n, line in enumerate(lines):
+        if n >= span:
+            kept.append(line)
+            continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError:

@@ -26,8 +26,13 @@ def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> 
     """``query.forget`` to every client holding forgotten samples; they delete them for good."""
     if not forgotten:
         return {}
-    from fedforget.store.purge import PURGE_KEY, PURGE_RECORD, purged_sha_list
+    from fedforget.store.purge import PURGE_KEY, PURGE_RECORD, purge_mark, purged_sha_list
 
+    ledger = run.store.ledger()
+    try:
+        mark = purge_mark(ledger.db)  # read before the sha256s: a request purged in between stays unconfirmed
+    finally:
+        ledger.close()
     shas = purged_sha_list(run.store)  # the clients drop their own copies of purged artifacts too
     messages = [
         Message(RecordDict({"arrays": to_record({"samples": np.asarray(ids, dtype=np.int64)}),
@@ -48,7 +53,7 @@ def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> 
 
     ledger = run.store.ledger()
     try:
-        record_acks(ledger, deleted)
+        record_acks(ledger, deleted, copies_up_to=mark)
     finally:
         ledger.close()
     log(INFO, "fedforget: clients deleted %d sample(s) for good (%s)", sum(deleted.values()),

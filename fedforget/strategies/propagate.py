@@ -5,6 +5,9 @@ partition that holds forgotten samples gets the same ``query.forget`` (``query.s
 which also drops its feature caches) that a retrain sends; each writes the samples to its tombstones
 and replies, and the reply is recorded as an acknowledgement. A partition whose node does not answer
 within ``round-timeout`` stays pending: the next retrain sends it the same message (its next contact).
+A node that holds no forgotten sample but may hold a copy of a purged artifact (it trained on top of
+one) and has not confirmed dropping it gets the same message with no samples, so it drops its copies
+and confirms (the ``client-copies`` of ``fedforget purge --check``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,14 @@ from flwr.supercore import log
 from fedforget.core.config import RunConfig
 from fedforget.store import Store
 from fedforget.store.acks import record_acks
-from fedforget.store.purge import PURGE_KEY, PURGE_RECORD, purged_sha_list
+from fedforget.store.purge import (
+    PURGE_KEY,
+    PURGE_RECORD,
+    purge_mark,
+    purged_sha_list,
+    unconfirmed_copies,
+    visible_partitions,
+)
 from fedforget.strategies.messaging import FORGET_MESSAGE, PARTITION_KEY, send_with_retries, to_record
 from fedforget.strategies.registry import entry_for_plan
 
@@ -50,6 +60,9 @@ def run_propagation(grid: Grid, cfg: RunConfig) -> dict[int, int]:
     try:
         forgotten = ledger.forgotten_by_partition()
         kind = (ledger.plan() or {}).get("kind")
+        mark = purge_mark(ledger.db)  # read before the sha256s: a request purged in between stays unconfirmed
+        unseen = unconfirmed_copies(ledger.db, visible_partitions(store.root))  # what `purge --check` reports
+        holders = {p: [] for p in unseen if p not in forgotten}
     finally:
         ledger.close()
     nodes = reachable_partitions(grid, cfg.round_timeout)
@@ -57,7 +70,7 @@ def run_propagation(grid: Grid, cfg: RunConfig) -> dict[int, int]:
     extra = {PURGE_RECORD: ConfigRecord({PURGE_KEY: shas})} if shas else {}
     messages = [Message(RecordDict({"arrays": to_record({"samples": np.asarray(ids, dtype=np.int64)}), **extra}),
                         dst_node_id=nodes[p], message_type=forget_message_type(kind))
-                for p, ids in sorted(forgotten.items()) if p in nodes]
+                for p, ids in sorted({**forgotten, **holders}.items()) if p in nodes]
     deleted = {}
     for reply in send_with_retries(grid, messages, cfg.round_timeout) if messages else []:
         if reply.has_error():
@@ -66,7 +79,7 @@ def run_propagation(grid: Grid, cfg: RunConfig) -> dict[int, int]:
         deleted[int(info[PARTITION_KEY])] = int(info["deleted"])
     ledger = store.ledger()
     try:
-        record_acks(ledger, deleted)
+        record_acks(ledger, deleted, copies_up_to=mark)
     finally:
         ledger.close()
     missing = sorted(set(forgotten) - set(deleted))

@@ -5,7 +5,9 @@ Two attacks on the served ensemble's outputs: the loss-threshold attack (a lower
 known members (retained training samples) against known non-members (one half of the test split),
 then asked about the forgotten samples against the other half. "Before" is measured by
 ``forget --audit-before`` on the model served just before the request (its files are purged by
-the request); "after" is what is served now. Held out is the whole first half of the test split
+the request); the ledger keeps only its decision, whether the samples were memorised, since the
+losses and AUCs behind it are computed on the forgotten samples. "After" is what is served now,
+measured on demand and never stored. Held out is the whole first half of the test split
 (not one test sample per forgotten one), every AUC comes with a 95% bootstrap interval, and below
 ``MIN_FORGOTTEN`` forgotten samples the report says plainly that it cannot tell.
 An AUC near 0.5 after forgetting means the forgotten samples look like data the model never saw.
@@ -21,6 +23,7 @@ import numpy as np
 from fedforget.core.seeds import derive_seed
 from fedforget.store import Store
 from fedforget.store.ledger import LedgerUsageError
+from fedforget.store.purge import AUDIT_KEY, audit_decision
 
 MAX_SAMPLES = 1000
 MAX_HELD_OUT = 5000
@@ -113,14 +116,17 @@ def audit_served(store: Store, serving: dict[str, Any], artifacts: list[dict[str
                                      members, shadow_out, derive_seed(cfg.seed, "audit-bootstrap"))}
 
 
-def record_audit_before(store: Store, request: int, serving: dict[str, Any], artifacts: list[dict[str, Any]]) -> None:
-    """``forget --audit-before``: audit the model served before ``request`` while its files still exist."""
-    measured = audit_served(store, serving, artifacts, _forgotten_ids(store))
+def record_audit_before(store: Store, request: int, serving: dict[str, Any],
+                        artifacts: list[dict[str, Any]]) -> dict[str, Any]:
+    """``forget --audit-before``: audit the model served before ``request`` while its files still exist;
+    keep its decision in the ledger and return the full measurement (never stored)."""
+    measured = {"request": request, **audit_served(store, serving, artifacts, _forgotten_ids(store))}
     ledger = store.ledger()
     try:
-        ledger.set_meta("audit-before", {"request": request, **measured})
+        ledger.set_meta(AUDIT_KEY, audit_decision(measured))
     finally:
         ledger.close()
+    return measured
 
 
 def audit_store(store: Store) -> dict[str, Any]:
@@ -132,7 +138,8 @@ def audit_store(store: Store) -> dict[str, Any]:
     ledger = store.ledger()
     try:
         now, artifacts = ledger.serving(), ledger.artifacts()
-        before = ledger.get_meta("audit-before")
+        before = ledger.get_meta(AUDIT_KEY)
+        before = before if isinstance(before, dict) and isinstance(before.get("request"), int) else None
         last = ledger.last_request()
     finally:
         ledger.close()
@@ -143,5 +150,5 @@ def audit_store(store: Store) -> dict[str, Any]:
     elif before["request"] != last:
         note = f"before: measured at request #{before['request']}, on the samples forgotten up to it"
     return {"forgotten": after["forgotten"], "held_out": after["held_out"], "verdict": after["verdict"],
-            "before": before["result"] if before else None, "before_request": before["request"] if before else None,
-            "after": after["result"], "note": note}
+            "before": audit_decision(before) if before else None,
+            "before_request": before["request"] if before else None, "after": after["result"], "note": note}

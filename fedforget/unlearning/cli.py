@@ -304,14 +304,21 @@ def audit(store: StoreOpt, as_json: JsonOpt = False) -> None:
     if as_json:
         emit(result, True)
         return
-    for name in ("before", "after"):
-        r = result[name]
-        if r is None:
-            console.print(f"{name:>6}: " + ("not measured" if name == "before" else "nothing served"))
-            continue
+    before = result["before"]
+    if before is None:
+        console.print("before: not measured")
+    else:
+        said = {True: "memorised (told from held-out samples)", False: "not memorised",
+                None: "undecided (too few forgotten samples)"}[before["memorised"]]
+        console.print(f"before: {said} at request #{before['request']}; its losses and AUCs were computed on "
+                      "the forgotten samples, so only this decision is kept", soft_wrap=True)
+    r = result["after"]
+    if r is None:
+        console.print(" after: nothing served")
+    else:
         lo, hi = r["loss_threshold_ci95"]
         slo, shi = r["shadow_ci95"]
-        console.print(f"{name:>6}: loss-threshold AUC {r['loss_threshold_auc']:.3f} [{lo:.3f}, {hi:.3f}] · "
+        console.print(f" after: loss-threshold AUC {r['loss_threshold_auc']:.3f} [{lo:.3f}, {hi:.3f}] · "
                       f"shadow-model AUC {r['shadow_auc']:.3f} [{slo:.3f}, {shi:.3f}] "
                       f"({result['forgotten']} forgotten vs {result['held_out']} held-out)")
     for line in (result["verdict"], result["note"]):
@@ -462,8 +469,10 @@ def purge(
     check: Annotated[bool, typer.Option("--check", help="Only list what should not be there; exit 1 if any.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Delete every file a forget request made obsolete (artifacts, client caches, feature caches); `forget`
-    does this itself, so this finishes a purge a crash interrupted, or with --check proves none is left."""
+    """Delete every file and value a forget request made obsolete (artifacts, client caches, feature caches,
+    training metrics, audit measurements); `forget` does this itself, so this finishes a purge a crash
+    interrupted, or with --check proves none is left. Exit 1 while a copy is left, deployed nodes' copies
+    not yet confirmed included (`fedforget forget --propagate` reaches them)."""
     from fedforget.store.purge import complete_purges
 
     handle = open_store(store)
@@ -471,6 +480,7 @@ def purge(
         report = complete_purges(handle, check=check).to_json()
     except (StoreError, LedgerUsageError) as exc:
         fail(str(exc))
+    copies = report["client-copies"]
     if as_json:
         emit(report, True)
     else:
@@ -480,9 +490,23 @@ def purge(
             console.print(f" purge pending for {len(report['pending'])} artifact(s)")
         if report["metrics-rows"]:
             console.print(f" {report['metrics-rows']} per-client metrics row(s) of clients that left")
-        console.print("[bold green]clean[/]: nothing that saw forgotten data is left" if report["clean"] or not check
-                      else "[bold red]not clean[/]: run `fedforget purge` (without --check)")
-    if check and not report["clean"]:
+        if report["training-rows"]:
+            console.print(f" {report['training-rows']} metrics row(s) with training values computed on forgotten data")
+        for key in report["ledger-values"]:
+            console.print(f" ledger value {key!r} holds measurements of forgotten samples")
+        if copies:
+            console.print(f" {len(copies)} deployed node(s) (partition(s) {[c['partition'] for c in copies]}) may "
+                          "still hold copies of purged artifacts in their caches until they acknowledge: run "
+                          f"`fedforget forget --store {store} --propagate` with a forgotten id (it only propagates "
+                          "when nothing is new)", soft_wrap=True)
+        local = any(report[k] for k in ("files", "pending", "feature-caches", "metrics-rows", "training-rows",
+                                        "ledger-values"))
+        if not copies and not (check and local):
+            console.print("[bold green]clean[/]: nothing that saw forgotten data is left")
+        else:
+            console.print("[bold red]not clean[/]: " + ("run `fedforget purge` (without --check)" if check and local
+                                                        else "the nodes' copies above are left"))
+    if copies or (check and not report["clean"]):
         raise SystemExit(1)
 
 

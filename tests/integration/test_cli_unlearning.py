@@ -86,14 +86,15 @@ def test_status_evaluate_and_verify_json(store):
     assert json.loads(result.output)["exact"] is True
 
 
-def test_audit_reports_auc_before_and_after(store):
+def test_audit_reports_the_memorised_decision_before_and_auc_after(store):
     assert cli("audit", "--store", str(store)).exit_code == 2  # nothing forgotten yet
     cli("forget", "--store", str(store), "--slice", "0:0", "--audit-before")  # "before" exists only until the purge
     data = json.loads(cli("audit", "--store", str(store), "--json").output)
-    for name in ("before", "after"):
-        assert 0.0 <= data[name]["loss_threshold_auc"] <= 1.0 and 0.0 <= data[name]["shadow_auc"] <= 1.0
-        low, high = data[name]["loss_threshold_ci95"]
-        assert low <= data[name]["loss_threshold_auc"] <= high
+    after = data["after"]
+    assert 0.0 <= after["loss_threshold_auc"] <= 1.0 and 0.0 <= after["shadow_auc"] <= 1.0
+    low, high = after["loss_threshold_ci95"]
+    assert low <= after["loss_threshold_auc"] <= high
+    assert data["before"]["memorised"] in (True, False) and "loss_threshold_auc" not in data["before"]  # purged
     assert data["before_request"] == 1 and data["held_out"] >= 100 and data["verdict"] is None
 
 
