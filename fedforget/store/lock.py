@@ -38,8 +38,10 @@ def lock_path(root: Path) -> Path:
 
 
 def _open_lock(path: Path, create: bool) -> int:
-    """The lock file's descriptor; a planted symlink or a non-file is refused, never followed."""
-    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | (os.O_CREAT if create else 0)
+    """The lock file's descriptor (read-write to hold it, read-only to check it: flock needs no more); a
+    planted symlink or a non-file is refused, never followed."""
+    access = os.O_RDWR | os.O_CREAT if create else os.O_RDONLY
+    flags = access | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
         fd = os.open(path, flags, 0o600)
     except FileNotFoundError:
