@@ -28,7 +28,8 @@ from fedforget.unlearning.forget import forget_request
 from .helpers import copy_store, train_in_process
 
 NODES = 3
-FEDSGT = {"method": "fedsgt", "chains.groups": 3, "chains.budget": 3, "slices-per-client": 2, "local-epochs": 1}
+FEDSGT = {"method": "fedsgt", "chains.groups": 2, "chains.budget": 2, "slices-per-client": 1, "local-epochs": 1,
+          "train-size": 300, "test-size": 100}
 REPO = Path(__file__).resolve().parents[2]
 RUN_ID = 7
 FEDERATION = "fake-federation"
