@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from contextlib import ExitStack
 from logging import ERROR
 
 from flwr.app import Context
@@ -10,13 +11,26 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
 from fedforget.core.config import ConfigError, parse_run_config
+from fedforget.store import StoreError
+from fedforget.store.lock import store_run_lock
+from fedforget.store.store import resolve_store_path
 from fedforget.strategies.messaging import ReliableGrid
 from fedforget.strategies.registry import get_method
 
 app = ServerApp()
 
 
-class RunConfigRefused(ConfigError):
+class RunRefused(Exception):
+    """The run was refused before it wrote anything; its one line is already logged, so Flower's traceback
+    of it is dropped."""
+
+
+class StoreLockRefused(RunRefused):
+    """The store's run lock (:mod:`fedforget.store.lock`) was not taken: another live run holds it, or its
+    lock file is unusable."""
+
+
+class RunConfigRefused(ConfigError, RunRefused):
     """The run config was refused; its one line is already logged, so Flower's traceback of it is dropped.
 
     Flower marks the run failed (``flwr ls`` shows sub-status ``failed`` with this message as details), but
@@ -26,7 +40,7 @@ class RunConfigRefused(ConfigError):
 
 
 class DropRefusedTraceback(logging.Filter):
-    """Drop the records that carry a :class:`RunConfigRefused` (Flower's "ServerApp raised an exception"
+    """Drop the records that carry a :class:`RunRefused` (Flower's "ServerApp raised an exception"
     / "Simulation raised an exception" with its traceback), and, once a refusal was logged, Flower's
     closing "Exit Code: N ... An unhandled exception occurred" (flwr/supercore/exit/exit.py): the one line
     before them says it all. Every other record, traceback included, passes."""
@@ -35,9 +49,9 @@ class DropRefusedTraceback(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, RunConfigRefused):
+        if isinstance(exc, RunRefused):
             return False
-        if isinstance(record.args, tuple) and any(isinstance(arg, RunConfigRefused) for arg in record.args):
+        if isinstance(record.args, tuple) and any(isinstance(arg, RunRefused) for arg in record.args):
             return False
         return not (self.refused and record.levelno >= ERROR and str(record.msg).startswith("Exit Code: "))
 
@@ -65,9 +79,16 @@ def main(grid: Grid, context: Context) -> None:
         quiet_refusals()
         log(ERROR, "%s", refusal_line(exc))  # the one line a user needs; Flower's traceback of it is dropped
         raise RunConfigRefused(str(exc)) from None
-    if cfg.action == "propagate":  # deletion on the clients now, no training (`forget --propagate`)
-        from fedforget.strategies.propagate import run_propagation
+    with ExitStack() as held:
+        try:  # one run writes a store at a time; the lock dies with this process, however it ends
+            held.enter_context(store_run_lock(resolve_store_path(cfg.store), cfg.action))
+        except StoreError as exc:
+            quiet_refusals()
+            log(ERROR, "fedforget: error: %s", exc)
+            raise StoreLockRefused(str(exc)) from None
+        if cfg.action == "propagate":  # deletion on the clients now, no training (`forget --propagate`)
+            from fedforget.strategies.propagate import run_propagation
 
-        run_propagation(ReliableGrid(grid), cfg)
-        return
-    get_method(cfg.method)(ReliableGrid(grid), cfg)
+            run_propagation(ReliableGrid(grid), cfg)
+            return
+        get_method(cfg.method)(ReliableGrid(grid), cfg)

@@ -62,6 +62,21 @@ def reference_run(work, verbose: bool, what: str = "retraining from scratch as t
             return work()
 
 
+def run_console(as_json: bool) -> Console:
+    """Where a command that submits a Flower run prints its progress: stderr when stdout is JSON."""
+    return Console(stderr=True) if as_json else console
+
+
+def refuse_if_busy(handle: Store) -> None:
+    """Exit 2 with one line if a live run holds the store's run lock (nothing is changed)."""
+    from fedforget.store.lock import check_not_busy
+
+    try:
+        check_not_busy(handle.root)
+    except StoreError as exc:
+        fail(f"{exc}; nothing was changed")
+
+
 def emit(data: dict, as_json: bool) -> None:
     print(json.dumps(data, indent=2, sort_keys=True, default=str))
 
@@ -155,6 +170,8 @@ def forget(
     from fedforget.unlearning.forget import forget_request
 
     handle = open_store(store)
+    if propagate:
+        refuse_if_busy(handle)  # before the request is applied: a refused propagation changes nothing
     try:
         result = forget_request(handle, sample or [], slice_ or [], client or [], audit_before=audit_before)
     except (LedgerUsageError, StoreError) as exc:
@@ -164,7 +181,11 @@ def forget(
         from fedforget.store.acks import request_acks
         from fedforget.unlearning.retrain import propagate_store
 
-        code, log_path = propagate_store(handle, federation, console)
+        try:
+            code, log_path = propagate_store(handle, federation, run_console(as_json))
+        except StoreError as exc:  # a run took the lock since the check above
+            fail(f"the request is applied and purged, but the propagation run was not started: {exc}; the next "
+                 "`fedforget retrain` reaches the clients", code=1)
         ledger = handle.ledger()
         try:
             acks = request_acks(ledger)
@@ -224,8 +245,9 @@ def retrain(store: StoreOpt, federation: FederationOpt = "local-simulation", as_
     from fedforget.unlearning.retrain import retrain_store
 
     handle = open_store(store)
+    refuse_if_busy(handle)  # fail fast; the ServerApp takes the lock itself
     try:
-        code, log_path, target = retrain_store(handle, federation, console)
+        code, log_path, target = retrain_store(handle, federation, run_console(as_json))
         info = store_status(handle, accuracy=False)
         ledger = handle.ledger()
         try:
@@ -235,6 +257,7 @@ def retrain(store: StoreOpt, federation: FederationOpt = "local-simulation", as_
     except (StoreError, LedgerUsageError) as exc:
         fail(str(exc))
     if code != 0 or reached < target:
+        refuse_if_busy(handle)  # another run took the lock after our check: the ServerApp refused this one
         fail(f"the retrain run did not finish (flwr exit code {code}); nothing half-done was served; its log is "
              f"{log_path}; run `fedforget retrain` again", code=1)
     summary = {"retrained_up_to_request": reached, "serving": info["serving"], "accuracy": info["accuracy"],

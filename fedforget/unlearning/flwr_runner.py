@@ -1,4 +1,10 @@
-"""Submit a ``flwr run`` and follow it: a rich progress bar fed by the ServerApp's round lines."""
+"""Submit a ``flwr run`` and follow it: a rich progress bar fed by the ServerApp's round lines.
+
+The run belongs to the command that submitted it: a SIGTERM or SIGINT (Ctrl-C) of that command stops it
+with ``flwr stop`` (the ServerApp runs in Flower's SuperLink, not as a child of this process, so ending
+the ``flwr run`` child alone would leave it running). A ``kill -9`` leaves no chance to do so; the store's
+run lock (:mod:`fedforget.store.lock`) then keeps any other run from writing the store beside it.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +12,16 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 import fedforget
 from fedforget.store.secret_files import mkdir_private
@@ -24,6 +34,19 @@ ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -
 ROUND_LINE = re.compile(r"round (\d+)/(\d+): test accuracy ([0-9.]+)")
 POSITION_LINE = re.compile(r"(\d+)/(\d+) chain positions trained")
 STAGE_LINE = re.compile(r"FedShard stage (\d+)/(\d+)")
+#: What ``flwr run`` prints once the SuperLink accepted the run (flwr/cli/run/run.py).
+STARTED_LINE = re.compile(r"Successfully started run (\d+)")
+#: Bound on ``flwr stop`` after an interruption: the command exits even if the SuperLink does not answer.
+STOP_TIMEOUT_S = 60.0
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Interrupted(Exception):
+    """SIGTERM or SIGINT arrived while a Flower run was followed."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 def strip_ansi(text: str) -> str:
@@ -53,8 +76,59 @@ def flwr_cli() -> str:
     return str(beside) if beside.is_file() else "flwr"
 
 
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGTERM and SIGINT raise :class:`Interrupted` in the block (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def stop_run(proc: subprocess.Popen, run_id: int | None, federation: str, env: dict[str, str]) -> str:
+    """Stop the Flower run ``run_id`` (``flwr stop``) and end the ``flwr run`` child; what happened, in words.
+
+    Further SIGTERM/SIGINT are ignored meanwhile, so the stop request is not cut off; it is bounded by
+    :data:`STOP_TIMEOUT_S`.
+    """
+    from fedforget.process_tree import kill_tree
+
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in STOP_SIGNALS} \
+        if threading.current_thread() is threading.main_thread() else {}
+    try:
+        if run_id is None:
+            outcome = "the run had not started (no run id yet)"
+        else:
+            try:
+                stop = subprocess.run([flwr_cli(), "stop", str(run_id), federation], env=env, cwd=app_dir(),
+                                      capture_output=True, text=True, timeout=STOP_TIMEOUT_S, check=False)
+                outcome = (f"stopped Flower run {run_id}" if stop.returncode == 0 else
+                           f"`flwr stop {run_id} {federation}` failed (exit {stop.returncode}); run it by hand")
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                outcome = f"`flwr stop {run_id} {federation}` failed ({type(exc).__name__}); run it by hand"
+        kill_tree(proc.pid, timeout=5.0)
+        return outcome
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def flwr_run(federation: str, run_config: str, store: str, console: Console) -> tuple[int, Path]:
-    """Run the app on ``federation`` with ``run_config`` + ``store``; return (exit code, log path)."""
+    """Run the app on ``federation`` with ``run_config`` + ``store``; return (exit code, log path).
+
+    Everything it prints (the command line, the progress bar, error lines) goes to ``console``: a command
+    whose stdout is JSON passes a console on stderr. SIGTERM/SIGINT stop the run and exit 128 + signal
+    number with one line (:func:`stop_run`).
+    """
     store_path = resolve_store_path(store)
     mkdir_private(store_path)
     log_path = store_path / "flwr-run.log"
@@ -70,32 +144,48 @@ def flwr_run(federation: str, run_config: str, store: str, console: Console) -> 
     with console.status("starting this checkout's local SuperLink…"):
         ensure_started(federation, env)  # flwr gives its own start-up only 15 s, too few on a loaded machine
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the store stays owner-only
-    with open(fd, "w", encoding="utf-8") as log, Progress(
-        TextColumn("[bold blue]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-        TextColumn("{task.fields[acc]}"), TimeElapsedColumn(), console=console,
-    ) as progress:
-        bar = progress.add_task(f"{federation}: starting Flower", total=None, acc="")
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                cwd=app_dir())
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            line = strip_ansi(line)
-            log.write(line)
-            log.flush()
-            match = ROUND_LINE.search(line)
-            if match:
-                rnd, total, acc = int(match[1]), int(match[2]), float(match[3])
-                progress.update(bar, description=f"{federation}: round", completed=rnd, total=total,
-                                acc=f"test accuracy {acc:.4f}")
-                if rnd > 0:
-                    progress.console.print(f"round {rnd}/{total}: test accuracy {acc:.4f}")
-            elif (match := POSITION_LINE.search(line)) is not None:
-                progress.update(bar, description=f"{federation}: chain positions", completed=int(match[1]),
-                                total=int(match[2]), acc="")
-            elif (match := STAGE_LINE.search(line)) is not None:
-                progress.update(bar, description=f"{federation}: FedShard stages", completed=int(match[1]),
-                                total=int(match[2]), acc="")
-            elif "ERROR" in line or "Traceback" in line:
-                progress.console.print(line.rstrip(), style="red", markup=False, highlight=False)
-        code = proc.wait()
+    run_id: int | None = None
+    proc: subprocess.Popen | None = None
+    try:
+        with interruptible(), open(fd, "w", encoding="utf-8") as log, Progress(
+            TextColumn("[bold blue]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+            TextColumn("{task.fields[acc]}"), TimeElapsedColumn(), console=console,
+        ) as progress:
+            bar = progress.add_task(f"{federation}: starting Flower", total=None, acc="")
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                    cwd=app_dir())
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                line = strip_ansi(line)
+                log.write(line)
+                log.flush()
+                if run_id is None and (started := STARTED_LINE.search(line)) is not None:
+                    run_id = int(started[1])
+                follow_line(line, progress, bar, federation)
+            code = proc.wait()
+    except Interrupted as interrupted:
+        from fedforget.unlearning.errors import fail
+
+        outcome = stop_run(proc, run_id, federation, env) if proc is not None else "no run was submitted"
+        fail(f"interrupted ({interrupted}): {outcome}; nothing half-done is served; its log is {log_path}",
+             code=128 + interrupted.signum)
     return code, log_path
+
+
+def follow_line(line: str, progress: Progress, bar: TaskID, federation: str) -> None:
+    """Move the progress bar on a round, chain-position or stage line; echo error lines."""
+    match = ROUND_LINE.search(line)
+    if match:
+        rnd, total, acc = int(match[1]), int(match[2]), float(match[3])
+        progress.update(bar, description=f"{federation}: round", completed=rnd, total=total,
+                        acc=f"test accuracy {acc:.4f}")
+        if rnd > 0:
+            progress.console.print(f"round {rnd}/{total}: test accuracy {acc:.4f}")
+    elif (match := POSITION_LINE.search(line)) is not None:
+        progress.update(bar, description=f"{federation}: chain positions", completed=int(match[1]),
+                        total=int(match[2]), acc="")
+    elif (match := STAGE_LINE.search(line)) is not None:
+        progress.update(bar, description=f"{federation}: FedShard stages", completed=int(match[1]),
+                        total=int(match[2]), acc="")
+    elif "ERROR" in line or "Traceback" in line:
+        progress.console.print(line.rstrip(), style="red", markup=False, highlight=False)

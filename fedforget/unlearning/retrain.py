@@ -10,6 +10,7 @@ from rich.console import Console
 
 from fedforget.core.config import stored_run_config
 from fedforget.store import Store
+from fedforget.store.lock import check_not_busy
 from fedforget.unlearning.flwr_runner import flwr_run
 
 
@@ -30,7 +31,12 @@ def retrain_run_config(store: Store, action: str = "retrain") -> str:
 
 
 def retrain_store(store: Store, federation: str, console: Console) -> tuple[int, Path, int]:
-    """Submit the retrain run; return (flwr exit code, log path, watermark it had to reach)."""
+    """Submit the retrain run; return (flwr exit code, log path, watermark it had to reach).
+
+    Raises :class:`~fedforget.store.lock.StoreBusy` before anything starts if a live run holds the store's
+    run lock (the ServerApp takes the lock itself; this check only makes the common case fail fast).
+    """
+    check_not_busy(store.root)
     ledger = store.ledger()
     try:
         target = ledger.last_request()
@@ -42,4 +48,5 @@ def retrain_store(store: Store, federation: str, console: Console) -> tuple[int,
 
 def propagate_store(store: Store, federation: str, console: Console) -> tuple[int, Path]:
     """``forget --propagate``: a Flower run that makes the owning clients delete forgotten samples now."""
+    check_not_busy(store.root)
     return flwr_run(federation, retrain_run_config(store, "propagate"), str(store.root), console)

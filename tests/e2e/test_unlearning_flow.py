@@ -36,7 +36,9 @@ def _flow(fed, store_path, state_dir_of, config: dict = CONFIG) -> None:  # noqa
     what = ["--client", "1"] if config["method"] == "fedshard" else ["--sample", str(sample)]
     forgot = json.loads(fedforget_cli(fed.env, "forget", "--store", str(store_path), *what, "--json").stdout)
     assert forgot["invalidated"] and forgot["serving"]["available"]
-    fedforget_cli(fed.env, "retrain", "--store", str(store_path), "--federation", fed.connection)
+    summary = json.loads(fedforget_cli(fed.env, "retrain", "--store", str(store_path), "--federation", fed.connection,
+                                       "--json").stdout)  # JSON alone: flwr's progress goes to stderr
+    assert summary["retrained_up_to_request"] == 1 and summary["available"]
     assert sample in load_tombstones(state_dir_of(1), "digits-mlp")
     retrained = artifact_shas(store)
     assert {a for a in trained if trained[a] != retrained[a]} == set(forgot["invalidated"])
