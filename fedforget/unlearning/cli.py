@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from fedforget.store import Store, StoreError
+from fedforget.store.check import check_store
 from fedforget.store.ledger import LedgerUsageError
 from fedforget.store.store import resolve_store_path
 from fedforget.unlearning.errors import fail
@@ -38,10 +39,19 @@ def from_cwd(path: str) -> str:
 
 
 def open_store(path: str) -> Store:
+    """Open a store and check it before any command reads it (``fedforget.store.check``): one line and
+    exit 2 when the path is not a readable store, exit 1 when the store is not what it claims (tampered,
+    corrupt, half-applied); nothing is written either way."""
     try:
-        return Store.open(from_cwd(path))
+        handle = Store.open(from_cwd(path))
     except StoreError as exc:
         fail(str(exc))
+    check = check_store(handle)
+    if check.unreadable:
+        fail(check.summary())
+    if check.refusals:
+        fail(check.summary(), code=1)
+    return handle
 
 
 def reference_run(work, verbose: bool, what: str = "retraining from scratch as the reference"):  # noqa: ANN001, ANN201
