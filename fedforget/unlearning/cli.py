@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from fedforget.store import Store, StoreError
-from fedforget.store.check import check_store
+from fedforget.store.check import check_store, corrupt_ledger
 from fedforget.store.ledger import LedgerUsageError
 from fedforget.store.store import resolve_store_path
-from fedforget.unlearning.errors import fail
+from fedforget.unlearning.errors import BROKEN_STORE_EXIT, fail
 from fedforget.unlearning.flwr_runner import flwr_run
 from fedforget.unlearning.status import print_status, store_status
 
@@ -50,7 +51,7 @@ def open_store(path: str) -> Store:
     if check.unreadable:
         fail(check.summary())
     if check.refusals:
-        fail(check.summary(), code=1)
+        fail(check.summary(), code=BROKEN_STORE_EXIT)
     return handle
 
 
@@ -86,6 +87,8 @@ def status(
         info = store_status(handle)
     except (StoreError, LedgerUsageError) as exc:
         fail(str(exc))
+    except sqlite3.DatabaseError as exc:  # a page of the sample index (not checked up front)
+        fail(corrupt_ledger(exc), code=BROKEN_STORE_EXIT)
     if as_json:
         emit(info, True)
     else:
@@ -109,6 +112,8 @@ def samples(
         data = client_samples(handle, client, slice_)
     except (StoreError, LedgerUsageError) as exc:
         fail(str(exc))
+    except sqlite3.DatabaseError as exc:  # a page of the sample index (not checked up front)
+        fail(corrupt_ledger(exc), code=BROKEN_STORE_EXIT)
     if as_json:
         emit(data, True)
         return
@@ -135,6 +140,8 @@ def locate(
         data = locate_sample(handle, sample)
     except (StoreError, LedgerUsageError) as exc:
         fail(str(exc))
+    except sqlite3.DatabaseError as exc:  # a page of the sample index (not checked up front)
+        fail(corrupt_ledger(exc), code=BROKEN_STORE_EXIT)
     if as_json:
         emit(data, True)
         return
@@ -218,6 +225,8 @@ def evaluate(store: StoreOpt, as_json: JsonOpt = False) -> None:
         fail(str(exc), code=1)
     except (StoreError, LedgerUsageError) as exc:
         fail(str(exc))
+    except sqlite3.DatabaseError as exc:  # a page of the sample index (not checked up front)
+        fail(corrupt_ledger(exc), code=BROKEN_STORE_EXIT)
     if as_json:
         emit(result, True)
     else:
@@ -308,6 +317,8 @@ def audit(store: StoreOpt, as_json: JsonOpt = False) -> None:
         result = audit_store(handle)
     except (StoreError, LedgerUsageError) as exc:
         fail(str(exc))
+    except sqlite3.DatabaseError as exc:  # a page of the sample index (not checked up front)
+        fail(corrupt_ledger(exc), code=BROKEN_STORE_EXIT)
     if as_json:
         emit(result, True)
         return
@@ -449,6 +460,8 @@ def fairness(store: StoreOpt, as_json: JsonOpt = False) -> None:
         report = fairness_of_store(handle)
     except (UsageError, StoreError, LedgerUsageError) as exc:
         fail(str(exc))
+    except sqlite3.DatabaseError as exc:  # a page of the sample index (not checked up front)
+        fail(corrupt_ledger(exc), code=BROKEN_STORE_EXIT)
     if as_json:
         emit(report, True)
         return

@@ -105,6 +105,18 @@ def test_a_served_artifact_pointed_at_another_intact_file_is_reported(copy):
     assert_reported(copy, f"artifact {served} is recorded with the file of the backbone copy")
 
 
+@pytest.mark.parametrize("edit", ["UPDATE requests SET spec='[1, 2'", "UPDATE requests SET spec='[1, 2]'",
+                                  "UPDATE meta SET value='{\"artifacts\": 7' WHERE key='serving'",
+                                  "UPDATE requests SET spec='{\"samples\": [" + "9" * 30 + "]}'",
+                                  "UPDATE requests SET spec='{\"samples\": [" + "9" * 100_000 + "]}'"])
+def test_a_malformed_json_cell_in_the_ledger_is_reported_not_raised(copy, edit):
+    sql(copy, edit)
+    check = check_store(Store.open(copy))
+    assert check.refusals and len(check.summary()) < 1000
+    assert_reported(copy, "ledger.sqlite", [["status", "--store", str(copy)], ["locate", "--store", str(copy),
+                                                                             "--sample", "0"]])
+
+
 def test_a_flipped_byte_in_the_stored_backbone_copy_is_reported(copy):
     sha = Store.open(copy).manifest()["backbone"]["artifact"]
     assert sha, "digits-mlp trains its own backbone: the store keeps a copy"
@@ -125,6 +137,21 @@ def test_random_bytes_in_the_middle_of_the_ledger_are_reported_in_one_line(copy)
     assert_reported(copy, "ledger.sqlite is corrupt", [["status", "--store", str(copy)],
                                                        ["purge", "--store", str(copy)],
                                                        ["evaluate", "--store", str(copy)]])
+
+
+def test_a_corrupt_page_of_the_sample_index_is_reported_in_one_line_by_every_reading_command(copy):
+    """The sample index is walked page by page rather than quick-checked (it is linear in the data set)."""
+    db = sqlite3.connect(copy / "ledger.sqlite")
+    try:
+        root = db.execute("SELECT rootpage FROM sqlite_master WHERE name='samples'").fetchone()[0]
+        page = db.execute("PRAGMA page_size").fetchone()[0]
+    finally:
+        db.close()
+    path = copy / "ledger.sqlite"
+    data = bytearray(path.read_bytes())
+    data[(root - 1) * page:root * page] = b"\xa5" * page
+    path.write_bytes(bytes(data))
+    assert_reported(copy, "ledger.sqlite is corrupt")
 
 
 def test_a_metrics_file_that_is_not_utf8_is_reported_in_one_line(copy):
