@@ -1,21 +1,46 @@
-"""Does a store agree with itself? The invariants a crash, a corrupt disk or a concurrent writer must
-never break, checked from the files alone (used by ``fedforget status`` and the crash campaigns).
+"""Does a store agree with itself? The invariants a crash, a corrupt disk, a concurrent writer or a hand
+edit must never break, checked from the files alone: every command that opens a store runs this first
+(``fedforget.unlearning.cli.open_store``), and so do the crash campaigns.
 
+- the manifest parses, names a known task, and says what training recorded in the ledger (its
+  identity fingerprint; stores written before the fingerprint existed skip this comparison);
+- the ledger is a sound SQLite file holding the fedforget tables (``PRAGMA quick_check`` of every table;
+  the sample index, linear in the data set, is walked page by page instead, see ``UNCHECKED_TABLES``);
 - every request is whole: each sample it names is forgotten by it or an earlier request, and its
   recorded sample count matches its ``forgotten`` rows (applied, never half);
 - no valid artifact has seen data forgotten after it was trained (its watermark);
 - every served artifact is valid and its bytes match its sha256;
-- every artifact the ledger records is an artifact of the plan, stored on disk.
+- every artifact's sha256 is the one its training recorded last (``history``), and its file is the
+  file of *that* artifact (its safetensors header names it), so pointing one artifact's row at another
+  file is caught even though the bytes match the sha256;
+- the stored backbone copy's bytes match the sha256 recorded when training wrote it;
+- every artifact the ledger records is an artifact of the plan, stored on disk;
+- ``metrics.jsonl`` is UTF-8 text.
+
+The ledger is read inside one read transaction: a concurrent ``forget`` either committed before the
+check began (and is seen whole) or waits for it to end, so a request in flight is never mistaken for a
+half-applied one, and its purge cannot delete a file the check is about to hash. The check never
+raises on garbage: every unreadable file becomes a problem line.
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedforget.store.ledger import Ledger
-from fedforget.store.store import ARTIFACTS, Store
+from fedforget.store.ledger import LEDGER, Ledger
+from fedforget.store.store import ARTIFACTS, METADATA_KEY, METRICS, Store, StoreError, safetensors_metadata
+
+#: What every refusal tells the operator to do about a store that is not what it claims.
+REMEDY = "restore the store from a backup, or re-run training into a new store"
+#: Tables only walked, not quick-checked: the sample index is linear in the data set (quick_check of 10⁶
+#: samples takes seconds, a walk of its pages milliseconds). Garbage inside a cell that still parses fails
+#: the first query that reads it, reported as :func:`corrupt_ledger` says.
+UNCHECKED_TABLES = frozenset({"samples"})
+#: A problem quotes what it found (an id, a path); a hand-edited cell may be huge, the line stays short.
+MAX_PROBLEM_CHARS = 400
 
 
 @dataclass
@@ -23,14 +48,37 @@ class StoreCheck:
     problems: list[str] = field(default_factory=list)
     corrupt: list[str] = field(default_factory=list)
     leftover_temp_files: int = 0
+    #: problems a retrain repairs (a served artifact's file damaged: it is never served, retrain rebuilds it)
+    repairable: list[str] = field(default_factory=list)
+    #: the manifest or ledger cannot be read as a store's at all (not JSON, not SQLite, missing): the path
+    #: given is probably not a finished run, which the user fixes (exit 2), unlike a store that lies (exit 1)
+    unreadable: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
+    @property
+    def refusals(self) -> list[str]:
+        """Problems no command may work around: the ledger, manifest or backbone copy is not what it claims."""
+        return [p for p in self.problems if p not in self.repairable]
+
+    def summary(self) -> str:
+        """One line naming the first refusal and how many there are, with what to do."""
+        if self.unreadable:
+            return self.unreadable[0]
+        first, more = self.refusals[0][:MAX_PROBLEM_CHARS], len(self.refusals) - 1
+        return (f"the store is not what it claims: {first}" + (f" (and {more} more problem(s))" if more else "")
+                + f"; {REMEDY}")
+
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "problems": self.problems, "corrupt": self.corrupt,
                 "leftover-temp-files": self.leftover_temp_files}
+
+
+def corrupt_ledger(exc: sqlite3.DatabaseError) -> str:
+    """The one line for a ledger page found corrupt while a command reads it."""
+    return f"the store is not what it claims: {LEDGER} is corrupt ({str(exc)[:200]}); {REMEDY}"
 
 
 def corrupt_artifacts(store: Store, ledger: Ledger) -> set[str]:
@@ -44,39 +92,184 @@ def corrupt_artifacts(store: Store, ledger: Ledger) -> set[str]:
 
 
 def check_store(store: Store) -> StoreCheck:
+    """Every invariant above; problems are one-line strings, never exceptions."""
     out = StoreCheck()
-    ledger = store.ledger()
+    manifest = _check_manifest(store, out)
     try:
-        db = ledger.db
-        out.corrupt = sorted(corrupt_artifacts(store, ledger))
-        for rid, spec, count in db.execute("SELECT id, spec, samples FROM requests ORDER BY id"):
-            rows = db.execute("SELECT COUNT(*) FROM forgotten WHERE request=?", (rid,)).fetchone()[0]
-            if rows != count:
-                out.problems.append(f"request {rid} is half applied: {rows} forgotten rows, {count} recorded")
-            named = json.loads(spec).get("samples", [])
-            for sample in named:
-                hit = db.execute("SELECT request FROM forgotten WHERE sample=?", (sample,)).fetchone()
-                if hit is None or hit[0] > rid:
-                    out.problems.append(f"request {rid} names sample {sample}, which is not forgotten")
-                    break
-        stale = db.execute(
-            "SELECT DISTINCT a.artifact FROM artifacts a JOIN lineage l ON l.artifact = a.artifact "
-            "JOIN forgotten f ON f.unit = l.unit WHERE a.valid = 1 AND f.request > a.watermark").fetchall()
-        out.problems += [f"artifact {a} is valid but saw forgotten data" for (a,) in stale]
-        valid = ledger.valid_artifacts()
-        served = set(ledger.serving().get("artifacts", []))
-        out.problems += [f"served artifact {a} is not valid" for a in sorted(served - valid)]
-        out.problems += [f"served artifact {a} is corrupt or missing" for a in sorted(served & set(out.corrupt))]
-        plan = ledger.plan()
-        if plan is not None:
-            known = _plan_artifacts(plan)
-            if known is not None:
-                recorded = {a["artifact"] for a in ledger.artifacts()}
-                out.problems += [f"artifact {a} is not in the plan" for a in sorted(recorded - known)]
+        ledger = store.ledger()
+    except StoreError as exc:
+        out.problems.append(str(exc))
+        out.unreadable.append(str(exc))
+        return out
+    try:
+        with ledger.snapshot():
+            _check_ledger(store, ledger, manifest, out)
+    except sqlite3.DatabaseError as exc:
+        out.problems.append(f"{ledger.path.name} is corrupt ({exc})")
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:  # a cell edited by hand
+        out.problems.append(f"{ledger.path.name} holds a malformed record ({type(exc).__name__}: {str(exc)[:200]})")
     finally:
         ledger.close()
-    out.leftover_temp_files = sum(1 for _ in (store.root / ARTIFACTS).glob(".*.tmp"))
+    _check_metrics(store, out)
+    try:
+        out.leftover_temp_files = sum(1 for _ in (store.root / ARTIFACTS).glob(".*.tmp"))
+    except OSError:
+        pass
     return out
+
+
+def _check_manifest(store: Store, out: StoreCheck) -> dict[str, Any] | None:
+    """The parsed manifest when it is a fedforget manifest whose run config parses, else None."""
+    from fedforget.core.config import parse_run_config, stored_run_config
+
+    try:
+        manifest = store.manifest()
+    except StoreError as exc:
+        out.problems.append(str(exc))
+        out.unreadable.append(str(exc))
+        return None
+    config = manifest.get("config")
+    if config is None:  # created, not yet trained: nothing more to hold it to
+        return manifest
+    try:
+        if not isinstance(config, dict):
+            raise ValueError("its config is not a table")
+        cfg = parse_run_config(stored_run_config(config), warn=False)
+        if "task" in manifest and manifest["task"] != cfg.task:
+            raise ValueError(f"its task {manifest['task']!r} is not its config's task {cfg.task!r}")
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        out.problems.append(f"{store.root / 'manifest.json'} does not describe a run: {str(exc)[:300]}")
+        return None
+    return manifest
+
+
+def _check_ledger(store: Store, ledger: Ledger, manifest: dict[str, Any] | None, out: StoreCheck) -> None:
+    db = ledger.db
+    tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+    for table in tables:
+        if table in UNCHECKED_TABLES:
+            problem = _walk(db, table)
+        else:
+            sound = db.execute(f"PRAGMA quick_check({_quoted(table)})").fetchone()
+            said = " ".join(str(sound[0]).split()) if sound else "no answer"
+            problem = None if said == "ok" else f"SQLite quick_check of {table}: {said[:200]}"
+        if problem:
+            out.problems.append(f"{ledger.path.name} is corrupt ({problem})")
+            return
+    if manifest is not None:
+        recorded = ledger.get_meta("manifest-identity")
+        if recorded is not None and recorded != store.manifest_identity(manifest):
+            out.problems.append("manifest.json was edited after training: its task, config, partitions or backbone "
+                                "no longer match what the ledger recorded")
+        _check_backbone(store, manifest, out)
+    rewritten = db.execute(
+        "SELECT a.artifact FROM artifacts a WHERE a.sha256 != (SELECT h.sha256 FROM history h "
+        "WHERE h.artifact = a.artifact ORDER BY h.rowid DESC LIMIT 1) ORDER BY a.artifact").fetchall()
+    out.problems += [f"artifact {a} records a sha256 its training never wrote (its history says otherwise)"
+                     for (a,) in rewritten]
+    out.corrupt = sorted(corrupt_artifacts(store, ledger))
+    for rid, spec, count in db.execute("SELECT id, spec, samples FROM requests ORDER BY id").fetchall():
+        rows = db.execute("SELECT COUNT(*) FROM forgotten WHERE request=?", (rid,)).fetchone()[0]
+        if rows != count:
+            out.problems.append(f"request {rid} is half applied: {rows} forgotten rows, {count} recorded")
+        named = json.loads(spec).get("samples", [])
+        for sample in named:
+            hit = db.execute("SELECT request FROM forgotten WHERE sample=?", (sample,)).fetchone()
+            if hit is None or hit[0] > rid:
+                out.problems.append(f"request {rid} names sample {sample}, which is not forgotten")
+                break
+    stale = db.execute(
+        "SELECT DISTINCT a.artifact FROM artifacts a JOIN lineage l ON l.artifact = a.artifact "
+        "JOIN forgotten f ON f.unit = l.unit WHERE a.valid = 1 AND f.request > a.watermark").fetchall()
+    out.problems += [f"artifact {a} is valid but saw forgotten data" for (a,) in stale]
+    valid = ledger.valid_artifacts()
+    served = set(ledger.serving().get("artifacts", []))
+    out.problems += [f"served artifact {a} is not valid" for a in sorted(served - valid)]
+    damaged = [f"served artifact {a} is corrupt or missing" for a in sorted(served & set(out.corrupt))]
+    out.problems += damaged
+    out.repairable += damaged
+    out.problems += _misfiled_artifacts(store, ledger, set(out.corrupt))
+    plan = ledger.plan()
+    if plan is not None:
+        known = _plan_artifacts(plan)
+        if known is not None:
+            recorded = {a["artifact"] for a in ledger.artifacts()}
+            out.problems += [f"artifact {a} is not in the plan" for a in sorted(recorded - known)]
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _walk(db: sqlite3.Connection, table: str) -> str | None:
+    """Walk every page of a table's b-tree and of each of its indexes (a count reads page headers only:
+    milliseconds per 10⁶ rows, where quick_check takes seconds); they must hold as many rows."""
+    rows = db.execute(f"SELECT COUNT(*) FROM {_quoted(table)} NOT INDEXED").fetchone()[0]
+    indexes = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='index' AND tbl_name=?",
+                                        (table,)) if not str(r[0]).startswith("sqlite_")]
+    for index in indexes:
+        held = db.execute(f"SELECT COUNT(*) FROM {_quoted(table)} INDEXED BY {_quoted(index)}").fetchone()[0]
+        if held != rows:
+            return f"index {index} holds {held} rows of {table}'s {rows}"
+    return None
+
+
+def _misfiled_artifacts(store: Store, ledger: Ledger, corrupt: set[str]) -> list[str]:
+    """Artifacts whose recorded sha256 names an intact file written for another artifact."""
+    from fedforget.store.purge import purged_artifacts
+
+    gone = purged_artifacts(ledger.db) | corrupt
+    out = []
+    for a in ledger.artifacts():
+        if a["artifact"] in gone:
+            continue
+        owner = _owner(store, a["sha256"])
+        if owner is not None and owner != a["artifact"]:
+            out.append(f"artifact {a['artifact']} is recorded with the file of {owner}")
+    return out
+
+
+def _owner(store: Store, sha256: str) -> str | None:
+    """The artifact id a file's safetensors header names (None when it names none)."""
+    meta = safetensors_metadata(store.artifact_path(sha256)) or {}
+    try:
+        written = json.loads(meta.get(METADATA_KEY, "{}"))
+        if written.get("kind") == "backbone":
+            return "the backbone copy"
+        owner = written.get("artifact")
+    except (ValueError, AttributeError):
+        return "an unreadable header"
+    return owner if owner is None else str(owner)
+
+
+def _check_backbone(store: Store, manifest: dict[str, Any], out: StoreCheck) -> None:
+    """The backbone copy training stored is named by its sha256 (recorded in the manifest when written)."""
+    backbone = manifest.get("backbone")
+    sha = backbone.get("artifact") if isinstance(backbone, dict) else None
+    if not sha:
+        return  # a pretrained backbone from the machine's cache: no copy in the store
+    if not isinstance(sha, str) or not store.verify_artifact(sha):
+        out.problems.append(f"the stored backbone copy {str(sha)[:16]}… is corrupt or missing (its bytes no "
+                            "longer match the sha256 recorded when training wrote it)")
+        return
+    meta = safetensors_metadata(store.artifact_path(sha)) or {}
+    try:
+        kind = json.loads(meta.get(METADATA_KEY, "{}")).get("kind")
+    except (ValueError, AttributeError):
+        kind = None
+    if kind != "backbone":
+        out.problems.append(f"the manifest's backbone copy {sha[:16]}… is not a backbone file")
+
+
+def _check_metrics(store: Store, out: StoreCheck) -> None:
+    try:
+        (store.root / METRICS).read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        out.problems.append(f"{store.root / METRICS} is unreadable ({exc.strerror or exc})")
+    except UnicodeDecodeError:
+        out.problems.append(f"{store.root / METRICS} is not UTF-8 text")
 
 
 def _plan_artifacts(plan: dict[str, Any]) -> set[str] | None:

@@ -130,6 +130,17 @@ class Ledger:
             raise
         self.db.execute("COMMIT")
 
+    @contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """One consistent read of the ledger: a writer's commit waits until it ends (rollback journal)."""
+        self.db.execute("BEGIN DEFERRED")
+        try:
+            self.db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # takes the shared lock now
+            yield self.db
+        finally:
+            if self.db.in_transaction:  # SQLite may already have rolled back after an I/O or corruption error
+                self.db.execute("COMMIT")
+
     # -- meta ---------------------------------------------------------------------------------
     def get_meta(self, key: str, default: Any = None) -> Any:
         row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()

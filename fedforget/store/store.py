@@ -25,6 +25,11 @@ CLIENTS = "clients"
 FORMAT_VERSION = 1
 SQLITE_MAGIC = b"SQLite format 3\x00"
 METADATA_KEY = "fedforget"
+#: The manifest fields training writes once and every later step reads (task, config, partitions, backbone):
+#: their fingerprint goes into the ledger, so a hand edit of the manifest is caught (``store.check``).
+IDENTITY_FIELDS = ("task", "method", "config", "seed", "num-partitions", "partitions", "backbone")
+#: A safetensors header larger than this is not one of ours (the header length is read from the file).
+MAX_HEADER_BYTES = 16 * 2**20
 #: What a forget request invalidates beyond lineage: SAFE-DP's per-adapter budgets (a no-op elsewhere).
 LEDGER_RULES: tuple[InvalidationRule, ...] = (charge_dp_budget,)
 
@@ -33,6 +38,20 @@ def _no_file():  # noqa: ANN202 - a readable empty stream, for a missing file
     import io
 
     return io.BytesIO(b"")
+
+
+def safetensors_metadata(path: Path) -> dict[str, str] | None:
+    """The ``__metadata__`` map of a safetensors file, reading only its header (None if unreadable)."""
+    try:
+        with open(path, "rb") as fh:
+            size = int.from_bytes(fh.read(8), "little")
+            if not 0 < size <= MAX_HEADER_BYTES:
+                return None
+            header = json.loads(fh.read(size).decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    meta = header.get("__metadata__") if isinstance(header, dict) else None
+    return meta if isinstance(meta, dict) else None
 
 
 class StoreError(Exception):
@@ -59,6 +78,7 @@ class Store:
         self.root = Path(root)
         #: opened as a finished store: its ledger must already be there (never silently recreated)
         self.existing = existing
+        self._verified: dict[tuple[str, int, int, int, int], bool] = {}
 
     # -- life cycle ---------------------------------------------------------------------------
     @classmethod
@@ -140,9 +160,22 @@ class Store:
         return data
 
     def update_manifest(self, **fields: Any) -> None:
+        """Rewrite the manifest with ``fields``; when they set its identity, pin it in the ledger too."""
         data = self.manifest()
         data.update(fields)
         atomic_write_json(self.root / MANIFEST, data)
+        if any(k in fields for k in IDENTITY_FIELDS):
+            ledger = self.ledger()
+            try:
+                ledger.set_meta("manifest-identity", self.manifest_identity(data))
+            finally:
+                ledger.close()
+
+    @staticmethod
+    def manifest_identity(manifest: dict[str, Any]) -> str:
+        """The sha256 of the manifest's identity fields (canonical JSON), as the ledger records it."""
+        identity = {k: manifest.get(k) for k in IDENTITY_FIELDS}
+        return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
 
     def append_metrics(self, record: dict[str, Any]) -> None:
         append_line(self.root / METRICS, json.dumps(record, sort_keys=True))
@@ -152,7 +185,8 @@ class Store:
         if not path.exists():
             return []
         rows = []
-        for line in path.read_text(encoding="utf-8").splitlines():
+        # a non-UTF-8 byte is reported by the store check; here it only spoils its own line
+        for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
             if line.strip():
                 try:
                     rows.append(json.loads(line))
@@ -197,8 +231,22 @@ class Store:
             raise StoreError(f"artifact {sha256} is not a safetensors file ({type(exc).__name__})") from None
 
     def verify_artifact(self, sha256: str) -> bool:
+        """Whether the file named ``sha256`` holds bytes with that sha256.
+
+        Hashed once per file version in this process: the store check and the command after it ask about
+        the same files, and any write to a file changes its ctime (and so the key).
+        """
         path = self.artifact_path(sha256)
-        return path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == sha256
+        try:
+            st = path.stat()
+        except (OSError, ValueError):
+            return False
+        if not path.is_file():
+            return False
+        key = (sha256, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if key not in self._verified:
+            self._verified[key] = hashlib.sha256(path.read_bytes()).hexdigest() == sha256
+        return self._verified[key]
 
     def client_dir(self, partition: int) -> Path:
         path = self.root / CLIENTS / str(partition)

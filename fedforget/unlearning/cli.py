@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from typing import Annotated
 
 import typer
@@ -12,10 +13,11 @@ from rich.markup import escape
 
 from fedforget.store import Store, StoreError
 from fedforget.store.atomic import atomic_write_bytes
+from fedforget.store.check import check_store, corrupt_ledger
 from fedforget.store.ledger import LedgerUsageError
 from fedforget.store.secret_files import mkdir_private
 from fedforget.store.store import resolve_store_path
-from fedforget.unlearning.errors import fail
+from fedforget.unlearning.errors import BROKEN_STORE_EXIT, fail
 from fedforget.unlearning.flwr_runner import flwr_run
 from fedforget.unlearning.status import print_status, store_status
 
@@ -41,10 +43,19 @@ def from_cwd(path: str) -> str:
 
 
 def open_store(path: str) -> Store:
+    """Open a store and check it before any command reads it (``fedforget.store.check``): one line and
+    exit 2 when the path is not a readable store, exit 1 when the store is not what it claims (tampered,
+    corrupt, half-applied); nothing is written either way."""
     try:
-        return Store.open(from_cwd(path))
+        handle = Store.open(from_cwd(path))
     except StoreError as exc:
         fail(str(exc))
+    check = check_store(handle)
+    if check.unreadable:
+        fail(check.summary())
+    if check.refusals:
+        fail(check.summary(), code=BROKEN_STORE_EXIT)
+    return handle
 
 
 def reference_run(work, verbose: bool, what: str = "retraining from scratch as the reference"):  # noqa: ANN001, ANN201
@@ -94,6 +105,8 @@ def status(
         info = store_status(handle)
     except (StoreError, LedgerUsageError) as exc:
         fail(str(exc))
+    except sqlite3.DatabaseError as exc:  # a page of the sample index (not checked up front)
+        fail(corrupt_ledger(exc), code=BROKEN_STORE_EXIT)
     if as_json:
         emit(info, True)
     else:
@@ -117,6 +130,8 @@ def samples(
         data = client_samples(handle, client, slice_)
     except (StoreError, LedgerUsageError) as exc:
         fail(str(exc))
+    except sqlite3.DatabaseError as exc:  # a page of the sample index (not checked up front)
+        fail(corrupt_ledger(exc), code=BROKEN_STORE_EXIT)
     if as_json:
         emit(data, True)
         return
@@ -143,6 +158,8 @@ def locate(
         data = locate_sample(handle, sample)
     except (StoreError, LedgerUsageError) as exc:
         fail(str(exc))
+    except sqlite3.DatabaseError as exc:  # a page of the sample index (not checked up front)
+        fail(corrupt_ledger(exc), code=BROKEN_STORE_EXIT)
     if as_json:
         emit(data, True)
         return
@@ -232,6 +249,8 @@ def evaluate(store: StoreOpt, as_json: JsonOpt = False) -> None:
         fail(str(exc), code=1)
     except (StoreError, LedgerUsageError) as exc:
         fail(str(exc))
+    except sqlite3.DatabaseError as exc:  # a page of the sample index (not checked up front)
+        fail(corrupt_ledger(exc), code=BROKEN_STORE_EXIT)
     if as_json:
         emit(result, True)
     else:
@@ -324,6 +343,8 @@ def audit(store: StoreOpt, as_json: JsonOpt = False) -> None:
         result = audit_store(handle)
     except (StoreError, LedgerUsageError) as exc:
         fail(str(exc))
+    except sqlite3.DatabaseError as exc:  # a page of the sample index (not checked up front)
+        fail(corrupt_ledger(exc), code=BROKEN_STORE_EXIT)
     if as_json:
         emit(result, True)
         return
@@ -544,6 +565,8 @@ def fairness(store: StoreOpt, as_json: JsonOpt = False) -> None:
         report = fairness_of_store(handle)
     except (UsageError, StoreError, LedgerUsageError) as exc:
         fail(str(exc))
+    except sqlite3.DatabaseError as exc:  # a page of the sample index (not checked up front)
+        fail(corrupt_ledger(exc), code=BROKEN_STORE_EXIT)
     if as_json:
         emit(report, True)
         return

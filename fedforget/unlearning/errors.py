@@ -1,4 +1,5 @@
-"""How the CLI fails: one line on stderr, exit code 2 for anything the user must fix."""
+"""How the CLI fails: one line on stderr, exit code 2 for anything the user must fix, 1 for a store that is
+not what it claims (tampered, corrupt, half applied: nothing the user typed is wrong)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import sys
 from typing import NoReturn
 
 USAGE_EXIT = 2
+BROKEN_STORE_EXIT = 1
 
 
 class UsageError(Exception):

@@ -49,12 +49,17 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
     finally:
         ledger.close()
     acc = None
-    if cached and cached.get("serving") == sorted(served) and served:
+    servable = bool(serving.get("available")) and bool(served)  # else nothing is served: no accuracy to show
+    if servable and cached and cached.get("serving") == sorted(served):
         acc = cached["accuracy"]
-    elif accuracy and served and all(a["intact"] for a in artifacts if a["serving"]):
+    elif accuracy and servable and all(a["intact"] for a in artifacts if a["serving"]):
+        from fedforget.strategies.serve import ServingError
         from fedforget.unlearning.evaluate import evaluate_store
 
-        acc = evaluate_store(store)["accuracy"]
+        try:
+            acc = evaluate_store(store)["accuracy"]
+        except ServingError:  # nothing servable after all: status shows that instead of failing
+            acc = None
     corrupt = [a["artifact_id"] for a in artifacts if not a["intact"] and not a["purged"]]
     backbone = manifest.get("backbone") or {}
     available = bool(serving.get("available")) and not any(a["serving"] for a in artifacts if not a["intact"])
