@@ -20,8 +20,26 @@ read -r -a EXTRA <<< "${PYTEST_ARGS:-}"
 # shellcheck disable=SC1091
 source .venv/bin/activate
 failed=()
+timings=()
+RUN_T0=$(date +%s)
+LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
 tier() { printf '\n\033[1m== make test: %s\033[0m\n' "$1"; TIER_T0=$(date +%s); }
-done_tier() { echo "== $1: $2 in $(($(date +%s) - TIER_T0)) s"; [[ $2 == passed ]] || failed+=("$1"); }
+done_tier() {
+  local took=$(($(date +%s) - TIER_T0))
+  echo "== $1: $2 in $took s"
+  timings+=("{\"tier\": \"$1\", \"status\": \"$2\", \"seconds\": $took}")
+  [[ $2 == passed ]] || failed+=("$1")
+}
+# what each tier took, with the commit and the machine: .deploy/test-tiers.json (TEST_TIMES_JSON)
+write_timings() {
+  local out=${TEST_TIMES_JSON:-.deploy/test-tiers.json} IFS=,
+  mkdir -p "$(dirname "$out")"
+  printf '{"commit": "%s", "date": "%s", "cores": %s, "memory-gib": %s, "load-at-start": "%s", "load-at-end": "%s",\n "config": {"TEST_WORKERS": %s, "E2E_WORKERS": %s, "CONTAINERS": %s, "PYTEST_ARGS": "%s"},\n "seconds-total": %s, "tiers": [%s]}\n' \
+    "$(git rev-parse HEAD 2>/dev/null)$(git diff --quiet HEAD 2>/dev/null || echo +dirty)" "$(date -u +%FT%TZ)" "$(nproc)" \
+    "$(awk '/MemTotal/ {printf "%.1f", $2 / 1048576}' /proc/meminfo)" "$LOAD_AT_START" "$(cut -d' ' -f1-3 /proc/loadavg)" \
+    "$TEST_WORKERS" "$E2E_WORKERS" "$CONTAINERS" "${PYTEST_ARGS:-}" "$(($(date +%s) - RUN_T0))" "${timings[*]}" > "$out"
+  echo "make test: tier times in $out"
+}
 
 tier "ruff"
 if ruff check .; then done_tier ruff passed; else done_tier ruff failed; fi
@@ -68,5 +86,6 @@ if [[ $CONTAINERS == 1 ]]; then
   fi
 fi
 
+write_timings
 if ((${#failed[@]})); then echo "make test: failed: ${failed[*]}" >&2; exit 1; fi
 echo "make test: every tier passed"

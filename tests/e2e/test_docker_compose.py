@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NODES = 3
 VICTIM = 1
 CONFIG = {"method": "fedsgt", "task": "digits-mlp", "chains.groups": 2, "chains.budget": 2, "slices-per-client": 1,
+          "chains.rounds-per-phase": 1,  # one round per chain position: a message per node, not three
           "lr": 0.02, "local-epochs": 2, "seed": 5}
 #: a bound on one Flower run (a guard against hangs: an unloaded 2-core machine needs a fraction of it)
 RUN_TIMEOUT = 2400

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 NODES = 3
 CONFIG = {"task": "digits-mlp", "method": "fedsgt", "chains.groups": 2, "chains.budget": 2, "slices-per-client": 1,
+          "chains.rounds-per-phase": 1,  # one round per chain position: a message per node, not three
           "lr": 0.02, "local-epochs": 1, "seed": 3}
 
 

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.e2e
 
 NODES = 2
 CONFIG = {"method": "fedsgt", "task": "digits-mlp", "chains.groups": 2, "chains.budget": 1, "slices-per-client": 1,
+          "chains.rounds-per-phase": 1,  # one round per chain position: a message per node, not three
           "lr": 0.02, "local-epochs": 1, "seed": 6}
 
 

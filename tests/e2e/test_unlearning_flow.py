@@ -17,6 +17,7 @@ pytestmark = pytest.mark.e2e
 
 NODES = 3
 CONFIG = {"method": "fedsgt", "task": "digits-mlp", "chains.groups": 2, "chains.budget": 2, "slices-per-client": 1,
+          "chains.rounds-per-phase": 1,  # one round per chain position: a message per node, not three
           "lr": 0.02, "local-epochs": 2, "seed": 5}
 
 
