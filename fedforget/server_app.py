@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from contextlib import ExitStack
 from logging import ERROR
+from pathlib import Path
 
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
@@ -12,7 +13,7 @@ from flwr.supercore import log
 
 from fedforget.core.config import ConfigError, parse_run_config
 from fedforget.store import StoreError
-from fedforget.store.lock import store_run_lock
+from fedforget.store.lock import LOCK_FILE, store_run_lock
 from fedforget.store.store import resolve_store_path
 from fedforget.strategies.messaging import ReliableGrid
 from fedforget.strategies.registry import get_method
@@ -79,16 +80,32 @@ def main(grid: Grid, context: Context) -> None:
         quiet_refusals()
         log(ERROR, "%s", refusal_line(exc))  # the one line a user needs; Flower's traceback of it is dropped
         raise RunConfigRefused(str(exc)) from None
-    with ExitStack() as held:
-        try:  # one run writes a store at a time; the lock dies with this process, however it ends
-            held.enter_context(store_run_lock(resolve_store_path(cfg.store), cfg.action))
-        except StoreError as exc:
-            quiet_refusals()
-            log(ERROR, "fedforget: error: %s", exc)
-            raise StoreLockRefused(str(exc)) from None
-        if cfg.action == "propagate":  # deletion on the clients now, no training (`forget --propagate`)
-            from fedforget.strategies.propagate import run_propagation
+    store_root = resolve_store_path(cfg.store)
+    fresh = cfg.action == "train" and not store_root.exists()
+    try:
+        with ExitStack() as held:
+            try:  # one run writes a store at a time; the lock dies with this process, however it ends
+                held.enter_context(store_run_lock(store_root, cfg.action))
+            except StoreError as exc:
+                quiet_refusals()
+                log(ERROR, "fedforget: error: %s", exc)
+                raise StoreLockRefused(str(exc)) from None
+            if cfg.action == "propagate":  # deletion on the clients now, no training (`forget --propagate`)
+                from fedforget.strategies.propagate import run_propagation
 
-            run_propagation(ReliableGrid(grid), cfg)
-            return
-        get_method(cfg.method)(ReliableGrid(grid), cfg)
+                run_propagation(ReliableGrid(grid), cfg)
+                return
+            get_method(cfg.method)(ReliableGrid(grid), cfg)
+    except ConfigError as exc:  # a config this federation cannot run: its size is known only once nodes answer
+        if fresh:
+            remove_unwritten_store(store_root)
+        quiet_refusals()
+        log(ERROR, "%s", refusal_line(exc))
+        raise RunConfigRefused(str(exc)) from None
+
+
+def remove_unwritten_store(root: Path) -> None:
+    """Take back the directory a refused training run made for its lock, when that is all it holds."""
+    if root.is_dir() and {p.name for p in root.iterdir()} <= {LOCK_FILE}:
+        (root / LOCK_FILE).unlink(missing_ok=True)
+        root.rmdir()

@@ -23,7 +23,7 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 from flwr.supercore import log
 
 from fedforget.core.chains import Chain, ChainPlan, layer_blocks, rebuild_from
-from fedforget.core.config import RunConfig, parse_prior
+from fedforget.core.config import ConfigError, RunConfig, parse_prior
 from fedforget.core.grouping import group_units
 from fedforget.core.seeds import derive_seed, derive_seed32
 from fedforget.core.sequences import select_sequences
@@ -79,6 +79,20 @@ def cluster_partitions(labels_by_partition: dict[int, np.ndarray], num_classes: 
     assign = KMeans(n_clusters=clusters, n_init=10, random_state=derive_seed32(seed, "fedcio-kmeans")).fit_predict(hist)
     groups = [[p for p, a in zip(parts, assign, strict=True) if a == c] for c in range(clusters)]
     return sorted((g for g in groups if g), key=min)
+
+
+def refuse_groups_without_data(cfg: RunConfig, partitions: int) -> None:
+    """Every group needs at least one client slice. Checked once the nodes have answered (their number
+    is not in the run config) and before the store exists."""
+    if cfg.method == "fedcio":  # groups are clusters of partitions, formed from the data
+        return
+    shards = 1 if cfg.method == "fedsgt" else cfg.shards
+    slices = partitions * cfg.slices_per_client
+    if slices < shards * cfg.groups:
+        raise ConfigError(f"'chains.groups'={cfg.groups} x {shards} shard(s) needs at least {shards * cfg.groups} "
+                          f"client slices, and {partitions} partitions x 'slices-per-client'="
+                          f"{cfg.slices_per_client} give {slices}; lower 'chains.groups' or raise "
+                          "'slices-per-client'")
 
 
 def build_chain_plan(cfg: RunConfig, run: ServerRun) -> ChainPlan:
@@ -362,6 +376,7 @@ def run_chains(grid: Grid, cfg: RunConfig) -> None:
     if cfg.action == "retrain":
         retrain_chains(grid, cfg, nodes)
         return
+    refuse_groups_without_data(cfg, len(nodes))
     run = prepare_server_run(cfg, nodes)
     plan = build_chain_plan(cfg, run)
     position_targets(plan, run)  # reject an impossible placement before any training

@@ -226,3 +226,16 @@ def test_theory_deletion_rate_accepts_monte_carlo_work_up_to_a_few_seconds_only(
     line = refusal_line(["theory", "deletion-rate", "--groups", "1000", "--budget", "10", "--trials",
                          str(trials + 1)])
     assert f"--trials {trials} or fewer" in line
+
+
+def test_a_chain_run_with_more_groups_than_client_slices_is_refused_once_nodes_answer_and_leaves_no_store(tmp_path):
+    """The number of nodes is not in the run config: the chains driver checks it after discovery, before the
+    store exists, and the directory made for the run lock is taken back."""
+    from fedforget.inprocess import run_in_process
+
+    store = tmp_path / "s"
+    config = {"method": "fedsgt", "task": "digits-mlp", "chains.groups": 5, "chains.budget": 2,
+              "slices-per-client": 1, "store": str(store)}
+    with pytest.raises(RunConfigRefused, match=r"'chains.groups'=5 .* 3 partitions x 'slices-per-client'=1 give 3"):
+        run_in_process(config, num_nodes=3)
+    assert not store.exists()
