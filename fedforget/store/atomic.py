@@ -11,7 +11,8 @@ from typing import Any
 from fedforget.store.crash import crash_point
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
+    """Make a directory entry (a new file, a rename, a link) survive a crash."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -35,7 +36,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def atomic_write_json(path: Path, data: Any) -> None:

@@ -16,6 +16,8 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
+from fedforget.store.atomic import fsync_dir
+
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
 
@@ -48,15 +50,6 @@ def mkdir_private(path: Path) -> Path:
 def open_to_others(path: Path) -> int:
     """The permission bits of ``path`` that group or others hold (0 for an owner-only file)."""
     return stat.S_IMODE(Path(path).stat().st_mode) & 0o077
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make a directory entry (a link, a rename) survive a crash."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def create_once(path: Path, data: bytes, accept: Callable[[bytes], bool] = lambda _: True) -> bytes:

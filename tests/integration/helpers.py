@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 from fedforget.inprocess import run_in_process
@@ -79,3 +81,17 @@ def fedforget_cli(env: dict[str, str], *args: str):  # noqa: ANN201
                           timeout=900, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
+
+
+def invoke(argv: list[str]) -> tuple[int, str, str]:
+    """``fedforget ARGV`` in this process: (exit code, stdout, stderr)."""
+    from fedforget.unlearning.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            main(argv)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return code, out.getvalue(), err.getvalue()

@@ -5,9 +5,7 @@ and the store's bytes unchanged."""
 from __future__ import annotations
 
 import hashlib
-import io
 import shutil
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -15,9 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedforget.store import Store
-from fedforget.unlearning.cli import main
 
-from .helpers import train_in_process
+from .helpers import invoke, train_in_process
 
 FUZZ = settings(max_examples=25, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -39,17 +36,6 @@ def digest(root: Path) -> str:
         if path.is_file():
             h.update(path.read_bytes())
     return h.hexdigest()
-
-
-def invoke(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            main(argv)
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    return code, out.getvalue(), err.getvalue()
 
 
 def assert_refused(argv: list[str], store: Path | None = None) -> None:

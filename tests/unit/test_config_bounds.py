@@ -4,10 +4,8 @@ bounds its inputs by the work they cost, so every accepted value answers within 
 
 from __future__ import annotations
 
-import io
 import json
 import math
-from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -21,20 +19,11 @@ from fedforget.core.theory import BMS_WORK_MAX, ORDER_CELLS_MAX, bms_work, monte
 from fedforget.inprocess import default_run_config
 from fedforget.server_app import RunConfigRefused
 from fedforget.server_app import app as server_app
-from fedforget.unlearning.cli import MAX_MC_WORK, main
+from fedforget.unlearning.cli import MAX_MC_WORK
+
+from ..integration.helpers import invoke
 
 GiB = 2**30
-
-
-def invoke(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            main(argv)
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    return code, out.getvalue(), err.getvalue()
 
 
 def refusal_line(argv: list[str]) -> str:
