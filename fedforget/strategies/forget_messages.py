@@ -1,8 +1,10 @@
 """Forget propagation inside a retrain: the owners delete forgotten samples before anything is rebuilt.
 
-Every method whose nodes keep tombstones through ``query.forget`` sends it here, under the common
-failure policy: a partition that does not confirm stops the retrain, so nothing rebuilt from data a
-node still holds is ever served. The replies are recorded as acknowledgements (``status``, ``receipt``).
+Every method sends its forget message (the registry entry's ``forget_message``: ``query.forget``, or a
+method's own type whose handler also drops what that method caches on the node) from here, with the
+purge list, under the common failure policy: a partition that does not confirm stops the retrain, so
+nothing rebuilt from data a node still holds is ever served. The replies are recorded as
+acknowledgements (``status``, ``receipt``).
 """
 
 from __future__ import annotations
@@ -16,14 +18,15 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedforget.strategies.failover import exchange_redo_or_exclude
-from fedforget.strategies.messaging import FORGET_MESSAGE, PARTITION_KEY, NodeFailure, to_record
+from fedforget.strategies.messaging import PARTITION_KEY, NodeFailure, to_record
+from fedforget.strategies.registry import method_entry
 
 if TYPE_CHECKING:
     from fedforget.strategies.run_setup import ServerRun
 
 
 def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> dict[int, int]:
-    """``query.forget`` to every client holding forgotten samples; they delete them for good."""
+    """The method's forget message to every client holding forgotten samples; they delete them for good."""
     if not forgotten:
         return {}
     from fedforget.store.purge import PURGE_KEY, PURGE_RECORD, purge_mark, purged_sha_list
@@ -37,7 +40,7 @@ def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> 
     messages = [
         Message(RecordDict({"arrays": to_record({"samples": np.asarray(ids, dtype=np.int64)}),
                             **({PURGE_RECORD: ConfigRecord({PURGE_KEY: shas})} if shas else {})}),
-                dst_node_id=run.nodes[p], message_type=FORGET_MESSAGE)
+                dst_node_id=run.nodes[p], message_type=method_entry(run.cfg.method).forget_message)
         for p, ids in sorted(forgotten.items())
     ]
     deleted = {}

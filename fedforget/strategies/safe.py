@@ -32,9 +32,11 @@ from fedforget.core.safe_dp import request_budget
 from fedforget.core.safe_graph import SafePlan, build_safe_plan, check_clique_classes
 from fedforget.core.safe_shard import class_counts
 from fedforget.core.seeds import derive_seed
+from fedforget.store.check import corrupt_artifacts
 from fedforget.store.ledger import Ledger
 from fedforget.strategies.failover import FRAMING_PER_TENSOR, check_reply, exchange_redo_or_exclude
-from fedforget.strategies.messaging import NodeFailure, discover_partitions, to_numpy
+from fedforget.strategies.forget_messages import send_forget
+from fedforget.strategies.messaging import discover_partitions, to_numpy
 from fedforget.strategies.run_setup import ServerRun, open_server_run, prepare_server_run
 from fedforget.strategies.safe_client import PARAM_KEYS, SEP, frozen_backbone, frozen_theta
 from fedforget.strategies.safe_shard import SafeShard, load_safe_shard, safe_shard_ids, whole_train_split
@@ -42,7 +44,6 @@ from fedforget.tasks.safe_adapters import init_adapters
 
 TRAIN_MESSAGE = f"{MessageType.TRAIN}.safe"
 PROTO_MESSAGE = f"{MessageType.QUERY}.safeproto"
-FORGET_MESSAGE = f"{MessageType.QUERY}.safeforget"
 Arrays = dict[str, np.ndarray]
 
 
@@ -319,18 +320,6 @@ def record_shard_prototypes(run: ServerRun, plan: SafePlan, ledger: Ledger, shar
     return rebuilt
 
 
-def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> int:
-    """``query.safeforget``: clients tombstone the samples and drop their cached tokens."""
-    messages = [Message(RecordDict({"arrays": _record({"samples": np.asarray(ids, dtype=np.int64)})}),
-                        dst_node_id=run.nodes[p], message_type=FORGET_MESSAGE)
-                for p, ids in sorted(forgotten.items())]
-    replies, lost = exchange_redo_or_exclude(grid, run.nodes, messages, sorted(forgotten), run.cfg.round_timeout)
-    if lost:
-        raise NodeFailure(f"partition(s) {sorted(lost)} did not confirm deleting their forgotten samples; the "
-                          "retrain stops (nothing half-done is served); run `fedforget retrain` when they are back")
-    return sum(int(r.content["info"]["deleted"]) for r in replies)
-
-
 def evaluate_safe(run: ServerRun, ledger: Ledger) -> dict[str, float]:
     from fedforget.strategies.safe_serve import safe_accuracy
 
@@ -400,7 +389,8 @@ def retrain_safe(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
         forgotten = ledger.forgotten_by_partition(watermark)
         if forgotten:
             send_forget(grid, run, forgotten)
-        valid = ledger.valid_artifacts()
+        # a corrupt artifact is rebuilt like an invalid one (same inputs, so the same bytes come back)
+        valid = ledger.valid_artifacts() - corrupt_artifacts(run.store, ledger)
         trainer = SafeTrainer(grid, run, plan, ledger, watermark, dim, shard)
         invalid = [s for s in trainer.specs(None) if s["id"] not in valid]
         started = time.monotonic()

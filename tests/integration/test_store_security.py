@@ -92,11 +92,16 @@ def test_a_pickle_planted_as_an_artifact_is_refused_and_never_runs(tmp_path):
     assert marker.read_text() == "pwned"
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    root = tmp_path_factory.mktemp("corrupt") / "s"
-    train_in_process(root, 3, method="fedsgt", **{"chains.groups": 2, "chains.budget": 2, "slices-per-client": 1,
-                                                  "local-epochs": 1})
+CORRUPTED = {
+    "fedsgt": {"method": "fedsgt", "chains.groups": 2, "chains.budget": 2, "slices-per-client": 1, "local-epochs": 1},
+    "safe": {"method": "safe", "safe.coarse": 2, "safe.fine": 2, "num-rounds": 2, "local-epochs": 1},
+}
+
+
+@pytest.fixture(scope="module", params=sorted(CORRUPTED))
+def trained(request, tmp_path_factory):
+    root = tmp_path_factory.mktemp(f"corrupt-{request.param}") / "s"
+    train_in_process(root, 3, **CORRUPTED[request.param])
     return root
 
 

@@ -1,11 +1,17 @@
 """``verify`` checks what is served: after forget and after retrain, for every method, the re-hashed
 files, the serving plan and the served outputs on the test split equal a from-scratch run bit for bit;
-and negative controls fail on a real mismatch (a stale model, a corrupt file, a wrong ensemble weight)."""
+and negative controls fail on a real mismatch (a stale model, a corrupt file, a wrong ensemble weight).
+The served bytes themselves are pinned: after training and after forget + retrain, every method serves
+the sha256s recorded in ``served_sha256.json``, so moving code around cannot change what is served
+unnoticed (``FEDFORGET_RECORD_SERVED_BYTES=1`` records them anew, on purpose)."""
 
 from __future__ import annotations
 
 import json
+import os
+import platform
 import shutil
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -19,6 +25,7 @@ from fedforget.unlearning.verify import verify_store
 from .helpers import artifact_shas, copy_store, train_in_process
 
 NODES = 3
+SERVED_BYTES = Path(__file__).with_name("served_sha256.json")
 METHODS = {
     "fedavg": {"method": "fedavg", "num-rounds": 2},
     "fedsgt": {"method": "fedsgt", "chains.groups": 3, "chains.budget": 3, "slices-per-client": 2},
@@ -129,3 +136,65 @@ def test_a_wrong_ensemble_weight_fails_on_the_plan_and_the_outputs(fedsgt_store,
     assert not report["exact"] and report["served"] == report["served_equal"]
     assert report["serving_plan"]["equal_recomputed"] is False
     assert report["outputs"]["equal"] is False
+
+
+def served_shas(root: Path) -> dict[str, str]:
+    """What the store serves: each served artifact id → the sha256 of its file."""
+    store = Store.open(root)
+    shas = artifact_shas(store)
+    ledger = store.ledger()
+    try:
+        return {artifact: shas[artifact] for artifact in sorted(ledger.serving()["artifacts"])}
+    finally:
+        ledger.close()
+
+
+def bytes_platform() -> str:
+    """Bits are exact per platform: the machine, the interpreter and the torch build that made them."""
+    import torch
+
+    return f"{platform.machine()} python {platform.python_version()} torch {torch.__version__}"
+
+
+def test_every_method_serves_the_recorded_bytes_after_training_and_after_retraining(forgotten_and_retrained):
+    method, trained, erased, _, _ = forgotten_and_retrained
+    now = {"trained": served_shas(trained), "retrained": served_shas(erased)}
+    recorded = json.loads(SERVED_BYTES.read_text(encoding="utf-8")) if SERVED_BYTES.is_file() else {}
+    if os.environ.get("FEDFORGET_RECORD_SERVED_BYTES") == "1":
+        recorded = {"platform": bytes_platform(), "configs": {**recorded.get("configs", {}), method: METHODS[method]},
+                    "methods": {**recorded.get("methods", {}), method: now}}
+        SERVED_BYTES.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        pytest.skip(f"recorded the served bytes of {method}")
+    if recorded["platform"] != bytes_platform():
+        pytest.skip(f"served bytes recorded on {recorded['platform']}, this is {bytes_platform()}")
+    assert recorded["configs"][method] == METHODS[method], "the recorded config changed: record anew on purpose"
+    assert now == recorded["methods"][method]
+
+
+def test_a_changed_served_byte_is_caught_by_the_recorded_sha256s(forgotten_and_retrained, tmp_path):
+    """Negative control: the same comparison fails once one served file holds other bytes."""
+    method, trained, _, _, _ = forgotten_and_retrained
+    store = copy_store(trained, tmp_path)
+    ledger = store.ledger()
+    try:
+        artifact = ledger.serving()["artifacts"][0]
+        ledger.db.execute("UPDATE artifacts SET sha256=? WHERE artifact=?", ("0" * 64, artifact))
+    finally:
+        ledger.close()
+    recorded = json.loads(SERVED_BYTES.read_text(encoding="utf-8"))["methods"][method]["trained"]
+    assert served_shas(store.root) != recorded
+
+
+def test_after_retrain_every_owner_of_the_forgotten_sample_has_acknowledged_deleting_it(forgotten_and_retrained):
+    """Every method's retrain sends its forget message through one sender, which records the owners'
+    acknowledgements that `status` and receipts show."""
+    from fedforget.store.acks import request_acks
+
+    _, _, erased, _, _ = forgotten_and_retrained
+    ledger = Store.open(erased).ledger()
+    try:
+        acks = request_acks(ledger)
+    finally:
+        ledger.close()
+    assert acks and all(entry["owners"] and entry["acknowledged"] == entry["owners"] and not entry["pending"]
+                        for entry in acks.values()), acks
