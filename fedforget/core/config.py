@@ -15,7 +15,6 @@ METHODS = ("fedavg", "fedsgt", "s3t", "sisa", "fedcio", "hosfl", "sfl", "zo-sfl"
 SERVING = ("allseq", "minseq", "longseq")
 PLACEMENTS = ("auto", "additive", "layer")
 ACTIONS = ("train", "retrain", "propagate")
-RETRAINABLE = ("fedavg", "fedsgt", "s3t", "sisa", "fedcio", "fedshard", "safe", "protosisa")
 PARTITIONERS = ("iid", "dirichlet")
 OPTIMIZERS = ("sgd", "adam")
 
@@ -377,9 +376,6 @@ def parse_run_config(raw: Mapping[str, object], warn: bool = True) -> RunConfig:
     _refuse_foreign_keys(raw, cfg)
     if cfg.prior:
         parse_prior(cfg.prior, cfg.groups)
-    if cfg.action == "retrain" and cfg.method not in RETRAINABLE:
-        raise ConfigError(f"method {cfg.method!r} cannot retrain a store after forgetting; "
-                          f"retrain methods: {', '.join(RETRAINABLE)}")
     _check_split(cfg)
     if cfg.head_only and cfg.method != "fedavg":
         raise ConfigError(f"head-only=true (a linear probe) needs method='fedavg', got {cfg.method!r}")

@@ -2,7 +2,8 @@
 
 Pure, so the ledger can call it inside a forget request's transaction. Each method's rule lives in its
 own planning module and is imported when a plan of its kind is read; ``single`` (one artifact, served
-or not) is the rule of every method that serves one model.
+or not) is the rule of every method that serves one model, and ``split`` is the same rule for one split
+model (a kind of its own because it is served by another function).
 """
 
 from __future__ import annotations
@@ -14,20 +15,21 @@ from typing import Any
 #: plan kind → "module:function(plan_json, valid)" returning the serving plan.
 SERVING_RULES: dict[str, str] = {
     "single": "fedforget.core.serving_plans:single_from_json",
+    "split": "fedforget.core.serving_plans:single_from_json",
     "chains": "fedforget.core.chains:serving_from_json",
     "fedshard": "fedforget.core.fedshard:fedshard_serving",
     "safe": "fedforget.core.safe_graph:safe_serving",
 }
 
 
-def single_serving(artifact: str, valid: Collection[str]) -> dict[str, Any]:
-    """The plan of a method with one artifact (fedavg, HO-SFL, the retrain baseline): it or nothing."""
+def single_serving(artifact: str, valid: Collection[str], kind: str = "single") -> dict[str, Any]:
+    """The plan of a method with one artifact (fedavg, a split model, the retrain baseline): it or nothing."""
     served = [artifact] if artifact in set(valid) else []
-    return {"kind": "single", "available": bool(served), "artifacts": served, "deletions-left": 0.0}
+    return {"kind": kind, "available": bool(served), "artifacts": served, "deletions-left": 0.0}
 
 
 def single_from_json(plan_json: dict[str, Any], valid: Collection[str]) -> dict[str, Any]:
-    return single_serving(str(plan_json["artifact"]), valid)
+    return single_serving(str(plan_json["artifact"]), valid, str(plan_json.get("kind", "single")))
 
 
 def compute_serving(plan_json: dict[str, Any], valid: Collection[str]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from flwr.supercore import log
 from fedforget.core.config import RunConfig, sample_clients
 from fedforget.core.seeds import derive_seed
 from fedforget.strategies.failover import PartitionsExcluded, PolicyGrid, check_reply
-from fedforget.strategies.forget_messages import send_forget
+from fedforget.strategies.forget_messages import forget_before_retrain
 from fedforget.strategies.messaging import (
     PARTITION_KEY,
     RECEIVED,
@@ -155,8 +155,7 @@ def run_fedavg(grid: Grid, cfg: RunConfig) -> None:
     if cfg.action == "retrain":
         run = open_server_run(cfg, nodes)
         ledger = run.store.ledger()
-        watermark = ledger.last_request()
-        send_forget(grid, run, ledger.forgotten_by_partition(watermark))
+        watermark = forget_before_retrain(grid, run, ledger)
     else:
         run = prepare_server_run(cfg, nodes)
         ledger = run.store.ledger()

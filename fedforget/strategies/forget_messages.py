@@ -22,6 +22,7 @@ from fedforget.strategies.messaging import PARTITION_KEY, NodeFailure, to_record
 from fedforget.strategies.registry import method_entry
 
 if TYPE_CHECKING:
+    from fedforget.store.ledger import Ledger
     from fedforget.strategies.run_setup import ServerRun
 
 
@@ -62,3 +63,12 @@ def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> 
     log(INFO, "fedforget: clients deleted %d sample(s) for good (%s)", sum(deleted.values()),
         ", ".join(f"partition {p}: {n}" for p, n in sorted(deleted.items())))
     return deleted
+
+
+def forget_before_retrain(grid: Grid, run: ServerRun, ledger: Ledger) -> int:
+    """The first step of every retrain from scratch: the owners delete every sample forgotten up to the
+    last request, for good, before anything is trained again. Returns that request (the watermark the
+    rebuilt artifacts are recorded with)."""
+    watermark = ledger.last_request()
+    send_forget(grid, run, ledger.forgotten_by_partition(watermark))
+    return watermark

@@ -51,10 +51,13 @@ from fedforget.core.config import ConfigError, RunConfig
 from fedforget.core.hosfl_plan import History, TrafficLedger, round_seeds, sample_round
 from fedforget.core.seeds import derive_seed
 from fedforget.strategies.failover import FRAMING_PER_TENSOR, check_reply, exchange_redo_or_exclude
+from fedforget.strategies.forget_messages import forget_before_retrain
 from fedforget.strategies.messaging import discover_partitions
-from fedforget.strategies.run_setup import prepare_server_run
+from fedforget.strategies.run_setup import ServerRun, open_server_run, prepare_server_run
+from fedforget.strategies.serving_eval import evaluate_serving
+from fedforget.strategies.split_serve import SPLIT_KIND
 from fedforget.strategies.units import all_units
-from fedforget.tasks.split import SplitModel, cached_split_model, split_device
+from fedforget.tasks.split import Composite, cached_split_model, split_device
 from fedforget.training import zo
 from fedforget.training.determinism import deterministic_torch
 from fedforget.training.supervised import evaluate
@@ -89,18 +92,6 @@ def count_message(ledger: TrafficLedger, msg: Message, direction: str) -> None:
         ledger.add_wire(direction, int(record.count_bytes()))
 
 
-class Composite(nn.Module):
-    """[θ_c; θ_s] as one model, for evaluation."""
-
-    def __init__(self, split: SplitModel) -> None:
-        super().__init__()
-        self.split = split
-
-    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        device = next(self.split.server.parameters()).device
-        return self.split.server(*self.split.client(*(x.to(device) for x in inputs))).cpu()
-
-
 def _t(record: ArrayRecord, key: str) -> torch.Tensor:
     return torch.from_numpy(record[key].numpy().copy())
 
@@ -117,7 +108,7 @@ class SplitRun:
                               f"{len(nodes)} nodes of this federation; use 1..{len(nodes)}")
         self.nodes = nodes
         self.partition_of = {n: p for p, n in nodes.items()}
-        self.run = prepare_server_run(cfg, nodes)
+        self.run, self.watermark = _start(grid, cfg, nodes)
         self.split = cached_split_model(cfg, self.run.data.num_classes, "server")
         self.device = split_device(cfg)
         self.split.load_client_vector(self.split.initial_client)
@@ -127,6 +118,8 @@ class SplitRun:
         self.opt = self._optimizer()
         self.history = History()
         self.version = dict.fromkeys(nodes, 0)  # partition -> history entries it has applied (t'_m)
+        # names the clients' state files: a new tag per run (a retrain too) means no client ever resumes
+        # from another run's θ_c, so every run starts from θ_c^0 at version 0 like a run from scratch
         self.tag = uuid.uuid4().hex[:12]
         self.ledger = TrafficLedger()
         self.participants: set[int] = set()
@@ -403,7 +396,8 @@ class SplitRun:
 
     def _log_eval(self, server_round: int, row: dict[str, object]) -> None:
         cfg = self.cfg
-        out = {"round": server_round, "num-rounds": cfg.num_rounds, "artifact": self.artifact, **row}
+        out = {"round": server_round, "num-rounds": cfg.num_rounds, "artifact": self.artifact,
+               "action": cfg.action, **row}
         if server_round % cfg.eval_every == 0 or server_round == cfg.num_rounds:
             result = self.evaluate()
             out.update(accuracy=result["accuracy"], loss=result["loss"])
@@ -429,23 +423,41 @@ class SplitRun:
                 {"artifact": "hosfl/history"})
         ledger = store.ledger()
         try:
-            ledger.load_samples(self.run.plan.slices)
-            ledger.set_plan({"kind": "single", "artifact": self.artifact})
-            ledger.record_artifact(self.artifact, sha, "split-lora+head", all_units(self.run, self.participants), 0,
-                                   {"cut": cfg.cut, "rounds": cfg.num_rounds})
-            ledger.refresh_serving()
-            evaluated = [m for m in store.metrics() if "accuracy" in m]
-            if evaluated:  # `evaluate` does not rebuild split models; status shows what the run measured
-                ledger.set_meta("accuracy", {"serving": [self.artifact], "accuracy": evaluated[-1]["accuracy"],
-                                             "loss": evaluated[-1].get("loss")})
+            if cfg.action != "retrain":
+                ledger.load_samples(self.run.plan.slices)
+            ledger.set_plan({"kind": "split", "artifact": self.artifact})
+            ledger.record_artifact(self.artifact, sha, SPLIT_KIND, all_units(self.run, self.participants),
+                                   self.watermark, {"cut": cfg.cut, "rounds": cfg.num_rounds})
+            if cfg.action == "retrain":
+                ledger.finish_retrain(self.watermark, [self.artifact])
+            else:
+                ledger.refresh_serving()
+            evaluate_serving(self.run, ledger)
         finally:
             ledger.close()
         store.update_manifest(**{"rounds-done": cfg.num_rounds, "split": split_info})
         log(INFO, "fedforget: store written to %s (artifact %s sha256 %s)", store.root, self.artifact, sha)
 
 
+def _start(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> tuple[ServerRun, int]:
+    """A fresh store (``train``, watermark 0), or the stored run re-opened after the owners deleted every
+    forgotten sample (``retrain``: the whole training runs again from scratch on what remains)."""
+    if cfg.action != "retrain":
+        return prepare_server_run(cfg, nodes), 0
+    run = open_server_run(cfg, nodes)
+    ledger = run.store.ledger()
+    try:
+        return run, forget_before_retrain(grid, run, ledger)
+    finally:
+        ledger.close()
+
+
 def run_split_method(grid: Grid, cfg: RunConfig) -> None:
-    """Entry point for ``hosfl``, ``sfl`` and ``zo-sfl`` (the registry maps all three here)."""
+    """Entry point for ``hosfl``, ``sfl`` and ``zo-sfl`` (the registry maps all three here).
+
+    ``action='retrain'`` rebuilds the one split model from scratch without the forgotten samples,
+    as ``fedavg`` does: a split model is trained on every partition, so nothing of it stays valid.
+    """
     SplitRun(grid, cfg).run_rounds()
 
 

@@ -108,8 +108,8 @@ FAMILIES: tuple[Method, ...] = (
             "train.zo": "fedforget.strategies.hosfl_client:zo_phase",
             "train.backprop": "fedforget.strategies.hosfl_client:backprop",
         },
-        serving=LORA_SERVING,  # one split artifact; evaluate points to the accuracy the run measured
-        plan_kinds=("single",),
+        serving="fedforget.strategies.split_serve:split_probabilities",  # one [θ_c; θ_s] artifact
+        plan_kinds=("split",),
         forget_message=FORGET,
         config_group="hosfl",
         planning=("fedforget.core.hosfl_plan",),

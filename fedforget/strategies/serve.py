@@ -44,7 +44,8 @@ def member_model(cfg: RunConfig, num_classes: int, plan: ChainPlan, store: Store
     return assemble(cfg, num_classes, plan.stacking, modules, head)
 
 
-def _softmax(logits: torch.Tensor) -> np.ndarray:
+def class_probabilities(logits: torch.Tensor) -> np.ndarray:
+    """Softmax in float64: every serving function turns logits into the probabilities it compares alike."""
     return torch.softmax(logits.double(), dim=1).numpy()
 
 
@@ -74,7 +75,7 @@ def lora_probabilities(cfg: RunConfig, num_classes: int, store: Store, plan_json
         for artifact in serving["artifacts"]:
             lora, head = split_state(load_tensors(store, shas[artifact]))
             model = assemble(cfg, num_classes, "continue", [Module("default", None, lora)], head)
-            probs.append(_softmax(predict_logits(model, inputs)))
+            probs.append(class_probabilities(predict_logits(model, inputs)))
         return np.mean(np.stack(probs), axis=0)
     plan = ChainPlan.from_json(plan_json)
     votes = shard_vote_weights(plan_json, serving, metas)
@@ -85,7 +86,7 @@ def lora_probabilities(cfg: RunConfig, num_classes: int, store: Store, plan_json
         mix = None
         for member in shard["members"]:
             model = member_model(cfg, num_classes, plan, store, shas, member["artifacts"], metas)
-            probs = member["weight"] * _softmax(predict_logits(model, inputs))
+            probs = member["weight"] * class_probabilities(predict_logits(model, inputs))
             mix = probs if mix is None else mix + probs
         mixtures.append(mix)
     return np.sum(np.stack([w * m for w, m in zip(votes, mixtures, strict=True)]), axis=0)

@@ -13,9 +13,10 @@ the client part is a deterministic function of (x, θ_c).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -219,6 +220,26 @@ class SplitModel:
         with torch.no_grad():
             for n, p in self.server_params:
                 p.copy_(state[n])
+
+    def load_artifact(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """θ_c and θ_s from a stored split artifact (``client.<name>``, ``server.<name>``), so what is
+        served is rebuilt from the stored bytes alone, whatever state this model held before."""
+        with torch.no_grad():
+            for prefix, params in (("client", self.client_params), ("server", self.server_params)):
+                for n, p in params:
+                    p.copy_(torch.from_numpy(np.array(arrays[f"{prefix}.{n}"], copy=True)))
+
+
+class Composite(nn.Module):
+    """[θ_c; θ_s] as one model: what the run evaluates and what a split store serves."""
+
+    def __init__(self, split: SplitModel) -> None:
+        super().__init__()
+        self.split = split
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        device = next(self.split.server.parameters()).device
+        return self.split.server(*self.split.client(*(x.to(device) for x in inputs))).cpu()
 
 
 def build_split_model(cfg: RunConfig, num_classes: int, role: str = "server") -> SplitModel:

@@ -189,13 +189,15 @@ def print_status(status: dict[str, Any], console: Console, show_artifacts: bool 
 
 # -- HO-SFL and the split baselines ----------------------------------------------------
 def split_summary(manifest: dict[str, Any], metrics: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Traffic by direction and kind (total and per client-round), samples and client memory of a split run."""
+    """Traffic by direction and kind (total and per client-round), samples and client memory of the split
+    run that built what is served (a retrain's rounds follow the training's in ``metrics.jsonl``)."""
     from fedforget.core.hosfl_plan import summarize_traffic
 
     info = manifest.get("split")
     if not info:
         return None
-    rows = [m for m in metrics if "bytes" in m]
+    starts = [i for i, m in enumerate(metrics) if m.get("round") == 0]
+    rows = [m for m in metrics[starts[-1] if starts else 0 :] if "bytes" in m]
     traffic = summarize_traffic(rows)
     return {
         "cut": info.get("cut"), "d_c": info.get("d_c"), "d_s": info.get("d_s"),

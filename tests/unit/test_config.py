@@ -1,6 +1,6 @@
 import pytest
 
-from fedforget.core.config import ConfigError, RunConfig, parse_run_config, sample_clients
+from fedforget.core.config import METHODS, ConfigError, RunConfig, parse_run_config, sample_clients
 from fedforget.inprocess import default_run_config
 
 
@@ -65,10 +65,11 @@ def test_client_sampling_is_seeded_and_sized_by_fraction():
     assert any(sample_clients(parts, 0.3, s) != chosen for s in range(4, 10))
 
 
-def test_retrain_is_refused_for_methods_without_exact_unlearning():
-    with pytest.raises(ConfigError, match="cannot retrain"):
-        parse_run_config({"method": "hosfl", "task": "digits-mlp", "action": "retrain"})
-    assert parse_run_config({"method": "fedsgt", "action": "retrain"}).action == "retrain"
+def test_every_method_can_retrain_and_an_unknown_action_is_refused():
+    for method in METHODS:
+        assert parse_run_config({"method": method, "task": "digits-mlp", "action": "retrain"}).action == "retrain"
+    with pytest.raises(ConfigError, match="action"):
+        parse_run_config({"method": "hosfl", "task": "digits-mlp", "action": "unlearn"})
 
 
 def test_pyproject_tables_hold_exactly_the_config_groups():
