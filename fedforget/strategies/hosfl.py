@@ -435,7 +435,11 @@ class SplitRun:
             evaluate_serving(self.run, ledger)
         finally:
             ledger.close()
+        previous = (store.manifest().get("split") or {}).get("history")
         store.update_manifest(**{"rounds-done": cfg.num_rounds, "split": split_info})
+        if cfg.action == "retrain" and previous and previous != split_info.get("history"):
+            # the replaced run's (seeds, v̄) were computed on the forgotten samples: nothing needs them now
+            store.artifact_path(previous).unlink(missing_ok=True)
         log(INFO, "fedforget: store written to %s (artifact %s sha256 %s)", store.root, self.artifact, sha)
 
 

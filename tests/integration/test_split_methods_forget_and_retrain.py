@@ -95,7 +95,11 @@ def test_retrain_starts_every_client_fresh_and_hosfl_clients_replay_to_the_serve
     method, trained, erased, _, _, _ = retrained
     store = Store.open(erased)
     info = store.manifest()["split"]
-    assert info["run-tag"] != Store.open(trained).manifest()["split"]["run-tag"]
+    before = Store.open(trained).manifest()["split"]
+    assert info["run-tag"] != before["run-tag"]
+    if method == "hosfl":  # the replaced run's history (seeds, v̄ computed on the forgotten sample) is gone
+        assert before["history"] != info["history"] and store.artifact_path(info["history"]).is_file()
+        assert not store.artifact_path(before["history"]).exists()
     paths = [store.client_dir(part) / f"split-{info['run-tag']}.safetensors" for part in range(NODES)]
     assert all(path.is_file() for path in paths)
     if method != "hosfl":  # SFL and ZO-SFL clients take the global θ_c with every round's first message
