@@ -33,7 +33,7 @@ from fedforget.store.crash import crash_point
 from fedforget.store.ledger import Ledger
 from fedforget.strategies.chain_model import default_module_init, fresh_module, initial_head, slot_name, split_state
 from fedforget.strategies.failover import check_chain_reply, exchange_redo_or_exclude
-from fedforget.strategies.forget_messages import send_forget
+from fedforget.strategies.forget_messages import forget_before_retrain
 from fedforget.strategies.messaging import (
     CHAIN_MESSAGE,
     PARTITION_KEY,
@@ -404,8 +404,7 @@ def retrain_chains(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
     run = open_server_run(cfg, nodes)
     ledger = run.store.ledger()
     try:
-        watermark = ledger.last_request()
-        send_forget(grid, run, ledger.forgotten_by_partition(watermark))
+        watermark = forget_before_retrain(grid, run, ledger)
         crash_point("retrain:forget-sent")
         plan = ChainPlan.from_json(run.store.manifest()["plan"])
         # a corrupt artifact is rebuilt like an invalid one (same inputs, so the same bytes come back)

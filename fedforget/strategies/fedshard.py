@@ -59,7 +59,7 @@ from fedforget.store.check import corrupt_artifacts
 from fedforget.store.ledger import Ledger
 from fedforget.strategies.chain_model import default_module_init, initial_head
 from fedforget.strategies.failover import check_chain_reply, exchange_redo_or_exclude
-from fedforget.strategies.forget_messages import send_forget
+from fedforget.strategies.forget_messages import forget_before_retrain
 from fedforget.strategies.messaging import (
     CHAIN_MESSAGE,
     PARTITION_KEY,
@@ -325,8 +325,7 @@ def retrain_fedshard(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
     run = open_server_run(cfg, nodes)
     ledger = run.store.ledger()
     try:
-        watermark = ledger.last_request()
-        send_forget(grid, run, ledger.forgotten_by_partition(watermark))
+        watermark = forget_before_retrain(grid, run, ledger)
         tree = ShardTree.from_json(run.store.manifest()["plan"])
         # a corrupt cached shard is rebuilt like an invalid one (same inputs, so the same bytes come back)
         valid = ledger.valid_artifacts() - corrupt_artifacts(run.store, ledger)

@@ -35,7 +35,7 @@ from fedforget.core.seeds import derive_seed
 from fedforget.store.check import corrupt_artifacts
 from fedforget.store.ledger import Ledger
 from fedforget.strategies.failover import FRAMING_PER_TENSOR, check_reply, exchange_redo_or_exclude
-from fedforget.strategies.forget_messages import send_forget
+from fedforget.strategies.forget_messages import forget_before_retrain
 from fedforget.strategies.messaging import discover_partitions, to_numpy
 from fedforget.strategies.run_setup import ServerRun, open_server_run, prepare_server_run
 from fedforget.strategies.safe_client import PARAM_KEYS, SEP, frozen_backbone, frozen_theta
@@ -385,10 +385,7 @@ def retrain_safe(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
     shard = load_safe_shard(cfg, run.store.root, [int(i) for i in manifest.get("safe-shard-ids", [])])
     ledger = run.store.ledger()
     try:
-        watermark = ledger.last_request()
-        forgotten = ledger.forgotten_by_partition(watermark)
-        if forgotten:
-            send_forget(grid, run, forgotten)
+        watermark = forget_before_retrain(grid, run, ledger)
         # a corrupt artifact is rebuilt like an invalid one (same inputs, so the same bytes come back)
         valid = ledger.valid_artifacts() - corrupt_artifacts(run.store, ledger)
         trainer = SafeTrainer(grid, run, plan, ledger, watermark, dim, shard)
