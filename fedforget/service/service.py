@@ -31,6 +31,7 @@ class Service:
         self._models: ModelCache | None = None
         self._lock = threading.Lock()
         self._receipt_lock = threading.Lock()
+        self.status(accuracy=False)  # the first point of the accuracy history: what training measured
 
     def check(self) -> None:
         """Raise :class:`StoreRefused` unless the store passes the check every CLI command runs first."""
