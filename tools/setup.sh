@@ -41,6 +41,17 @@ if [ ! -f "$FORTUNES_DIR/cookie.dat" ]; then
   fi
 fi
 
+# 1c. Debian's chromium for the forget-service console test in a real browser (Playwright never downloads one).
+#     As root only: without it, tests/e2e/test_service_console_browser.py skips and says why.
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ]; then
+    say "apt: chromium"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    say "no /usr/bin/chromium and not root: the console's browser test will skip (apt-get install chromium)"
+  fi
+fi
+
 # 2. The virtual environment, reinstalled only when the pins or this script change.
 [ -x "$VENV/bin/python" ] || { say "creating .venv with $PY"; "$PY" -m venv "$VENV"; }
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)

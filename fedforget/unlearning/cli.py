@@ -12,10 +12,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from fedforget.store import Store, StoreError
-from fedforget.store.atomic import atomic_write_bytes
 from fedforget.store.check import check_store, corrupt_ledger
 from fedforget.store.ledger import LedgerUsageError
-from fedforget.store.secret_files import mkdir_private
 from fedforget.store.store import resolve_store_path
 from fedforget.unlearning.errors import BROKEN_STORE_EXIT, fail
 from fedforget.unlearning.flwr_runner import flwr_run
@@ -26,6 +24,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 theory_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                          help="Deletion-rate theory and sequence selection, next to a Monte-Carlo run.")
 app.add_typer(theory_app, name="theory")
+token_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                        help="Bearer tokens of `fedforget serve` (kept hashed in the secrets directory).")
+app.add_typer(token_app, name="token")
 console = Console()
 
 FederationOpt = Annotated[str, typer.Option(help="SuperLink connection in $FLWR_HOME/config.toml.",
@@ -468,13 +469,7 @@ def receipt(
     as_json: JsonOpt = False,
 ) -> None:
     """A signed deletion certificate for REQUEST (Ed25519), or `--check FILE` to verify one (exit 1 if not)."""
-    from fedforget.unlearning.receipt import (
-        ReceiptKeyError,
-        build_receipt,
-        load_or_create_key,
-        receipt_bytes,
-        sign_receipt,
-    )
+    from fedforget.unlearning.receipt import ReceiptKeyError, issue_receipt, load_or_create_key
 
     if check:
         check_receipt_file(check, public_key, store, as_json)
@@ -486,18 +481,16 @@ def receipt(
     handle = open_store(store)
     known_request(handle, request)  # before the key and the from-scratch training of `verify`
     try:
-        key = load_or_create_key(handle.root)
+        load_or_create_key(handle.root)  # a key problem is told before the from-scratch training of `verify`
         verified = None
         if not skip_verify:
             verified = reference_run(lambda: verify_store(handle), verbose,
                                      "verify: retraining from scratch as the reference")
-        signed = sign_receipt(build_receipt(handle, request, verified), key)
+        signed, out = issue_receipt(handle, request, verified)  # written 0600, whole or not at all
     except (StoreError, LedgerUsageError, ReceiptKeyError, ValueError) as exc:
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot use the receipt key: {os_reason(exc)}")
-    out = handle.root / "receipts" / f"request-{request}.json"
-    atomic_write_bytes(mkdir_private(out.parent) / out.name, receipt_bytes(signed))  # 0600, whole or not at all
     if as_json:
         emit(signed, True)
     else:
@@ -582,6 +575,85 @@ def fairness(store: StoreOpt, as_json: JsonOpt = False) -> None:
     for r in report["requests"]:
         console.print(f"  retrain up to request #{r['watermark']}: {r['rebuilt']} shard(s), "
                       f"{r['client-rounds']} client-rounds")
+
+
+@app.command()
+def serve(
+    store: StoreOpt,
+    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.", min=1, max=65535)] = 8080,
+    tls_cert: Annotated[str, typer.Option("--tls-cert", help="PEM certificate (with --tls-key): serve HTTPS.")] = "",
+    tls_key: Annotated[str, typer.Option("--tls-key", help="PEM private key of --tls-cert.")] = "",
+) -> None:
+    """The forget service: HTTP API, console and metrics for one store (docs: operations/service.md)."""
+    from pathlib import Path
+
+    from fedforget.service.server import serve as run_service
+
+    if bool(tls_cert) != bool(tls_key):
+        fail("pass --tls-cert and --tls-key together (or neither)")
+    for path in (tls_cert, tls_key):
+        if path and not Path(from_cwd(path)).is_file():
+            fail(f"{path} is not a file")
+    handle = open_store(store)
+    run_service(handle.root, host, port, Path(from_cwd(tls_cert)) if tls_cert else None,
+                Path(from_cwd(tls_key)) if tls_key else None)
+
+
+@token_app.command("create")
+def token_create(
+    store: StoreOpt,
+    name: Annotated[str, typer.Option("--name", help="Who holds it (recorded as who asked).")],
+    scope: Annotated[list[str], typer.Option("--scope", help="forget:write, status:read or predict (repeat).")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a token and print it once (only its sha256 is kept)."""
+    from fedforget.service.tokens import TokenError, create_token
+
+    handle = open_store(store)
+    try:
+        token, record = create_token(handle.root, name, scope)
+    except TokenError as exc:
+        fail(str(exc))
+    if as_json:
+        emit({"token": token, **record.to_json()}, True)
+    else:
+        print(token)
+        Console(stderr=True).print(f"token {record.name!r} with scope(s) {', '.join(record.scopes)}: shown once, "
+                                   "keep it now", highlight=False)
+
+
+@token_app.command("list")
+def token_list(store: StoreOpt, as_json: JsonOpt = False) -> None:
+    """The store's tokens: name, scopes, created, revoked (never the tokens themselves)."""
+    from fedforget.service.tokens import TokenError, list_tokens
+
+    handle = open_store(store)
+    try:
+        tokens = list_tokens(handle.root)
+    except TokenError as exc:
+        fail(str(exc))
+    if as_json:
+        emit({"tokens": [t.to_json() for t in tokens]}, True)
+        return
+    for t in tokens:
+        console.print(f"{t.name}: {', '.join(t.scopes)}" + (" [red]revoked[/]" if t.revoked_at else ""),
+                      highlight=False)
+    if not tokens:
+        console.print("no tokens (`fedforget token create --store DIR --scope SCOPE --name NAME`)")
+
+
+@token_app.command("revoke")
+def token_revoke(store: StoreOpt, name: Annotated[str, typer.Option("--name", help="The token to revoke.")]) -> None:
+    """Revoke a token: the service refuses it from its next request on."""
+    from fedforget.service.tokens import TokenError, revoke_token
+
+    handle = open_store(store)
+    try:
+        revoke_token(handle.root, name)
+    except TokenError as exc:
+        fail(str(exc))
+    console.print(f"revoked {name!r}", highlight=False)
 
 
 # Bounds of the theory commands' numbers (docs/cli.md, "Bounds"): beyond them, exit 2 with one line. The

@@ -179,6 +179,23 @@ def sign_receipt(body: dict[str, Any], key) -> dict[str, Any]:  # noqa: ANN001
                                   "value": base64.b64encode(signature).decode()}}
 
 
+def receipt_path(store: Store, request: int) -> Path:
+    """Where request ``request``'s receipt is written: ``<store>/receipts/request-N.json``."""
+    return store.root / "receipts" / f"request-{request}.json"
+
+
+def issue_receipt(store: Store, request: int, verify_result: dict[str, Any] | None) -> tuple[dict[str, Any], Path]:
+    """Build, sign and write request ``request``'s receipt (0600, whole or not at all); the CLI and the
+    forget service both issue receipts through this one function."""
+    from fedforget.store.atomic import atomic_write_bytes
+    from fedforget.store.secret_files import mkdir_private
+
+    signed = sign_receipt(build_receipt(store, request, verify_result), load_or_create_key(store.root))
+    out = receipt_path(store, request)
+    atomic_write_bytes(mkdir_private(out.parent) / out.name, receipt_bytes(signed))
+    return signed, out
+
+
 def read_bounded(path: Path, limit: int, what: str) -> bytes:
     """A regular file's bytes, at most ``limit`` of them (a path to a device or a huge file is refused)."""
     if not path.is_file():

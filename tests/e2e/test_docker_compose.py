@@ -90,8 +90,10 @@ class Compose:
         self.project = f"fedforget-e2e-{self.port}"
         self.files = ["docker-compose.yml", *overlays]
         self.tls = bool(overlays)
+        self.service_port = free_port()
         self.env = {**os.environ, "SUPERLINK_PORT": str(self.port), "NUM_PARTITIONS": str(NODES),
-                    "COMPOSE_PROJECT_NAME": self.project}
+                    "COMPOSE_PROJECT_NAME": self.project, "SERVICE_PORT": str(self.service_port),
+                    "FEDFORGET_SERVE_STORE": STORE}
         self.home = workdir / "flwr-home"
         self.home.mkdir(parents=True, exist_ok=True)
         trust = f'root-certificates = "{workdir / "deploy" / "certs" / "ca.crt"}"' if self.tls else "insecure = true"
@@ -181,6 +183,7 @@ def _train_forget_retrain_verify(deployment: Compose, reference: dict[str, str])
     forgot = json.loads(deployment.exec("fedforget", "forget", "--store", STORE, "--sample", str(sample),
                                         "--json").stdout)
     assert forgot["invalidated"]
+    _forget_through_the_service(deployment, manifest["partitions"]["1"][0][1])  # same unit: nothing new invalid
     connection = "docker-tls" if deployment.tls else "docker"
     deployment.exec("fedforget", "retrain", "--store", STORE, "--federation", connection, timeout=RUN_TIMEOUT)
     tombstones = deployment.run("exec", "-T", "superexec-clientapp-1", "cat", "/app/state/tombstones.json").stdout
@@ -190,6 +193,29 @@ def _train_forget_retrain_verify(deployment: Compose, reference: dict[str, str])
     verdict = json.loads(deployment.exec("fedforget", "verify", "--store", STORE, "--json").stdout)
     assert verdict["exact"] and verdict["served"] == len(trained)
     _receipt_checks(deployment, forgot["request"])
+
+
+def _forget_through_the_service(deployment: Compose, sample: int) -> None:
+    """The coordinator's `fedforget serve` (published on 127.0.0.1) forgets a sample with a token made by
+    `docker compose exec coordinator fedforget token create`."""
+    import httpx
+
+    token = deployment.exec("fedforget", "token", "create", "--store", STORE, "--scope", "forget:write",
+                            "--name", "e2e").stdout.strip().splitlines()[-1]
+    url = f"http://127.0.0.1:{deployment.service_port}"
+    deadline = time.time() + 120  # serve is tried again every 10 s until the run has written the store
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        assert time.time() < deadline, "the coordinator's forget service did not come up"
+        time.sleep(2)
+    answer = httpx.post(f"{url}/v1/forget-requests", json={"idempotency_key": "e2e-1", "samples": [sample]},
+                        headers={"Authorization": f"Bearer {token}"}, timeout=120)
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["states"]["applied"] and answer.json()["asked_by"] == "e2e"
 
 
 def _receipt_checks(deployment: Compose, request: int) -> None:

@@ -1,0 +1,231 @@
+"""The FastAPI app: routes only; each calls the functions the CLI calls (forget, status, receipts, serving)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+from fastapi import FastAPI, HTTPException, Query, Request, Response, Security
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
+from fastapi.security import HTTPBearer
+
+from fedforget.service.console import console_page, login_page
+from fedforget.service.gate import COOKIE, SESSION_SECONDS, Gate, Sessions
+from fedforget.service.metrics import Metrics
+from fedforget.service.requests_db import IdempotencyConflict, ServiceRequest, canonical_spec
+from fedforget.service.schemas import (
+    ForgetBody,
+    ForgetRequestList,
+    ForgetRequestOut,
+    Health,
+    PredictBody,
+    PredictOut,
+    Problem,
+)
+from fedforget.service.service import Service, StoreRefused
+from fedforget.service.states import accepted_state, ledger_states
+
+VERSION = "1"
+bearer = HTTPBearer(auto_error=False, description="A token from `fedforget token create` (scopes: forget:write, "
+                                                  "status:read, predict).")
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": Problem} for code in (401, 403, 413, 503)}
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
+    """The service for the store at ``store_root`` (``None``: the routes alone, to write the OpenAPI schema)."""
+    svc = Service(store_root) if store_root is not None else None
+    sessions = Sessions()
+    app = FastAPI(title="fedforget forget service", version=VERSION, docs_url=None, redoc_url=None,
+                  description="Submit forget requests, poll their state, fetch signed receipts, ask the served model. "
+                              "See docs/operations/service.md.")
+    app.add_middleware(Gate, tokens=None if svc is None else svc.tokens, sessions=sessions,
+                       metrics=Metrics() if svc is None else svc.metrics, routes=app.router.routes)
+
+    def service() -> Service:
+        if svc is None:
+            raise HTTPException(503, "this app serves no store")
+        try:
+            svc.check()
+        except StoreRefused as exc:
+            raise HTTPException(503, _one_line(str(exc))) from None
+        return svc
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{"field": ".".join(str(p) for p in e.get("loc", ())), "message": _one_line(e.get("msg", ""))}
+                  for e in exc.errors()[:20]]
+        first = errors[0] if errors else {"field": "body", "message": "invalid"}
+        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        return JSONResponse(status_code=422, content={"detail": f"{first['field']}: {first['message']}{more}",
+                                                      "errors": errors})
+
+    def describe(row: ServiceRequest, states: dict[int, dict[str, Any]], receipt: bool) -> ForgetRequestOut:
+        state = states.get(row.ledger_request) if row.ledger_request is not None else None
+        state = state or accepted_state()
+        out = ForgetRequestOut(
+            id=row.id, idempotency_key=row.idempotency_key, asked_by=row.asked_by, spec=row.spec,
+            ledger_request=row.ledger_request, no_op=row.no_op, state=state["state"], states=state["states"],
+            accepted_at=row.accepted_at, applied_at=state["applied_at"], acknowledged_at=state["acknowledged_at"],
+            retrained_at=state["retrained_at"],
+            receipt_url=f"/v1/receipts/{row.ledger_request}" if state["states"]["purged"] else None)
+        if receipt and state["states"]["purged"]:
+            data, why = service().receipt(int(row.ledger_request))
+            out.receipt, out.receipt_error = (json.loads(data) if data is not None else None), why
+        return out
+
+    @app.post("/v1/forget-requests", status_code=201, response_model=ForgetRequestOut, tags=["forget"],
+              responses={200: {"model": ForgetRequestOut, "description": "The key was used before: that request."},
+                         409: {"model": Problem}, **ERRORS}, dependencies=[Security(bearer)])
+    def submit(body: ForgetBody, request: Request, response: Response) -> ForgetRequestOut:
+        """Forget samples, slices or clients now (scope forget:write); one request per idempotency key."""
+        from fedforget.store import StoreError
+        from fedforget.store.ledger import LedgerUsageError
+
+        s = service()
+        try:
+            spec = canonical_spec(body.samples, body.slices, body.clients)
+            row, created = s.db.submit(spec, body.idempotency_key, request.state.token.name)
+        except IdempotencyConflict as exc:
+            raise HTTPException(409, _one_line(str(exc))) from None
+        except LedgerUsageError as exc:
+            raise HTTPException(422, _one_line(str(exc))) from None
+        except StoreError as exc:
+            raise HTTPException(503, _one_line(str(exc))) from None
+        response.status_code = 201 if created else 200
+        return describe(row, ledger_states(s.store), receipt=False)
+
+    @app.get("/v1/forget-requests", response_model=ForgetRequestList, tags=["forget"], responses=ERRORS,
+             dependencies=[Security(bearer)])
+    def list_requests(limit: int = Query(100, ge=1, le=1000), after: int = Query(0, ge=0)) -> ForgetRequestList:
+        """The service's forget requests in id order (scope status:read); page with ``after``."""
+        s = service()
+        states = ledger_states(s.store)
+        return ForgetRequestList(requests=[describe(r, states, receipt=False) for r in s.db.list(limit, after)])
+
+    @app.get("/v1/forget-requests/{request_id}", response_model=ForgetRequestOut, tags=["forget"],
+             responses={404: {"model": Problem}, **ERRORS}, dependencies=[Security(bearer)])
+    def get_request(request_id: int) -> ForgetRequestOut:
+        """One request: state, timestamps, who asked, and its signed receipt once it is purged."""
+        s = service()
+        row = s.db.get(request_id)
+        if row is None:
+            raise HTTPException(404, f"unknown forget request {request_id} (GET /v1/forget-requests lists them)")
+        return describe(row, ledger_states(s.store), receipt=True)
+
+    @app.get("/v1/receipts/{ledger_request}", tags=["forget"], dependencies=[Security(bearer)],
+             responses={200: {"content": {"application/json": {}}, "description": "The receipt file, byte for byte "
+                              "as written (check it with `fedforget receipt --check FILE`)."},
+                        404: {"model": Problem}, 409: {"model": Problem}, **ERRORS})
+    def receipt(ledger_request: int) -> Response:
+        """The signed receipt of a ledger request (issued without `verify` on first use if none was)."""
+        s = service()
+        states = ledger_states(s.store)
+        if ledger_request not in states:
+            raise HTTPException(404, f"unknown ledger request {ledger_request}")
+        if not states[ledger_request]["states"]["purged"]:
+            raise HTTPException(409, f"request {ledger_request} is not purged yet; its receipt comes once it is")
+        data, why = s.receipt(ledger_request)
+        if data is None:
+            raise HTTPException(503, _one_line(why or "no receipt"))
+        return Response(data, media_type="application/json",
+                        headers={"content-disposition": f'attachment; filename="request-{ledger_request}.json"'})
+
+    @app.post("/v1/predict", response_model=PredictOut, tags=["serve"], dependencies=[Security(bearer)],
+              responses={409: {"model": Problem}, **ERRORS})
+    def predict(body: PredictBody) -> PredictOut:
+        """The served model's class probabilities and argmax, with the id of the plan that answered."""
+        from fedforget.service.inputs import InputError, model_inputs
+        from fedforget.strategies.serve import ServingError
+
+        s = service()
+        models = s.models()
+        try:
+            inputs = model_inputs(models.cfg.task, models.example_shape, body.inputs, body.raw)
+        except InputError as exc:
+            raise HTTPException(422, _one_line(str(exc))) from None
+        try:
+            pid, probs = models.predict(inputs)
+        except ServingError as exc:
+            raise HTTPException(409, _one_line(str(exc))) from None
+        return PredictOut(plan_id=pid, task=models.cfg.task, predictions=[int(i) for i in probs.argmax(1)],
+                          probabilities=[[float(p) for p in row] for row in probs])
+
+    @app.get("/v1/status", tags=["status"], responses=ERRORS, dependencies=[Security(bearer)])
+    def status() -> JSONResponse:
+        """What `fedforget status --json` shows."""
+        return JSONResponse(json.loads(json.dumps(service().status(), default=str)))
+
+    @app.get("/healthz", response_model=Health, tags=["status"], responses={503: {"model": Problem}})
+    def healthz() -> Health:
+        """200 while the store passes its check (no token needed)."""
+        service()
+        return Health(status="ok")
+
+    @app.get("/metrics", response_class=PlainTextResponse, tags=["status"], responses=ERRORS,
+             dependencies=[Security(bearer)])
+    def metrics() -> PlainTextResponse:
+        """Prometheus text: requests by route and code, latency histograms, served accuracy, artifacts."""
+        s = service()
+        info = s.status(accuracy=False)
+        arts = info["artifacts"]
+        loads = s._models.loads if s._models is not None else 0
+        gauges = {
+            "fedforget_served_accuracy": ("Test accuracy of the served model (absent until measured).",
+                                          info["accuracy"]),
+            "fedforget_serving_available": ("1 while a model is served.", int(bool(info["available"]))),
+            "fedforget_artifacts_valid": ("Artifacts that saw no forgotten data.", sum(a["valid"] for a in arts)),
+            "fedforget_artifacts_invalid": ("Artifacts invalidated by forget requests.",
+                                            sum(not a["valid"] for a in arts)),
+            "fedforget_artifacts_corrupt": ("Artifacts whose bytes no longer match their sha256.",
+                                            len(info["corrupt"])),
+            "fedforget_ledger_requests": ("Forget requests in the ledger (CLI and service).",
+                                          info["requests"]["total"]),
+            "fedforget_forgotten_samples": ("Samples forgotten so far.", info["requests"]["forgotten_samples"]),
+            "fedforget_deletions_left": ("Expected further requests until a retrain (delta).", info["deletions_left"]),
+            "fedforget_model_loads": ("Served plans loaded by predict since the start.", loads),
+        }
+        return PlainTextResponse(s.metrics.render(gauges), media_type="text/plain; version=0.0.4")
+
+    @app.get("/", response_class=HTMLResponse, tags=["console"], include_in_schema=False)
+    def console(request: Request) -> HTMLResponse:
+        problem = getattr(request.state, "auth_problem", None)
+        if problem is not None:
+            return HTMLResponse(login_page("" if problem.startswith("no token") else problem), status_code=401)
+        s = service()
+        info = s.status()
+        from fedforget.service.predict import current_plan
+
+        states = ledger_states(s.store)
+        asked = s.db.asked_by_ledger_request()
+        rows = [{**st, "asked_by": asked.get(rid, ["cli"])} for rid, st in sorted(states.items(), reverse=True)][:500]
+        pid = current_plan(s.store)[0] if info["available"] else None
+        return HTMLResponse(console_page(info, pid, rows, s.db.accuracy_history()))
+
+    @app.post("/console/session", include_in_schema=False)
+    async def sign_in(request: Request) -> Response:
+        form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        presented = (form.get("token") or [""])[0].strip()
+        token = svc.tokens.lookup(presented) if svc is not None and presented else None
+        if token is None or "status:read" not in token.scopes:
+            why = "unknown or revoked token" if token is None else f"the token {token.name!r} lacks status:read"
+            return HTMLResponse(login_page(why), status_code=401)
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(COOKIE, sessions.open(token), max_age=SESSION_SECONDS, httponly=True, samesite="strict",
+                            secure=tls, path="/")
+        return response
+
+    @app.post("/console/logout", include_in_schema=False)
+    def sign_out(request: Request) -> Response:
+        sessions.close(request.cookies.get(COOKIE, ""))
+        response = RedirectResponse("/", status_code=303)
+        response.delete_cookie(COOKIE, path="/")
+        return response
+
+    return app

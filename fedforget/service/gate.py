@@ -1,0 +1,194 @@
+"""Every HTTP request passes here first: who is asking, with which scope, and a bounded body.
+
+The token is checked before a byte of the body is read, so a caller without the right scope gets 401
+or 403 and nothing is parsed or written; the body is then read up to :data:`MAX_BODY` bytes (a
+larger ``Content-Length`` is refused at once, a longer stream as soon as it passes the bound), so one
+request costs bounded time and memory whatever it sends. It also times every request for /metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from starlette.routing import Match
+
+from fedforget.service.metrics import Metrics
+from fedforget.service.tokens import Token, TokenBook, TokenError
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
+
+MAX_BODY = 2**20  # 1 MiB
+#: (method, route) → the scope a token needs; routes not named here are open (health, sign-in, schema)
+ROUTE_SCOPES: dict[tuple[str, str], str] = {
+    ("POST", "/v1/forget-requests"): "forget:write",
+    ("GET", "/v1/forget-requests"): "status:read",
+    ("GET", "/v1/forget-requests/{request_id}"): "status:read",
+    ("GET", "/v1/receipts/{ledger_request}"): "status:read",
+    ("POST", "/v1/predict"): "predict",
+    ("GET", "/v1/status"): "status:read",
+    ("GET", "/metrics"): "status:read",
+    ("GET", "/"): "status:read",
+}
+#: routes that answer a browser: without a token they show the sign-in page instead of a JSON 401
+CONSOLE_ROUTES = {("GET", "/")}
+COOKIE = "fedforget_console"
+SESSION_SECONDS = 8 * 3600
+
+
+class Sessions:
+    """Console sessions: a random id (the cookie) → the signed-in token's hash, for at most 8 hours.
+
+    The cookie never holds the token; a revoked token ends its sessions at the next request."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, tuple[str, float]] = {}
+
+    def open(self, token: Token) -> str:
+        now = time.time()
+        self._by_id = {k: v for k, v in self._by_id.items() if v[1] > now}
+        sid = secrets.token_urlsafe(32)
+        self._by_id[sid] = (token.sha256, now + SESSION_SECONDS)
+        return sid
+
+    def token_hash(self, sid: str) -> str | None:
+        entry = self._by_id.get(sid)
+        return entry[0] if entry and entry[1] > time.time() else None
+
+    def close(self, sid: str) -> None:
+        self._by_id.pop(sid, None)
+
+
+def _cookie(scope: Scope, name: str) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key == b"cookie":
+            for part in value.decode("latin-1").split(";"):
+                k, _, v = part.strip().partition("=")
+                if k == name:
+                    return v
+    return None
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+async def _json(send: Callable[[Message], Awaitable[None]], status: int, detail: str,
+                headers: list[tuple[bytes, bytes]] = ()) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class Gate:
+    """ASGI middleware: route template, authentication and scope, body bound, metrics."""
+
+    def __init__(self, app: ASGIApp, tokens: TokenBook | None, sessions: Sessions, metrics: Metrics,
+                 routes: list[Any]) -> None:
+        self.app, self.tokens, self.sessions, self.metrics = app, tokens, sessions, metrics
+        self.routes = routes  # the app's route list (filled as routes are declared)
+
+    def route_of(self, scope: Scope) -> str | None:
+        for route in self.routes:
+            match, _ = route.matches(scope)
+            if match == Match.FULL:
+                return route.path
+        return None
+
+    def authenticate(self, scope: Scope, method: str) -> Token | str:
+        """The caller's live token, or the one line saying why there is none."""
+        if self.tokens is None:
+            return "this service has no store"
+        auth = _header(scope, b"authorization")
+        try:
+            if auth is not None:
+                kind, _, presented = auth.partition(" ")
+                if kind.lower() != "bearer" or not presented.strip():
+                    return "the Authorization header must be 'Bearer TOKEN'"
+                return self.tokens.lookup(presented.strip()) or "unknown or revoked token"
+            sid = _cookie(scope, COOKIE) if method == "GET" else None  # a session only reads
+            digest = self.sessions.token_hash(sid) if sid else None
+            if digest is not None:
+                return self.tokens.by_hash(digest) or "the session's token was revoked; sign in again"
+        except TokenError as exc:
+            return str(exc)
+        return "no token: send 'Authorization: Bearer TOKEN' (`fedforget token create` makes one)"
+
+    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
+                       send: Callable[[Message], Awaitable[None]]) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        method, route = scope["method"], self.route_of(scope)
+        status = [500]
+
+        async def timed_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self._handle(scope, receive, timed_send, method, route)
+        finally:
+            self.metrics.observe(method, route or "unmatched", status[0], time.perf_counter() - start)
+
+    async def _handle(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
+                      send: Callable[[Message], Awaitable[None]], method: str, route: str | None) -> None:
+        needed = ROUTE_SCOPES.get((method, route or ""))
+        state = scope.setdefault("state", {})
+        if needed is not None:
+            who = self.authenticate(scope, method)
+            problem = None
+            if isinstance(who, str):
+                problem = (401, who)
+            elif needed not in who.scopes:
+                problem = (403, f"the token {who.name!r} lacks the scope {needed!r} (it has "
+                                f"{', '.join(who.scopes)}); nothing was done")
+            if problem and (method, route) in CONSOLE_ROUTES:
+                state["auth_problem"] = problem[1]
+            elif problem:
+                headers = [(b"www-authenticate", b'Bearer realm="fedforget"')] if problem[0] == 401 else []
+                await _json(send, problem[0], problem[1], headers)
+                return
+            else:
+                state["token"] = who
+        length = _header(scope, b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
+            await _json(send, 413, f"the body is over {MAX_BODY:,} bytes; send fewer ids or inputs per request")
+            return
+        if method not in ("POST", "PUT", "PATCH"):
+            await self.app(scope, receive, send)
+            return
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > MAX_BODY:
+                await _json(send, 413, f"the body is over {MAX_BODY:,} bytes; send fewer ids or inputs per request")
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body, sent = b"".join(chunks), False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)

@@ -1,0 +1,214 @@
+"""``service.db``: idempotency keys, who asked, and the link from a service request to its ledger request.
+
+A separate SQLite file inside the store, so stores without a service load exactly as before (the
+ledger's schema, its checks and its receipts' digests are untouched). A submission first reserves its
+idempotency key here (one ``BEGIN IMMEDIATE`` transaction, so two callers with one key get one row),
+then calls :func:`fedforget.unlearning.forget.forget_request` — the CLI's function, serialised
+against every other coordinator by the ledger's own transaction — and finally records which ledger
+request it became. A crash between the two leaves a row ``accepted``: the next start applies it, and
+forgetting what is already forgotten is a no-op in the ledger, so it is never applied twice; its link
+is then found from the ledger's ``forgotten`` rows (the request that forgot what it names).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedforget.store import Store
+from fedforget.store.ledger import CHUNK, LedgerUsageError
+from fedforget.unlearning.forget import forget_request, parse_slices
+
+SERVICE_DB = "service.db"
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS requests(id INTEGER PRIMARY KEY AUTOINCREMENT, idempotency_key TEXT NOT NULL UNIQUE,
+    body_sha256 TEXT NOT NULL, spec TEXT NOT NULL, asked_by TEXT NOT NULL, accepted_at REAL NOT NULL,
+    ledger_request INTEGER, no_op INTEGER NOT NULL DEFAULT 0, applied_at REAL);
+CREATE INDEX IF NOT EXISTS requests_by_ledger ON requests(ledger_request);
+CREATE TABLE IF NOT EXISTS accuracy(plan_id TEXT PRIMARY KEY, at REAL NOT NULL, forgotten INTEGER NOT NULL,
+    last_request INTEGER NOT NULL, accuracy REAL NOT NULL);
+"""
+
+
+class IdempotencyConflict(ValueError):
+    """The idempotency key was used before with another body; nothing was written."""
+
+
+@dataclass(frozen=True)
+class ServiceRequest:
+    """One row of ``service.db``: a forget request as the service received it."""
+
+    id: int
+    idempotency_key: str
+    spec: dict[str, list[Any]]
+    asked_by: str
+    accepted_at: float
+    ledger_request: int | None
+    no_op: bool
+    applied_at: float | None
+
+
+def canonical_spec(samples: Sequence[int], slices: Sequence[str], clients: Sequence[int]) -> dict[str, list[Any]]:
+    """The request as the ledger will read it (sorted, deduplicated, slices in ``P:S`` form), so two bodies
+    that name the same things in another order are one request under one key."""
+    return {"samples": sorted({int(s) for s in samples}), "slices": sorted(set(parse_slices(slices))),
+            "clients": sorted({int(c) for c in clients})}
+
+
+def _digest(spec: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+class RequestsDB:
+    """A handle on ``<store>/service.db``; every method opens its own connection (thread-safe)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.path = Path(store.root) / SERVICE_DB
+        db = self._connect()
+        try:
+            db.executescript(SCHEMA)
+        finally:
+            db.close()
+
+    def _connect(self) -> sqlite3.Connection:
+        fresh = not self.path.exists()
+        db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA synchronous=FULL")
+        if fresh:
+            os.chmod(self.path, 0o600)
+        return db
+
+    # -- submissions --------------------------------------------------------------------------
+    def submit(self, spec: dict[str, list[Any]], key: str, asked_by: str) -> tuple[ServiceRequest, bool]:
+        """Apply ``spec`` once per ``key``; returns the request and whether this call created it.
+
+        Raises :class:`IdempotencyConflict` when ``key`` named another body, ``LedgerUsageError`` when the
+        ledger refuses the ids (the reservation is dropped: nothing is written)."""
+        digest = _digest(spec)
+        db = self._connect()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                row = db.execute("SELECT id, body_sha256 FROM requests WHERE idempotency_key=?", (key,)).fetchone()
+                if row is None:
+                    cur = db.execute("INSERT INTO requests(idempotency_key, body_sha256, spec, asked_by, accepted_at) "
+                                     "VALUES(?, ?, ?, ?, ?)", (key, digest, json.dumps(spec), asked_by, time.time()))
+                    rid = int(cur.lastrowid)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        finally:
+            db.close()
+        if row is not None:
+            if row[1] != digest:
+                raise IdempotencyConflict(f"idempotency_key {key!r} was used for another body (request {row[0]}); "
+                                          "use a new key for a new request")
+            return self.get(int(row[0])), False
+        try:
+            self._apply(rid, spec)
+        except BaseException:
+            self._drop(rid)
+            raise
+        return self.get(rid), True
+
+    def _apply(self, rid: int, spec: dict[str, list[Any]]) -> None:
+        result = forget_request(self.store, spec["samples"], spec["slices"], spec["clients"])
+        ledger_request = result.request if result.request is not None else self.forgetting_request(spec)
+        db = self._connect()
+        try:
+            db.execute("UPDATE requests SET ledger_request=?, no_op=?, applied_at=? WHERE id=?",
+                       (ledger_request, int(result.request is None), time.time(), rid))
+        finally:
+            db.close()
+
+    def _drop(self, rid: int) -> None:
+        db = self._connect()
+        try:
+            db.execute("DELETE FROM requests WHERE id=? AND ledger_request IS NULL", (rid,))
+        finally:
+            db.close()
+
+    def recover(self) -> list[int]:
+        """Apply every request a crash left ``accepted`` (reserved, never answered); returns their ids.
+        One the ledger now refuses (its ids unknown) is dropped, as it would have been then."""
+        done = []
+        for request in self.list(limit=None):
+            if request.ledger_request is None:
+                try:
+                    self._apply(request.id, request.spec)
+                except LedgerUsageError:
+                    self._drop(request.id)
+                    continue
+                done.append(request.id)
+        return done
+
+    def forgetting_request(self, spec: dict[str, list[Any]]) -> int | None:
+        """The newest ledger request that forgot what ``spec`` names (for a request that was a no-op)."""
+        ledger = self.store.ledger()
+        try:
+            units = list(spec["slices"])
+            for client in spec["clients"]:
+                units += ledger.units_of_partition(int(client))
+            newest = 0
+            for column, values in (("sample", spec["samples"]), ("unit", units)):
+                for i in range(0, len(values), CHUNK):
+                    chunk = values[i : i + CHUNK]
+                    row = ledger.db.execute(f"SELECT MAX(request) FROM forgotten WHERE {column} IN "
+                                            f"({','.join('?' * len(chunk))})", chunk).fetchone()
+                    newest = max(newest, int(row[0] or 0))
+        finally:
+            ledger.close()
+        return newest or None
+
+    # -- reads --------------------------------------------------------------------------------
+    def get(self, rid: int) -> ServiceRequest | None:
+        found = self._rows("WHERE id=?", (rid,))
+        return found[0] if found else None
+
+    def list(self, limit: int | None = 100, after: int = 0) -> list[ServiceRequest]:
+        return self._rows("WHERE id>? ORDER BY id" + ("" if limit is None else f" LIMIT {int(limit)}"), (after,))
+
+    def asked_by_ledger_request(self) -> dict[int, list[str]]:
+        """ledger request → the token names whose service requests it applied (for the console)."""
+        out: dict[int, list[str]] = {}
+        for r in self.list(limit=None):
+            if r.ledger_request is not None and not r.no_op:
+                out.setdefault(r.ledger_request, []).append(r.asked_by)
+        return out
+
+    def _rows(self, where: str, args: tuple[Any, ...]) -> list[ServiceRequest]:
+        db = self._connect()
+        try:
+            rows = db.execute("SELECT id, idempotency_key, spec, asked_by, accepted_at, ledger_request, no_op, "
+                              f"applied_at FROM requests {where}", args).fetchall()
+        finally:
+            db.close()
+        return [ServiceRequest(int(i), k, json.loads(s), a, float(at), None if lr is None else int(lr), bool(n),
+                               None if ap is None else float(ap)) for i, k, s, a, at, lr, n, ap in rows]
+
+    # -- served accuracy history (the console's plot) ----------------------------------------------
+    def record_accuracy(self, plan_id: str, forgotten: int, last_request: int, accuracy: float) -> None:
+        db = self._connect()
+        try:
+            db.execute("INSERT OR IGNORE INTO accuracy VALUES(?, ?, ?, ?, ?)",
+                       (plan_id, time.time(), int(forgotten), int(last_request), float(accuracy)))
+        finally:
+            db.close()
+
+    def accuracy_history(self) -> list[dict[str, Any]]:
+        db = self._connect()
+        try:
+            rows = db.execute("SELECT at, forgotten, last_request, accuracy, plan_id FROM accuracy "
+                              "ORDER BY at").fetchall()
+        finally:
+            db.close()
+        return [{"at": at, "forgotten": f, "last_request": r, "accuracy": a, "plan_id": p} for at, f, r, a, p in rows]

@@ -1,0 +1,79 @@
+"""The service's one handle on a store: checked before every read, as every CLI command checks it."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from fedforget.service.metrics import Metrics
+from fedforget.service.predict import SERVE_LOCK, ModelCache, current_plan
+from fedforget.service.requests_db import RequestsDB
+from fedforget.service.tokens import TokenBook
+from fedforget.store import Store
+from fedforget.store.check import check_store
+
+
+class StoreRefused(RuntimeError):
+    """The store is not what it claims (``fedforget.store.check``); the message is its one line."""
+
+
+class Service:
+    """Store, service.db, tokens, the served-model cache and the metrics of one running service."""
+
+    def __init__(self, store_root: Path) -> None:
+        self.store = Store.open(store_root)
+        self.check()
+        self.db = RequestsDB(self.store)
+        self.tokens = TokenBook(self.store.root)
+        self.metrics = Metrics()
+        self.recovered = self.db.recover()  # requests a crash left accepted, applied now (never twice)
+        self._models: ModelCache | None = None
+        self._lock = threading.Lock()
+        self._receipt_lock = threading.Lock()
+        self.status(accuracy=False)  # the first point of the accuracy history: what training measured
+
+    def check(self) -> None:
+        """Raise :class:`StoreRefused` unless the store passes the check every CLI command runs first."""
+        result = check_store(self.store)
+        if result.unreadable or result.refusals:
+            raise StoreRefused(result.summary())
+
+    def models(self) -> ModelCache:
+        with self._lock:
+            if self._models is None:
+                self._models = ModelCache(self.store)
+            return self._models
+
+    def status(self, accuracy: bool = True) -> dict[str, Any]:
+        """``fedforget status --json``, and a point of the accuracy history when one is known."""
+        from fedforget.unlearning.status import store_status
+
+        with SERVE_LOCK:
+            info = store_status(self.store, accuracy=accuracy)
+        if info["accuracy"] is not None and info["available"]:
+            pid = current_plan(self.store)[0]
+            ledger = self.store.ledger()
+            try:
+                last = ledger.last_request()
+            finally:
+                ledger.close()
+            self.db.record_accuracy(pid, info["requests"]["forgotten_samples"], last, info["accuracy"])
+        return info
+
+    def receipt(self, ledger_request: int) -> tuple[bytes | None, str | None]:
+        """The receipt file's bytes (issued now, without ``verify``, if none was), or (None, why not)."""
+        from fedforget.store import StoreError
+        from fedforget.store.ledger import LedgerUsageError
+        from fedforget.unlearning.receipt import ReceiptKeyError, issue_receipt, read_receipt_file, receipt_path
+
+        path = receipt_path(self.store, ledger_request)
+        try:
+            with self._receipt_lock:
+                if not path.is_file():
+                    issue_receipt(self.store, ledger_request, None)
+            return read_receipt_file(path), None
+        except (ReceiptKeyError, LedgerUsageError, StoreError, ValueError) as exc:
+            return None, str(exc)
+        except OSError as exc:
+            return None, f"cannot issue the receipt: {exc.strerror or exc}"

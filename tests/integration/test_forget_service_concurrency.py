@@ -1,0 +1,197 @@
+"""The forget service beside the CLI on one store, over real HTTP (uvicorn on 127.0.0.1): concurrent
+callers lose and double nothing, one idempotency key is one request, a crash between reserving a key
+and applying it is finished once at the next start, and `fedforget serve` speaks HTTPS when told to."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+import uvicorn
+
+from fedforget.launch import free_port
+from fedforget.service.app import create_app
+from fedforget.service.requests_db import SERVICE_DB, RequestsDB
+from fedforget.store import Store
+from fedforget.unlearning.forget import forget_request
+
+from .service_helpers import bearer, private_copy, tokens, train_service_store
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    return train_service_store(tmp_path_factory.mktemp("service-conc") / "store")
+
+
+@pytest.fixture
+def store(trained, tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDFORGET_SECRETS", str(tmp_path / "secrets"))
+    return private_copy(trained, tmp_path)
+
+
+class Running:
+    """uvicorn serving the app in a thread of this process, stopped on exit."""
+
+    def __init__(self, store) -> None:  # noqa: ANN001
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(create_app(store), host="127.0.0.1", port=self.port,
+                                                    log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        deadline = time.time() + 60
+        while not self.server.started:
+            assert time.time() < deadline and self.thread.is_alive(), "uvicorn did not start"
+            time.sleep(0.05)
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+def samples_of(store, count: int) -> list[int]:  # noqa: ANN001
+    parts = Store.open(store).manifest()["partitions"]
+    return [s for p in sorted(parts) for sl in parts[p] for s in sl][:count]
+
+
+def ledger_view(store) -> tuple[list[dict], Counter]:  # noqa: ANN001
+    ledger = Store.open(store).ledger()
+    try:
+        requests = ledger.requests()
+        by_sample = Counter(r[0] for r in ledger.db.execute("SELECT sample FROM forgotten"))
+    finally:
+        ledger.close()
+    return requests, by_sample
+
+
+def test_concurrent_service_callers_and_cli_forgets_lose_and_double_nothing(store):
+    tok = tokens(store)
+    ids = samples_of(store, 14)
+    mine, theirs = ids[:10], ids[10:]
+    env = {**os.environ, "COLUMNS": "200"}
+    with Running(store) as url:
+        cli = [subprocess.Popen([sys.executable, "-m", "fedforget.unlearning.cli", "forget", "--store", str(store),
+                                 "--sample", str(s), "--json"], env=env, stdout=subprocess.PIPE, text=True)
+               for s in theirs]
+
+        def post(sample: int) -> httpx.Response:
+            return httpx.post(f"{url}/v1/forget-requests", json={"idempotency_key": f"k-{sample}",
+                                                                  "samples": [sample]},
+                              headers=bearer(tok["forget:write"]), timeout=120)
+
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(post, mine))
+        cli_out = [json.loads(p.communicate(timeout=300)[0]) for p in cli]
+    assert [a.status_code for a in answers] == [201] * len(mine)
+    requests, by_sample = ledger_view(store)
+    assert len(requests) == len(ids)  # none lost, none doubled
+    assert set(by_sample) == set(ids) and set(by_sample.values()) == {1}
+    applied = [a.json()["ledger_request"] for a in answers] + [o["request"] for o in cli_out]
+    assert sorted(applied) == [r["request"] for r in requests]
+    for answer in answers:
+        row = next(r for r in requests if r["request"] == answer.json()["ledger_request"])
+        assert row["spec"]["samples"] == answer.json()["spec"]["samples"]
+
+
+def test_one_idempotency_key_from_many_callers_at_once_is_one_request(store):
+    tok = tokens(store)
+    sample = samples_of(store, 1)[0]
+    with Running(store) as url:
+        def post(_: int) -> httpx.Response:
+            return httpx.post(f"{url}/v1/forget-requests", json={"idempotency_key": "same", "samples": [sample]},
+                              headers=bearer(tok["forget:write"]), timeout=120)
+
+        with ThreadPoolExecutor(6) as pool:
+            answers = list(pool.map(post, range(6)))
+        final = httpx.get(f"{url}/v1/forget-requests", headers=bearer(tok["status:read"]), timeout=60).json()
+    codes = Counter(a.status_code for a in answers)
+    assert codes[201] == 1 and codes[200] == 5, codes
+    assert {a.json()["id"] for a in answers} == {1}
+    assert len(final["requests"]) == 1 and final["requests"][0]["ledger_request"] == 1
+    requests, _ = ledger_view(store)
+    assert len(requests) == 1
+
+
+def _reserve(store, key: str, spec: dict) -> None:  # noqa: ANN001
+    """A row as a crash right after the reservation leaves it: accepted, never applied or answered."""
+    RequestsDB(Store.open(store))
+    db = sqlite3.connect(store / SERVICE_DB)
+    db.execute("INSERT INTO requests(idempotency_key, body_sha256, spec, asked_by, accepted_at) VALUES(?, ?, ?, ?, ?)",
+               (key, "x", json.dumps(spec), "crm", time.time()))
+    db.commit()
+    db.close()
+
+
+def test_a_request_a_crash_left_accepted_is_applied_once_at_the_next_start(store):
+    first, second = samples_of(store, 2)
+    _reserve(store, "never-applied", {"samples": [first], "slices": [], "clients": []})
+    # the other crash point: the ledger committed, the service died before recording the link
+    applied = forget_request(Store.open(store), [second]).request
+    _reserve(store, "applied-unlinked", {"samples": [second], "slices": [], "clients": []})
+    create_app(store)
+    rows = {r.idempotency_key: r for r in RequestsDB(Store.open(store)).list()}
+    requests, by_sample = ledger_view(store)
+    assert len(requests) == 2 and by_sample[first] == 1 and by_sample[second] == 1  # applied once each
+    assert rows["applied-unlinked"].ledger_request == applied and rows["applied-unlinked"].no_op
+    assert rows["never-applied"].ledger_request not in (None, applied) and not rows["never-applied"].no_op
+
+
+def _self_signed(tmp_path) -> tuple:  # noqa: ANN001
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+def test_fedforget_serve_answers_over_https_with_a_token_and_stops_on_sigterm(store, tmp_path):
+    tok = tokens(store)
+    cert, key = _self_signed(tmp_path)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "fedforget.unlearning.cli", "serve", "--store", str(store),
+                             "--port", str(port), "--tls-cert", str(cert), "--tls-key", str(key)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                health = httpx.get(f"https://127.0.0.1:{port}/healthz", verify=str(cert), timeout=5)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.time() < deadline, proc.stdout.read() if proc.poll() else "slow"
+                time.sleep(0.2)
+        assert health.json() == {"status": "ok"}
+        status = httpx.get(f"https://127.0.0.1:{port}/v1/status", headers=bearer(tok["status:read"]),
+                           verify=str(cert), timeout=60)
+        assert status.status_code == 200 and status.json()["task"] == "digits-mlp"
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).raise_for_status()
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=60) in (0, -15)  # uvicorn shuts down, then re-raises SIGTERM
