@@ -10,8 +10,10 @@
 # 2. fedforget:latest from deploy/Dockerfile; pip inside the build reads a wheelhouse prepared here
 #    (`pip download`, through this host's pip configuration) with PIP_NO_INDEX=1.
 # The debootstrap and the wheelhouse download run at the same time (both mostly wait on the network).
-# Idempotent: an image that exists is not rebuilt (FEDFORGET_REBUILD=1 rebuilds the project image), and
-# nothing is downloaded when every image is there. Each step prints how long it took.
+# Idempotent: a stand-in image that exists is not rebuilt; the project image is rebuilt whenever what it
+# is built from changed (its label fedforget.source holds their hash: a stale image would test old code),
+# or with FEDFORGET_REBUILD=1; nothing is downloaded when every image is there and current. Each step
+# prints how long it took.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FLWR_VERSION=${FLWR_VERSION:-1.42.0}
@@ -95,18 +97,34 @@ standins() {
   took "stand-in images" "$t0"
 }
 
+# what fedforget:latest is built from (deploy/Dockerfile's COPY sources and build args), hashed
+source_key() {
+  { echo "FLWR_VERSION=$FLWR_VERSION"
+    cd "$ROOT" && find deploy/Dockerfile deploy/flwr-config.docker.toml deploy/register-supernodes.sh pyproject.toml \
+      requirements.lock README.md tools/tv_cpu_compat.py fedforget -type f -not -path '*/__pycache__/*' \
+      -not -name '*.pyc' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+  } | sha256sum | cut -c1-16
+}
+
+project_current() {
+  [ "$(docker image inspect -f '{{index .Config.Labels "fedforget.source"}}' fedforget:latest 2>/dev/null)" \
+    = "$(source_key)" ]
+}
+
 project() {
   local t0; t0=$(date +%s)
   say "building fedforget:latest from deploy/Dockerfile (offline wheelhouse)"
   build -f "$ROOT/deploy/Dockerfile" --build-arg PIP_NO_INDEX=1 --build-arg WITH_FMNIST=0 \
-    --build-arg "FLWR_VERSION=$FLWR_VERSION" -t fedforget:latest "$ROOT"
+    --build-arg "FLWR_VERSION=$FLWR_VERSION" --label "fedforget.source=$(source_key)" -t fedforget:latest "$ROOT"
   took "fedforget:latest ($(docker image inspect -f '{{.Size}}' fedforget:latest | awk '{printf "%.2f GB", $1/1e9}'))" "$t0"
 }
 
 docker info >/dev/null 2>&1 || die "no Docker engine answers; start dockerd first (tools/docker_engine.sh)" 2
 need_standins=0; need_project=0
 if standins_missing; then pulled || need_standins=1; else say "flwr images $FLWR_VERSION present"; fi
-if ! have fedforget:latest || [ "${FEDFORGET_REBUILD:-0}" = 1 ]; then need_project=1; else say "fedforget:latest present"; fi
+if ! have fedforget:latest; then need_project=1
+elif ! project_current || [ "${FEDFORGET_REBUILD:-0}" = 1 ]; then need_project=1; say "fedforget:latest is older than the source"
+else say "fedforget:latest present and current"; fi
 if [ "$need_standins$need_project" != 00 ]; then
   if [ "$need_standins" = 1 ]; then
     rootfs & pid=$!
