@@ -66,6 +66,10 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
         return JSONResponse(status_code=422, content={"detail": f"{first['field']}: {first['message']}{more}",
                                                       "errors": errors})
 
+    def states_of(s: Service, row: ServiceRequest) -> dict[int, dict[str, Any]]:
+        """The ledger state of the one request ``row`` names (none while it is only accepted)."""
+        return ledger_states(s.store, row.ledger_request) if row.ledger_request is not None else {}
+
     def describe(row: ServiceRequest, states: dict[int, dict[str, Any]], receipt: bool) -> ForgetRequestOut:
         state = states.get(row.ledger_request) if row.ledger_request is not None else None
         state = state or accepted_state()
@@ -99,7 +103,7 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
         except StoreError as exc:
             raise HTTPException(503, _one_line(str(exc))) from None
         response.status_code = 201 if created else 200
-        return describe(row, ledger_states(s.store), receipt=False)
+        return describe(row, states_of(s, row), receipt=False)
 
     @app.get("/v1/forget-requests", response_model=ForgetRequestList, tags=["forget"], responses=ERRORS,
              dependencies=[Security(bearer)])
@@ -117,7 +121,7 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
         row = s.db.get(request_id)
         if row is None:
             raise HTTPException(404, f"unknown forget request {request_id} (GET /v1/forget-requests lists them)")
-        return describe(row, ledger_states(s.store), receipt=True)
+        return describe(row, states_of(s, row), receipt=True)
 
     @app.get("/v1/receipts/{ledger_request}", tags=["forget"], dependencies=[Security(bearer)],
              responses={200: {"content": {"application/json": {}}, "description": "The receipt file, byte for byte "

@@ -19,16 +19,18 @@ from fedforget.store.purge import purged_rows
 ORDER = ("accepted", "applied", "purged", "acknowledged", "retrained")
 
 
-def ledger_states(store: Store) -> dict[int, dict[str, Any]]:
-    """ledger request id → ``state``, ``states`` (each flag), timestamps and what it named, from one snapshot."""
+def ledger_states(store: Store, only: int | None = None) -> dict[int, dict[str, Any]]:
+    """ledger request id → ``state``, ``states`` (each flag), timestamps and what it named, from one snapshot;
+    for every request, or only for request ``only`` (what one answer needs: its cost does not grow with
+    the ledger's other requests)."""
     ledger = store.ledger()
     try:
         with ledger.snapshot():
-            requests = ledger.requests()
+            requests = ledger.requests(only)
             purged: dict[int, list[bool]] = {}
-            for row in purged_rows(ledger.db):
+            for row in purged_rows(ledger.db, only):
                 purged.setdefault(int(row["request"]), []).append(bool(row["done"]))
-            acks = request_acks(ledger)
+            acks = request_acks(ledger, only)
             ack_rows = ledger.get_meta(ACKS) or {}
             retrains = ledger.db.execute("SELECT watermark, at FROM retrains ORDER BY id").fetchall()
     finally:

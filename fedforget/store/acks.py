@@ -47,12 +47,14 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def request_acks(ledger: Ledger) -> dict[int, dict[str, list[int]]]:
-    """request → the partitions that hold its samples, which acknowledged it, which are still pending."""
+def request_acks(ledger: Ledger, only: int | None = None) -> dict[int, dict[str, list[int]]]:
+    """request → the partitions that hold its samples, which acknowledged it, which are still pending
+    (every request, or only request ``only``)."""
     acks = ledger.get_meta(ACKS) or {}
     owners: dict[int, set[int]] = {}
+    where, args = (" WHERE f.request=?", (only,)) if only is not None else ("", ())
     for request, partition in ledger.db.execute(
-            "SELECT DISTINCT f.request, u.partition FROM forgotten f JOIN units u ON u.unit = f.unit"):
+            "SELECT DISTINCT f.request, u.partition FROM forgotten f JOIN units u ON u.unit = f.unit" + where, args):
         owners.setdefault(int(request), set()).add(int(partition))
     out = {}
     for request, parts in sorted(owners.items()):

@@ -225,10 +225,12 @@ class Ledger:
                               (artifact,)).fetchone()
         return row[0] if row else None
 
-    def requests(self) -> list[dict[str, Any]]:
+    def requests(self, only: int | None = None) -> list[dict[str, Any]]:
+        """Every request in id order, or the one with id ``only`` (a list of at most one)."""
         done = self.retrained_watermark()
+        where, args = ("WHERE id=? ", (only,)) if only is not None else ("", ())
         rows = self.db.execute("SELECT id, at, kind, spec, samples, units, invalidated, latency_ms FROM requests "
-                               "ORDER BY id")
+                               f"{where}ORDER BY id", args)
         return [{"request": i, "at": at, "kind": k, "spec": json.loads(sp), "samples": n, "units": json.loads(u),
                  "invalidated": json.loads(inv), "latency-ms": lat, "state": "retrained" if i <= done else "pending"}
                 for i, at, k, sp, n, u, inv, lat in rows]

@@ -84,10 +84,12 @@ def _has_table(db: sqlite3.Connection) -> bool:
     return db.execute("SELECT 1 FROM sqlite_master WHERE name='purged'").fetchone() is not None
 
 
-def purged_rows(db: sqlite3.Connection) -> list[dict[str, Any]]:
+def purged_rows(db: sqlite3.Connection, only: int | None = None) -> list[dict[str, Any]]:
+    """The purge rows of every request, or of request ``only``."""
     if not _has_table(db):
         return []
-    rows = db.execute("SELECT artifact, sha256, request, at, done FROM purged ORDER BY request, artifact")
+    where, args = ("WHERE request=? ", (only,)) if only is not None else ("", ())
+    rows = db.execute(f"SELECT artifact, sha256, request, at, done FROM purged {where}ORDER BY request, artifact", args)
     return [{"artifact": a, "sha256": s, "request": r, "at": at, "done": bool(d)} for a, s, r, at, d in rows]
 
 
