@@ -95,7 +95,8 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
         s = service()
         try:
             spec = canonical_spec(body.samples, body.slices, body.clients)
-            row, created = s.db.submit(spec, body.idempotency_key, request.state.token.name)
+            with s.forget_lock:
+                row, created = s.db.submit(spec, body.idempotency_key, request.state.token.name)
         except IdempotencyConflict as exc:
             raise HTTPException(409, _one_line(str(exc))) from None
         except LedgerUsageError as exc:

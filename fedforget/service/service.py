@@ -31,6 +31,9 @@ class Service:
         self._models: ModelCache | None = None
         self._lock = threading.Lock()
         self._receipt_lock = threading.Lock()
+        # one forget at a time from this process: the ledger serialises them anyway, and callers queued on
+        # a lock wait less than callers retrying SQLite's busy handler, whose sleeps grow with contention
+        self.forget_lock = threading.Lock()
         self.status(accuracy=False)  # the first point of the accuracy history: what training measured
 
     def check(self) -> None:
