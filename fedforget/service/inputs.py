@@ -37,11 +37,20 @@ def _fortunes_tokens(texts: list[str]) -> tuple[torch.Tensor, ...]:
 #: text task → how its strings become model inputs (the tokenizer its data loader uses)
 TEXT_TASKS: dict[str, Callable[[list[str]], tuple[torch.Tensor, ...]]] = {
     "rt-minilm": _minilm_tokens, "fortunes-minilm": _fortunes_tokens}
-#: vision task → raw pixels (as the data set stores them) → the model's scale
-RAW_SCALE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "digits-mlp": lambda x: x / 16.0,
-    "fmnist-cnn": lambda x: (x / 255.0 - 0.2860) / 0.3530,
-}
+def _digits_scale(batch: np.ndarray) -> np.ndarray:
+    from fedforget.tasks.vision_data import scale_digits
+
+    return scale_digits(batch)
+
+
+def _fmnist_scale(batch: np.ndarray) -> np.ndarray:
+    from fedforget.tasks.vision_data import normalise_fmnist
+
+    return normalise_fmnist(batch.reshape(len(batch), 28, 28))
+
+
+#: vision task → raw pixels (as the data set stores them) → the model's scale, by the task loader's own code
+RAW_SCALE: dict[str, Callable[[np.ndarray], np.ndarray]] = {"digits-mlp": _digits_scale, "fmnist-cnn": _fmnist_scale}
 
 
 def model_inputs(task: str, example_shape: tuple[int, ...] | None, inputs: list[Any],

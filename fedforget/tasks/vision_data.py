@@ -68,6 +68,11 @@ def fashion_mnist_data(cfg: RunConfig, default_train: int, default_test: int) ->
     )
 
 
+def scale_digits(raw: np.ndarray) -> np.ndarray:
+    """8x8 digits as stored (0..16) → float32 in [0, 1], the model's scale."""
+    return (raw / 16.0).astype(np.float32)
+
+
 @lru_cache(maxsize=2)
 def digits_arrays() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """scikit-learn's bundled 8x8 digits, scaled to [0, 1]; a fixed stratified 80/20 split."""
@@ -75,7 +80,7 @@ def digits_arrays() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     from sklearn.model_selection import train_test_split
 
     d = load_digits()
-    x = (d.data / 16.0).astype(np.float32)
+    x = scale_digits(d.data)
     y = d.target.astype(np.int64)
     xtr, xte, ytr, yte = train_test_split(x, y, test_size=0.2, random_state=0, stratify=y)
     return xtr, ytr, xte, yte
