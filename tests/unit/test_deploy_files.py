@@ -181,3 +181,32 @@ def test_the_wheelhouse_stays_in_a_builder_stage_and_no_cuda_package_gets_in(doc
         builder = next(s for s in builders if " AS builder" in s.splitlines()[0])
         assert re.search(r"grep -iE '\^\(nvidia-\|cuda-\|triton\)'", builder)  # a CPU image with CUDA fails
         assert "--from=builder" in final and "pip install --prefix" not in final
+
+
+def _image_source_key(root: Path) -> str:
+    """tools/docker_images.sh's hash of what fedforget:latest is built from, computed for ``root``."""
+    script = (ROOT / "tools" / "docker_images.sh").read_text(encoding="utf-8")
+    function = re.search(r"^source_key\(\) \{.*?^\}", script, re.S | re.M).group(0)
+    done = subprocess.run(["bash", "-c", f"{function}\nsource_key"], env={**os.environ, "ROOT": str(root),
+                          "FLWR_VERSION": "1.42.0"}, capture_output=True, text=True, timeout=60, check=True)
+    return done.stdout.strip()
+
+
+def test_the_project_image_is_rebuilt_when_its_source_changes_and_not_otherwise(tmp_path):
+    """The image's label is this hash: an edit to the package changes it (a stale image is rebuilt, never
+    tested), an edit to the docs or a stray cache file does not (no needless rebuild)."""
+    copy = tmp_path / "checkout"
+    for name in ("deploy", "fedforget", "tools", "docs"):
+        shutil.copytree(ROOT / name, copy / name, ignore=shutil.ignore_patterns("__pycache__", "wheelhouse", "certs",
+                                                                                "keys"))
+    for name in ("pyproject.toml", "requirements.lock", "README.md"):
+        shutil.copyfile(ROOT / name, copy / name)
+    before = _image_source_key(copy)
+    assert re.fullmatch(r"[0-9a-f]{16}", before) and _image_source_key(copy) == before
+    (copy / "docs" / "index.md").write_text("edited\n", encoding="utf-8")
+    (copy / "fedforget" / "__pycache__").mkdir(exist_ok=True)
+    (copy / "fedforget" / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    assert _image_source_key(copy) == before
+    with (copy / "fedforget" / "service" / "app.py").open("a", encoding="utf-8") as f:
+        f.write("# edited\n")
+    assert _image_source_key(copy) != before
