@@ -32,8 +32,8 @@ from rich.progress import Progress  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import machine_info, quiet_flower  # noqa: E402
 
-from fedforget.core.fedshard import ShardTree, num_stages  # noqa: E402
-from fedforget.core.fedshard_costs import (  # noqa: E402
+from fedforget.inprocess import run_in_process  # noqa: E402
+from fedforget.methods.fedshard.costs import (  # noqa: E402
     MP_EPSILON,
     client_costs,
     efficiency_fairness,
@@ -43,7 +43,7 @@ from fedforget.core.fedshard_costs import (  # noqa: E402
     training_cost,
     unlearning_cost,
 )
-from fedforget.inprocess import run_in_process  # noqa: E402
+from fedforget.methods.fedshard.plan import ShardTree, num_stages  # noqa: E402
 from fedforget.store import Store  # noqa: E402
 from fedforget.unlearning.forget import forget_request  # noqa: E402
 
@@ -155,10 +155,10 @@ def served_accuracy(store: Store) -> float:
 def fairness(args: argparse.Namespace, work: Path, progress: Progress) -> dict[str, Any]:
     import numpy as np
 
-    from fedforget.strategies.serve import serving_probabilities
+    from fedforget.federation.serve import serving_probabilities
+    from fedforget.methods.fedshard.fairness import accuracy_drops, client_label_shares, per_class_accuracy
     from fedforget.tasks.registry import load_task_data
     from fedforget.unlearning.evaluate import stored_config
-    from fedforget.unlearning.fairness import accuracy_drops, client_label_shares, per_class_accuracy
 
     k, r = args.clients, args.fanout
     p = num_stages(k, r)

@@ -49,10 +49,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from fedforget.core.chains import ChainPlan
-from fedforget.core.grouping import group_units
 from fedforget.core.seeds import derive_seed
-from fedforget.core.sequences import cyclic_sequences
+from fedforget.methods.chains.grouping import group_units
+from fedforget.methods.chains.plan import ChainPlan
+from fedforget.methods.chains.sequences import cyclic_sequences
 from fedforget.store.ledger import LEDGER, SCHEMA, Ledger
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -99,7 +99,7 @@ def accuracy(quick: bool, tmp: Path) -> dict[str, Any]:
 # -- 2. traffic by kind and direction, and vs client model size ---------------------------------------
 def _fedavg_bytes(lora_r: int) -> int:
     """FedAvg's payload per client per round and direction: LoRA + head, as fedavg's ArrayRecord carries it."""
-    from fedforget.strategies.run_setup import DEFAULT_ADAPTER, build_model
+    from fedforget.federation.run_setup import DEFAULT_ADAPTER, build_model
 
     cfg = parse_run_config({**BASE, "lora-r": lora_r, "lora-alpha": 2 * lora_r})
     state = build_model(cfg, 10).model.trainable_state(DEFAULT_ADAPTER)
@@ -202,9 +202,9 @@ class LiveBytes(TorchDispatchMode):
         return out
 
 from fedforget.core.config import parse_run_config
-from fedforget.tasks.split import build_split_model
+from fedforget.methods.hosfl.split_model import build_split_model
 from fedforget.tasks.registry import load_task_data
-from fedforget.training import zo
+from fedforget.methods.hosfl import zo
 from fedforget.training.determinism import deterministic_torch
 task, cut, mode, batch = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 cfg = parse_run_config({"method": "hosfl", "task": task, "hosfl.cut": cut, "train-size": 512, "test-size": 64})

@@ -29,9 +29,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 from bench_common import machine_info  # noqa: E402
 from rich.progress import Progress  # noqa: E402
 
+from fedforget.federation.failover import DEFAULT_REJOIN_S, REJOIN_ENV  # noqa: E402
 from fedforget.launch import kill_tree, loopback_deployment  # noqa: E402
 from fedforget.store import Store  # noqa: E402
-from fedforget.strategies.failover import DEFAULT_REJOIN_S, REJOIN_ENV  # noqa: E402
 from fedforget.unlearning.flwr_runner import app_dir  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "results"

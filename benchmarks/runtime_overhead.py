@@ -57,12 +57,12 @@ from rich.table import Table
 
 from fedforget.core.config import RunConfig, parse_run_config, sample_clients
 from fedforget.core.seeds import derive_seed
+from fedforget.federation import run_setup
+from fedforget.federation.run_setup import DEFAULT_ADAPTER, build_model, local_test_share
 from fedforget.inprocess import default_run_config, run_in_process
 from fedforget.launch import loopback_deployment, simulation_federation
+from fedforget.methods.fedavg.server import ARTIFACT
 from fedforget.store import Store
-from fedforget.strategies import run_setup
-from fedforget.strategies.fedavg import ARTIFACT
-from fedforget.strategies.run_setup import DEFAULT_ADAPTER, build_model, local_test_share
 from fedforget.tasks import registry
 from fedforget.tasks.registry import load_task_data, partition_plan
 from fedforget.training.supervised import TrainSettings, evaluate, train_supervised
@@ -73,10 +73,10 @@ FLOWER_FLOOR_APP = ROOT / "benchmarks" / "flower_floor"
 #: what a fresh ClientApp process imports before it can answer each message type
 MESSAGE_IMPORTS = {
     "clientapp-module": "fedforget.client_app",
-    "query": "fedforget.client_app, fedforget.strategies.client_site",
-    "forget": "fedforget.client_app, fedforget.strategies.forget_client",
-    "train/evaluate (LoRA)": "fedforget.client_app, fedforget.strategies.client_work",
-    "train.chain (FedSGT)": "fedforget.client_app, fedforget.strategies.chain_client",
+    "query": "fedforget.client_app, fedforget.federation.client_site",
+    "forget": "fedforget.client_app, fedforget.federation.forget_client",
+    "train/evaluate (LoRA)": "fedforget.client_app, fedforget.methods.fedavg.client",
+    "train.chain (FedSGT)": "fedforget.client_app, fedforget.federation.module_training",
 }
 LABELS = {
     "in-process": "in-process\n(run_in_process)",

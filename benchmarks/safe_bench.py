@@ -72,8 +72,8 @@ def final(store: Store) -> dict[str, Any]:
 
 def drop_curve(store: Store, drops: list[int], seed: int) -> list[float]:
     """Accuracy as m random cliques leave the ensemble without retraining (and their cells' prototypes)."""
-    from fedforget.core.safe_graph import SafePlan
-    from fedforget.strategies.safe_serve import safe_accuracy
+    from fedforget.methods.safe.graph import SafePlan
+    from fedforget.methods.safe.serve import safe_accuracy
     from fedforget.unlearning.evaluate import stored_config
 
     cfg = stored_config(store)

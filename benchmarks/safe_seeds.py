@@ -46,9 +46,9 @@ SERIES = {
 
 def token_table(base: dict[str, Any], work: Path) -> dict[str, np.ndarray]:
     """Tokens and pooled features of the whole train pool and test split (one backbone pass, cached)."""
-    from fedforget.strategies.safe_client import frozen_backbone
+    from fedforget.methods.safe.client import frozen_backbone
+    from fedforget.methods.safe.features import compute_tokens
     from fedforget.tasks.registry import load_task_data
-    from fedforget.tasks.safe_features import compute_tokens
 
     path = work / f"tokens-{base['task']}-{base['train-size']}-{base['test-size']}.npz"
     if path.is_file():
@@ -68,10 +68,10 @@ def token_table(base: dict[str, Any], work: Path) -> dict[str, np.ndarray]:
 
 def prefill(store_dir: Path, config: dict[str, Any], nodes: int, table: dict[str, np.ndarray]) -> None:
     """Each node's token cache file (exactly its own samples) and the store's test-split cache."""
-    from fedforget.strategies.client_work import dataset_key
-    from fedforget.strategies.safe_client import frozen_backbone
+    from fedforget.methods.fedavg.client import dataset_key
+    from fedforget.methods.safe.client import frozen_backbone
+    from fedforget.methods.safe.features import CACHE_PREFIX, cache_key
     from fedforget.tasks.registry import partition_plan
-    from fedforget.tasks.safe_features import CACHE_PREFIX, cache_key
 
     cfg = parse_run_config(config)
     sha = frozen_backbone(cfg.task, cfg.hf_model, cfg.seed).weights_sha256
@@ -113,8 +113,8 @@ def final(store: Store) -> dict[str, Any]:
 
 def drop_curve(store: Store, drops: list[int], seed: int) -> list[float]:
     """Accuracy as m random cliques leave the ensemble without retraining (and their cells' prototypes)."""
-    from fedforget.core.safe_graph import SafePlan
-    from fedforget.strategies.safe_serve import safe_accuracy
+    from fedforget.methods.safe.graph import SafePlan
+    from fedforget.methods.safe.serve import safe_accuracy
     from fedforget.unlearning.evaluate import stored_config
 
     cfg = stored_config(store)

@@ -33,10 +33,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from fedforget.core.config import parse_run_config
+from fedforget.federation.run_setup import build_model
 from fedforget.inprocess import default_run_config, run_in_process
+from fedforget.methods.fedavg.server import ARTIFACT
 from fedforget.store import Store
-from fedforget.strategies.fedavg import ARTIFACT
-from fedforget.strategies.run_setup import build_model
 from fedforget.tasks.registry import load_task_data
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -37,10 +37,10 @@ from rich.console import Console
 from rich.progress import Progress
 
 from fedforget.core.serving_plans import compute_serving
-from fedforget.core.theory import deletion_rate_closed_form
+from fedforget.federation.serve import serving_accuracy
 from fedforget.inprocess import run_in_process
+from fedforget.methods.chains.theory import deletion_rate_closed_form
 from fedforget.store import Store
-from fedforget.strategies.serve import serving_accuracy
 from fedforget.tasks.registry import load_task_data
 from fedforget.unlearning.evaluate import stored_config
 from fedforget.unlearning.forget import forget_request

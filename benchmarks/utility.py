@@ -105,8 +105,8 @@ def training_cost(store: Store) -> dict[str, int]:
 def other_servings(store: Store) -> dict[str, float]:
     """The same trained store served other ways, no retraining: FedSGT/S3T under each serving strategy,
     FedCIO with equal cluster votes instead of votes by examples."""
-    from fedforget.core.serving import STRATEGIES
-    from fedforget.strategies.serve import serving_accuracy
+    from fedforget.federation.serve import serving_accuracy
+    from fedforget.methods.chains.serving import STRATEGIES
     from fedforget.tasks.registry import load_task_data
     from fedforget.unlearning.evaluate import stored_config
 

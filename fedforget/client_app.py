@@ -5,7 +5,7 @@ message. This module therefore imports only flwr and the method registry (names,
 handler imports the module it dispatches to when a message arrives: the partition query and
 forgetting pay flwr + numpy (``client_site``, ``forget_client``), LoRA training and evaluation pay
 torch + peft, and nothing pays for another method's stack. ``tests/unit/test_client_app_imports.py``
-keeps it that way. The handlers are the registry's (:func:`fedforget.strategies.registry.client_handlers`).
+keeps it that way. The handlers are the registry's (:func:`fedforget.methods.registry.client_handlers`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from fedforget.strategies.registry import client_handlers, resolve
+from fedforget.methods.registry import client_handlers, resolve
 
 app = ClientApp()
 

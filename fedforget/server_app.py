@@ -12,11 +12,11 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
 from fedforget.core.config import ConfigError, parse_run_config
+from fedforget.federation.messaging import ReliableGrid
+from fedforget.methods.registry import get_method
 from fedforget.store import StoreError
 from fedforget.store.lock import LOCK_FILE, store_run_lock
 from fedforget.store.store import resolve_store_path
-from fedforget.strategies.messaging import ReliableGrid
-from fedforget.strategies.registry import get_method
 
 app = ServerApp()
 
@@ -91,7 +91,7 @@ def main(grid: Grid, context: Context) -> None:
                 log(ERROR, "fedforget: error: %s", exc)
                 raise StoreLockRefused(str(exc)) from None
             if cfg.action == "propagate":  # deletion on the clients now, no training (`forget --propagate`)
-                from fedforget.strategies.propagate import run_propagation
+                from fedforget.federation.propagate import run_propagation
 
                 run_propagation(ReliableGrid(grid), cfg)
                 return

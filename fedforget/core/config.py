@@ -239,8 +239,6 @@ _MAX = {
     "adapter_steps": 1_000_000,
     "adapter_width": 16_384,
 }
-#: Chain methods that train ``chains.budget`` orders of ``chains.groups`` groups.
-_ORDERED_CHAINS = ("fedsgt", "s3t")
 _POSITIVE = ("lr", "dirichlet_alpha", "round_timeout", "mu")
 
 
@@ -398,17 +396,11 @@ def _check_sizes(cfg: RunConfig, typed: frozenset[str]) -> None:
     """Sizes that multiply: orders a chain method can select in seconds, slices the task's rows can fill,
     and the memory the whole run needs (:mod:`fedforget.core.run_footprint`) against what this machine has."""
     from fedforget.core.run_footprint import available_memory, fit_refusal, task_rows
+    from fedforget.methods.registry import method_entry, resolve
 
-    if cfg.method in _ORDERED_CHAINS:
-        if cfg.groups < 8 and cfg.budget > math.factorial(cfg.groups):  # 8! is past the budget's bound
-            raise ConfigError(f"run-config 'chains.budget'={cfg.budget} exceeds the {math.factorial(cfg.groups)} "
-                              f"distinct orders of {cfg.groups} groups; use at most {math.factorial(cfg.groups)} "
-                              "or more 'chains.groups'")
-        from fedforget.core.theory import selection_refusal
-
-        refusal = selection_refusal(cfg.groups, cfg.budget, bool(cfg.prior), ("'chains.groups'", "'chains.budget'"))
-        if refusal:
-            raise ConfigError(f"run-config {refusal}")
+    method = method_entry(cfg.method)
+    if method.config_check:  # the method's own bounds (chains: the orders it can select in seconds)
+        resolve(method.config_check)(cfg)
     rows = task_rows(cfg)
     if cfg.slices_per_client > rows:
         raise ConfigError(f"run-config 'slices-per-client'={cfg.slices_per_client} is more slices than task "

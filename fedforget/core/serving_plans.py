@@ -1,25 +1,16 @@
 """What is served after a forget request, for any stored plan: the plan's kind picks its method's rule.
 
-Pure, so the ledger can call it inside a forget request's transaction. Each method's rule lives in its
-own planning module and is imported when a plan of its kind is read; ``single`` (one artifact, served
-or not) is the rule of every method that serves one model, and ``split`` is the same rule for one split
-model (a kind of its own because it is served by another function).
+Pure, so the ledger can call it inside a forget request's transaction. Each method declares the rule of
+each plan kind it writes (``serving_rules``) and the rule is imported when a plan of its kind is read;
+``single`` (one artifact, served or not) is the rule of every method that serves one model, and
+``split`` is the same rule for one split model (a kind of its own because it is served by another
+function).
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Collection
 from typing import Any
-
-#: plan kind → "module:function(plan_json, valid)" returning the serving plan.
-SERVING_RULES: dict[str, str] = {
-    "single": "fedforget.core.serving_plans:single_from_json",
-    "split": "fedforget.core.serving_plans:single_from_json",
-    "chains": "fedforget.core.chains:serving_from_json",
-    "fedshard": "fedforget.core.fedshard:fedshard_serving",
-    "safe": "fedforget.core.safe_graph:safe_serving",
-}
 
 
 def single_serving(artifact: str, valid: Collection[str], kind: str = "single") -> dict[str, Any]:
@@ -34,8 +25,10 @@ def single_from_json(plan_json: dict[str, Any], valid: Collection[str]) -> dict[
 
 def compute_serving(plan_json: dict[str, Any], valid: Collection[str]) -> dict[str, Any]:
     """The serving plan of ``plan_json`` given the ``valid`` artifacts."""
+    from fedforget.methods.registry import entry_for_plan, resolve
+
     kind = plan_json.get("kind")
-    if kind not in SERVING_RULES:
+    entry = entry_for_plan(kind)
+    if entry is None:
         raise ValueError(f"unknown plan kind {kind!r}")
-    module, _, name = SERVING_RULES[kind].partition(":")
-    return getattr(importlib.import_module(module), name)(plan_json, valid)
+    return resolve(entry.serving_rules[kind])(plan_json, valid)

@@ -146,8 +146,8 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
               responses={409: {"model": Problem}, **ERRORS})
     def predict(body: PredictBody) -> PredictOut:
         """The served model's class probabilities and argmax, with the id of the plan that answered."""
+        from fedforget.federation.serve import ServingError
         from fedforget.service.inputs import InputError, model_inputs
-        from fedforget.strategies.serve import ServingError
 
         s = service()
         models = s.models()

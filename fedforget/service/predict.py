@@ -4,7 +4,7 @@ The plan id is a sha256 over the serving plan and the sha256 of every served art
 with every forget that changes what is served (and with a retrain that rebuilds an artifact). The
 loaded artifacts are cached under that id; a request that finds another id in the ledger drops the
 cache and loads the new plan, so nothing purged stays in memory past the first answer from the new
-plan. Serving goes through :func:`fedforget.strategies.serve.serving_probabilities`, as
+plan. Serving goes through :func:`fedforget.federation.serve.serving_probabilities`, as
 ``evaluate`` and ``verify`` do.
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from fedforget.federation.serve import ServingError
 from fedforget.store import Store, StoreError
-from fedforget.strategies.serve import ServingError
 
 #: Serving assembles models on the task's one cached network (``chain_model``), so the service runs one
 #: forward pass at a time, predictions and status's accuracy evaluation alike.
@@ -100,7 +100,7 @@ class ModelCache:
 
     def predict(self, inputs: tuple[Any, ...]) -> tuple[str, np.ndarray]:
         """(plan id, class probabilities); a plan that moves on mid-answer (its files purged) is read again."""
-        from fedforget.strategies.serve import serving_probabilities
+        from fedforget.federation.serve import serving_probabilities
 
         for attempt in range(2):
             model = self.current()

@@ -273,13 +273,8 @@ def _check_metrics(store: Store, out: StoreCheck) -> None:
 
 
 def _plan_artifacts(plan: dict[str, Any]) -> set[str] | None:
-    """Every artifact id a chains plan can produce (None for other plan kinds)."""
-    if plan.get("kind") != "chains":
-        return None
-    from fedforget.core.chains import ChainPlan
+    """Every artifact id the plan can produce, as its method declares (None: not known)."""
+    from fedforget.methods.registry import entry_for_plan, resolve
 
-    try:
-        chains = ChainPlan.from_json(plan)
-    except (KeyError, TypeError, ValueError):
-        return None
-    return {chains.artifact_id(c, p) for c in chains.chains() for p in range(1, chains.phases(c) + 1)}
+    entry = entry_for_plan(plan.get("kind"))
+    return resolve(entry.plan_artifacts)(plan) if entry is not None and entry.plan_artifacts else None

@@ -22,7 +22,7 @@ from typing import Any
 from fedforget.core.serving_plans import compute_serving
 from fedforget.store.crash import CRASH_ENV as CRASH_ENV  # re-exported for tests
 from fedforget.store.crash import crash_point
-from fedforget.store.purge import PURGE_SCHEMA, record_purges, scrub_leaver_angles
+from fedforget.store.purge import PURGE_SCHEMA, record_purges
 
 LEDGER = "ledger.sqlite"
 #: ``rule(db, request) -> invalidated artifacts``, run inside a forget request's transaction.
@@ -323,7 +323,6 @@ class Ledger:
             invalidated = sorted(set(invalidated).union(*(rule(db, request) for rule in self.rules)))
             crash_point("forget:invalidated")
             record_purges(db, request, invalidated)  # the bytes go right after the commit (store.purge)
-            scrub_leaver_angles(db)
             valid = {r[0] for r in db.execute("SELECT artifact FROM artifacts WHERE valid=1")}
             serving = compute_serving(plan, valid)
             self._set_meta(db, "serving", serving)

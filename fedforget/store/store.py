@@ -15,7 +15,6 @@ from safetensors.numpy import save as st_save
 
 from fedforget.store.atomic import append_line, atomic_write_bytes, atomic_write_json
 from fedforget.store.ledger import LEDGER, InvalidationRule, Ledger
-from fedforget.store.safe_budget import charge_dp_budget
 from fedforget.store.secret_files import mkdir_private
 
 MANIFEST = "manifest.json"
@@ -30,8 +29,14 @@ METADATA_KEY = "fedforget"
 IDENTITY_FIELDS = ("task", "method", "config", "seed", "num-partitions", "partitions", "backbone")
 #: A safetensors header larger than this is not one of ours (the header length is read from the file).
 MAX_HEADER_BYTES = 16 * 2**20
-#: What a forget request invalidates beyond lineage: SAFE-DP's per-adapter budgets (a no-op elsewhere).
-LEDGER_RULES: tuple[InvalidationRule, ...] = (charge_dp_budget,)
+
+
+def ledger_rules() -> tuple[InvalidationRule, ...]:
+    """What a forget request does beyond lineage, inside its transaction: every method's rules (each a no-op
+    on other methods' stores)."""
+    from fedforget.methods.registry import FAMILIES, resolve
+
+    return tuple(resolve(rule) for method in FAMILIES for rule in method.ledger_rules)
 
 
 def _no_file():  # noqa: ANN202 - a readable empty stream, for a missing file
@@ -136,7 +141,7 @@ class Store:
                 raise StoreError(f"{path} is missing, empty or not a SQLite file: the training run did not finish, "
                                  "or the store is damaged; re-run training into a new store")
         try:
-            return Ledger(path, create=not self.existing, rules=LEDGER_RULES)
+            return Ledger(path, create=not self.existing, rules=ledger_rules())
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.root / LEDGER} is not a readable ledger ({exc}); restore it from a backup "
                              "or re-run training into a new store") from None

@@ -55,7 +55,7 @@ def _auc_with_ci(truth: np.ndarray, scores: np.ndarray, rng: np.random.Generator
 def _attack(cfg, num_classes, store, plan, serving, artifacts, forgotten, held, members, shadow_out, seed):  # noqa: ANN001, ANN202
     from sklearn.linear_model import LogisticRegression
 
-    from fedforget.strategies.serve import serving_probabilities
+    from fedforget.federation.serve import serving_probabilities
 
     def feats(examples):  # noqa: ANN001, ANN202
         probs = serving_probabilities(cfg, num_classes, store, plan, serving, artifacts, examples.inputs)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 import sqlite3
 from typing import Annotated
 
@@ -12,51 +10,24 @@ from rich.console import Console
 from rich.markup import escape
 
 from fedforget.store import Store, StoreError
-from fedforget.store.check import check_store, corrupt_ledger
+from fedforget.store.check import corrupt_ledger
 from fedforget.store.ledger import LedgerUsageError
 from fedforget.store.store import resolve_store_path
+from fedforget.unlearning.cli_support import JsonOpt, StoreOpt, console, emit, from_cwd, open_store
 from fedforget.unlearning.errors import BROKEN_STORE_EXIT, fail
 from fedforget.unlearning.flwr_runner import flwr_run
 from fedforget.unlearning.status import print_status, store_status
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Federated fine-tuning that can forget: train, forget, serve, retrain, verify.")
-theory_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                         help="Deletion-rate theory and sequence selection, next to a Monte-Carlo run.")
-app.add_typer(theory_app, name="theory")
 token_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                         help="Bearer tokens of `fedforget serve` (kept hashed in the secrets directory).")
 app.add_typer(token_app, name="token")
-console = Console()
 
 FederationOpt = Annotated[str, typer.Option(help="SuperLink connection in $FLWR_HOME/config.toml.",
                                             envvar="FEDFORGET_FEDERATION")]
 RunConfigOpt = Annotated[str, typer.Option("--run-config", help="Flower run config, e.g. \"task='digits-mlp'\".")]
-StoreOpt = Annotated[str, typer.Option("--store", help="Store directory of a run (store= in the run config).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show the from-scratch reference run's log.")]
-
-
-def from_cwd(path: str) -> str:
-    """A relative ``--store`` is taken from the current directory, like any path a command is given (the
-    run config's ``store=`` is resolved by the ServerApp against ``FEDFORGET_HOME`` instead)."""
-    return os.path.abspath(os.path.expanduser(path)) if path else path
-
-
-def open_store(path: str) -> Store:
-    """Open a store and check it before any command reads it (``fedforget.store.check``): one line and
-    exit 2 when the path is not a readable store, exit 1 when the store is not what it claims (tampered,
-    corrupt, half-applied); nothing is written either way."""
-    try:
-        handle = Store.open(from_cwd(path))
-    except StoreError as exc:
-        fail(str(exc))
-    check = check_store(handle)
-    if check.unreadable:
-        fail(check.summary())
-    if check.refusals:
-        fail(check.summary(), code=BROKEN_STORE_EXIT)
-    return handle
 
 
 def reference_run(work, verbose: bool, what: str = "retraining from scratch as the reference"):  # noqa: ANN001, ANN201
@@ -87,10 +58,6 @@ def refuse_if_busy(handle: Store) -> None:
         check_not_busy(handle.root)
     except StoreError as exc:
         fail(f"{exc}; nothing was changed")
-
-
-def emit(data: dict, as_json: bool) -> None:
-    print(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
 @app.command()
@@ -240,7 +207,7 @@ def forget(
 @app.command()
 def evaluate(store: StoreOpt, as_json: JsonOpt = False) -> None:
     """Test accuracy of exactly what is served now."""
-    from fedforget.strategies.serve import ServingError
+    from fedforget.federation.serve import ServingError
     from fedforget.unlearning.evaluate import evaluate_store
 
     handle = open_store(store)
@@ -548,36 +515,6 @@ def purge(
 
 
 @app.command()
-def fairness(store: StoreOpt, as_json: JsonOpt = False) -> None:
-    """FedShard's efficiency fairness M_e (cost spread over clients) and performance fairness M_p."""
-    from fedforget.unlearning.errors import UsageError
-    from fedforget.unlearning.fairness import fairness_of_store
-
-    handle = open_store(store)
-    try:
-        report = fairness_of_store(handle)
-    except (UsageError, StoreError, LedgerUsageError) as exc:
-        fail(str(exc))
-    except sqlite3.DatabaseError as exc:  # a page of the sample index (not checked up front)
-        fail(corrupt_ledger(exc), code=BROKEN_STORE_EXIT)
-    if as_json:
-        emit(report, True)
-        return
-    console.print(f"fedshard: {report['clients']} clients, {report['stages']} stages, training "
-                  f"{report['training-client-rounds']} client-rounds; leavers {report['leavers'] or 'none'}")
-    console.print(f"unlearning cost Z_c per client (client-rounds): min {report['cost-min']} · mean "
-                  f"{report['cost-mean']:.1f} · max {report['cost-max']}")
-    console.print(f"M_e {report['me-client-rounds']:.3f} (client-rounds²/rad) · {report['me-relative']:.3f} "
-                  "(relative cost, unit-free) — lower is fairer")
-    mp = report.get("mp")
-    console.print(f"M_p {'—' if mp is None else f'{mp:.3f}'} (ε = {report['epsilon']}; ≥ 4, lower is fairer)"
-                  + (f" — {report['mp-note']}" if mp is None else ""))
-    for r in report["requests"]:
-        console.print(f"  retrain up to request #{r['watermark']}: {r['rebuilt']} shard(s), "
-                      f"{r['client-rounds']} client-rounds")
-
-
-@app.command()
 def serve(
     store: StoreOpt,
     host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
@@ -656,77 +593,6 @@ def token_revoke(store: StoreOpt, name: Annotated[str, typer.Option("--name", he
     console.print(f"revoked {name!r}", highlight=False)
 
 
-# Bounds of the theory commands' numbers (docs/cli.md, "Bounds"): beyond them, exit 2 with one line. The
-# Monte-Carlo's work (core.theory.monte_carlo_work) costs ≤ ~1.2 µs a step on one loaded core.
-MAX_GROUPS, MAX_BUDGET, MAX_SHARDS, MAX_CLUSTERS, MAX_TRIALS = 1000, 10_000, 1000, 100_000, 1_000_000
-MAX_MC_WORK = 5_000_000
-MAX_T = 1_000_000
-SEED_MAX = 2**63 - 1
-
-
-@theory_app.command("deletion-rate")
-def theory_deletion_rate(
-    method: Annotated[str, typer.Option(help="fedsgt, s3t, sisa or fedcio.")] = "fedsgt",
-    groups: Annotated[int, typer.Option(help="L: groups (slices per shard).", min=1, max=MAX_GROUPS)] = 10,
-    budget: Annotated[int, typer.Option(help="B: sequences per shard.", min=1, max=MAX_BUDGET)] = 10,
-    shards: Annotated[int, typer.Option(help="m: shards (s3t, sisa).", min=1, max=MAX_SHARDS)] = 1,
-    clusters: Annotated[int, typer.Option(help="c: clusters (fedcio).", min=1, max=MAX_CLUSTERS)] = 5,
-    trials: Annotated[int, typer.Option(help="Monte-Carlo trials.", min=1, max=MAX_TRIALS)] = 20000,
-    seed: Annotated[int, typer.Option(help="Monte-Carlo seed.", min=0, max=SEED_MAX)] = 0,
-    as_json: JsonOpt = False,
-) -> None:
-    """Expected requests until a full retrain: closed form next to a Monte-Carlo run of the same model."""
-    from fedforget.core.theory import deletion_rate_report, monte_carlo_work
-
-    work = monte_carlo_work(method, groups, shards, clusters, trials)
-    if work > MAX_MC_WORK:
-        fewer = int(trials * MAX_MC_WORK / work)
-        fail(f"this Monte-Carlo run is over its bound ({work:.3g} steps > {MAX_MC_WORK:.3g}, about 6 s); "
-             + (f"use --trials {fewer} or fewer" if fewer >= 1 else "use fewer --groups, --shards or --clusters"))
-    try:
-        report = deletion_rate_report(method, groups, budget, shards=shards, clusters=clusters, trials=trials,
-                                      seed=seed)
-    except ValueError as exc:
-        fail(str(exc))
-    if as_json:
-        emit(report, True)
-    else:
-        console.print(f"{method}: closed form δ = {report['closed_form']:.3f}, Monte Carlo {report['monte_carlo']:.3f}"
-                      f" ± {report['stderr']:.3f} ({trials} trials)")
-
-
-@theory_app.command("sequences")
-def theory_sequences(
-    groups: Annotated[int, typer.Option(help="L: groups.", min=1, max=MAX_GROUPS)] = 10,
-    budget: Annotated[int, typer.Option(help="B: sequences.", min=1, max=MAX_BUDGET)] = 10,
-    prior: Annotated[str, typer.Option(help="Deletion prior per group, e.g. 0.4,0.3,0.2,0.1 (BMS).")] = "",
-    t: Annotated[int, typer.Option(help="BMS look-ahead t.", min=1, max=MAX_T)] = 100,
-    seed: Annotated[int, typer.Option(help="Seed for B > L conditional samples.", min=0, max=SEED_MAX)] = 0,
-    as_json: JsonOpt = False,
-) -> None:
-    """The group orders trained: cyclic rotations (S3T tree for B > L), or BMS for a non-uniform prior."""
-    import sys
-
-    from fedforget.core.config import ConfigError, parse_prior
-    from fedforget.core.sequences import select_sequences
-    from fedforget.core.theory import selection_refusal
-
-    refusal = selection_refusal(groups, budget, bool(prior), ("--groups", "--budget"))
-    if refusal:
-        fail(refusal)
-    try:
-        weights = parse_prior(prior, groups) if prior else None
-        sequences = select_sequences(groups, budget, weights, t=t, seed=seed)
-    except (ConfigError, ValueError) as exc:
-        fail(str(exc).replace("run-config 'chains.prior'", "--prior"))
-    data = {"groups": groups, "budget": budget, "prior": weights, "selector": "bms" if weights else "cyclic",
-            "sequences": [list(s) for s in sequences]}
-    if as_json:
-        emit(data, True)
-    else:  # plain lines: rich's markup and wrapping cost minutes on a million numbers
-        sys.stdout.write("".join(" ".join(map(str, s)) + "\n" for s in sequences))
-
-
 @app.command()
 def run(
     store: StoreOpt = "runs/latest",
@@ -759,6 +625,18 @@ def run(
     if code != 0 or info is None or not info["serving"]:
         fail(f"the Flower run did not finish (flwr exit code {code}); its log is {log_path}", code=1)
     console.print(f"[bold green]done[/]: accuracy {info['accuracy']:.4f}; store written to [bold]{info['store']}[/]")
+
+
+def add_method_commands(cli: typer.Typer) -> None:
+    """Each method's own commands (``fedforget theory``, ``fedforget fairness``), as it declares them."""
+    from fedforget.methods.registry import FAMILIES, resolve
+
+    for method in FAMILIES:
+        if method.commands:
+            resolve(method.commands)(cli)
+
+
+add_method_commands(app)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,7 +18,7 @@ def evaluate_store(store: Store) -> dict[str, Any]:
 
     Raises ``ServingError`` when nothing valid is left to serve.
     """
-    from fedforget.strategies.serve import serving_accuracy
+    from fedforget.federation.serve import serving_accuracy
     from fedforget.tasks.registry import load_task_data
 
     cfg = stored_config(store)

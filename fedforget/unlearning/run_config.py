@@ -7,6 +7,7 @@ import re
 
 from fedforget.core.config import RENAMED, ConfigError, parse_run_config, warn_renamed
 from fedforget.inprocess import default_run_config
+from fedforget.methods.registry import method_entry, resolve
 
 #: A ``key=value`` pair as ``flwr run`` finds them (flwr.common.config.parse_config_args): what it skips
 #: between pairs is dropped without a word, so it is refused here.
@@ -52,15 +53,9 @@ def check_run_config(text: str) -> str:
         if isinstance(value, dict):
             raise ConfigError(f"run-config {key!r} must be a plain value, not a table")
     cfg = parse_run_config({**default_run_config(), **overrides}, warn=False)  # a refusal stays one line
-    if cfg.safe_shard:  # the task's unused rows bound it: the same check the ServerApp makes before writing
-        from fedforget.strategies.safe_shard import safe_shard_ids
-
-        safe_shard_ids(cfg)
-    if cfg.method == "safe" and cfg.fine > 1:  # one class per clique: the same check the ServerApp makes
-        from fedforget.core.safe_graph import check_clique_classes
-        from fedforget.tasks.registry import load_task_data
-
-        check_clique_classes(cfg.method, load_task_data(cfg).num_classes, cfg.fine, cfg.task)
+    method = method_entry(cfg.method)
+    if method.submit_check:  # what the ServerApp would refuse only once it has the task's data
+        resolve(method.submit_check)(cfg)
     if not set(overrides) & set(RENAMED):
         return text
     warn_renamed(overrides)

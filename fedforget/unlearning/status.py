@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
 
 from fedforget.core.config import stored_run_config
+from fedforget.methods.registry import FAMILIES, resolve
 from fedforget.store import Store
-from fedforget.unlearning.tree_status import print_tree, tree_summary
 
 
 def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
@@ -53,7 +54,7 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
     if servable and cached and cached.get("serving") == sorted(served):
         acc = cached["accuracy"]
     elif accuracy and servable and all(a["intact"] for a in artifacts if a["serving"]):
-        from fedforget.strategies.serve import ServingError
+        from fedforget.federation.serve import ServingError
         from fedforget.unlearning.evaluate import evaluate_store
 
         try:
@@ -76,7 +77,6 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
         "available": available,
         "retrain_required": bool(plan) and not serving.get("available"),
         "deletions_left": serving.get("deletions-left"),
-        "sequences": _sequences(plan, serving),
         "index": index,
         "requests": {"total": len(requests), "pending": sum(r["state"] == "pending" for r in requests),
                      "forgotten_samples": forgotten},
@@ -87,23 +87,28 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
         "backbone": {"source": backbone.get("source"), "weights_sha256": backbone.get("weights-sha256"),
                      "artifact": backbone.get("artifact")},
         "complete": bool(served) and not corrupt,
-        "safe_shard": len(manifest.get("safe-shard-ids") or []),
-        "split": split_summary(manifest, store.metrics()),
-        "tree": tree_summary(manifest, artifacts, serving),
+        **method_status(StatusView(store, manifest, plan, serving, artifacts)),
     }
 
 
-def _sequences(plan: dict[str, Any] | None, serving: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per shard and sequence: the group order and the active prefix (chains methods only)."""
-    if not plan or plan.get("kind") != "chains":
-        return []
-    out = []
-    for shard in serving.get("shards", []):
-        orders = plan["sequences"][shard["shard"]]
-        weights = {m["sequence"]: m["weight"] for m in shard["members"]}
-        for q, order in enumerate(orders):
-            out.append({"shard": shard["shard"], "sequence": q, "order": order, "active_prefix": shard["prefixes"][q],
-                        "weight": weights.get(q, 0.0)})
+@dataclass(frozen=True)
+class StatusView:
+    """What a method's ``status`` hook reads: the store and what ``status`` already loaded of it."""
+
+    store: Store
+    manifest: dict[str, Any]
+    plan: dict[str, Any] | None
+    serving: dict[str, Any]
+    artifacts: list[dict[str, Any]]
+
+
+def method_status(view: StatusView) -> dict[str, Any]:
+    """Every method's keys (each method answers for other methods' stores with empty values, so the
+    ``--json`` shape does not depend on the method)."""
+    out: dict[str, Any] = {}
+    for method in FAMILIES:
+        if method.status:
+            out.update(resolve(method.status)(view))
     return out
 
 
@@ -144,20 +149,9 @@ def print_status(status: dict[str, Any], console: Console, show_artifacts: bool 
         console.print(f"data {index['samples']} samples in {index['slices']} slices of {index['clients']} clients · "
                       "`fedforget samples --client N` lists a client's, `fedforget locate --sample ID` finds one",
                       soft_wrap=True)
-    if status.get("safe_shard"):
-        console.print(f"safe shard {status['safe_shard']} server-held samples: every clique trains on them; "
-                      "never forgotten")
     for request, a in status.get("acknowledgements", {}).items():
         console.print(f"request #{request}: clients acknowledged deletion {a['acknowledged'] or '—'}"
                       + (f" · pending {a['pending']}" if a["pending"] else ""))
-    if status["sequences"]:
-        console.print("[bold]sequences[/] (group order; [green]active prefix[/], weight in the served ensemble)")
-        for s in status["sequences"]:
-            order, k = s["order"], s["active_prefix"]
-            shown = "[green]" + " ".join(map(str, order[:k])) + "[/]" + (" " if k else "") + \
-                "[dim]" + " ".join(map(str, order[k:])) + "[/]"
-            console.print(f"  shard {s['shard']} seq {s['sequence']:>2}: {shown}  prefix {k} · "
-                          f"weight {s['weight']:.3f}")
     arts = status["artifacts"]
     console.print(f"[bold]artifacts[/] {len(arts)}: {sum(a['valid'] for a in arts)} valid · "
                   f"{sum(a['serving'] for a in arts)} served · {sum(a.get('purged', False) for a in arts)} purged · "
@@ -170,10 +164,9 @@ def print_status(status: dict[str, Any], console: Console, show_artifacts: bool 
         ]
         console.print(f" {'●' if a['serving'] else ' '} [cyan]{a['artifact_id']}[/] {a['kind']} · " + " · ".join(flags))
         console.print(f"   sha256 {a['sha256']}", soft_wrap=True, style="dim")
-    if status.get("split"):
-        print_split_summary(status["split"], console)
-    if status.get("tree"):
-        print_tree(status["tree"], console)
+    for method in FAMILIES:
+        if method.print_status:
+            resolve(method.print_status)(status, console)
     if status["retrain_required"]:
         console.print("[bold red]retrain required[/]: no valid model is left to serve; run `fedforget retrain`")
     elif not status["serving"] and not status.get("unbuilt", {}).get("artifacts"):
@@ -185,37 +178,3 @@ def print_status(status: dict[str, Any], console: Console, show_artifacts: bool 
                       "were lost mid-run; `fedforget retrain` builds them when the nodes are back")
     if status["corrupt"]:
         console.print(f"[bold red]corrupt artifacts are never served[/]: {', '.join(status['corrupt'])}")
-
-
-# -- HO-SFL and the split baselines ----------------------------------------------------
-def split_summary(manifest: dict[str, Any], metrics: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Traffic by direction and kind (total and per client-round), samples and client memory of the split
-    run that built what is served (a retrain's rounds follow the training's in ``metrics.jsonl``)."""
-    from fedforget.core.hosfl_plan import summarize_traffic
-
-    info = manifest.get("split")
-    if not info:
-        return None
-    starts = [i for i, m in enumerate(metrics) if m.get("round") == 0]
-    rows = [m for m in metrics[starts[-1] if starts else 0 :] if "bytes" in m]
-    traffic = summarize_traffic(rows)
-    return {
-        "cut": info.get("cut"), "d_c": info.get("d_c"), "d_s": info.get("d_s"),
-        "perturbations": info.get("perturbations"), "mu": info.get("mu"),
-        "rounds": len(rows), "client_rounds": traffic["client-rounds"],
-        "samples": max((int(m.get("samples-total", 0)) for m in rows), default=0),
-        "bytes_total": traffic["total"], "bytes_per_client_round": traffic["per-client-round"],
-        "client_peak_rss_mb": max((float(m.get("client-peak-rss-mb", 0.0)) for m in rows), default=0.0),
-        "dropped_client_rounds": sum(len(m.get("dropped", [])) for m in rows),
-    }
-
-
-def print_split_summary(split: dict[str, Any], console: Console) -> None:
-    console.print(f"[bold]split[/] cut {split['cut']} · d_c {split['d_c']:,} · d_s {split['d_s']:,} · "
-                  f"{split['rounds']} rounds · {split['client_rounds']} client-rounds · {split['samples']:,} samples · "
-                  f"{split['dropped_client_rounds']} dropped · client peak RSS {split['client_peak_rss_mb']:.0f} MB")
-    for direction in ("up", "down"):
-        kinds = split["bytes_total"][direction]
-        per = split["bytes_per_client_round"][direction]
-        console.print(f"  {direction:>4}: " + " · ".join(
-            f"{k} {kinds[k] / 1e6:.3f} MB ({per[k]:,.0f} B/client-round)" for k in kinds))

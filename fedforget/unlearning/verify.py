@@ -52,7 +52,7 @@ def served_file_problems(store: Store, shas: dict[str, str], served: set[str]) -
 def served_outputs(store: Store, serving: dict[str, Any], plan: dict[str, Any],
                    artifacts: list[dict[str, Any]]) -> tuple[Any, str | None]:
     """The served model's class probabilities on the test split, or (None, why they cannot be computed)."""
-    from fedforget.strategies.serve import ServingError, serving_probabilities
+    from fedforget.federation.serve import ServingError, serving_probabilities
     from fedforget.tasks.registry import load_task_data
     from fedforget.unlearning.evaluate import stored_config
 
@@ -88,7 +88,7 @@ def node_secrets_here(store: Store, scratch_root: Path, partitions: int) -> set[
     keep it in their own state dir), whose DP adapters therefore cannot be reproduced."""
     import shutil
 
-    from fedforget.store.node_secret import secret_path
+    from fedforget.methods.safe.node_secret import secret_path
 
     missing = set()
     for partition in range(partitions):
@@ -104,9 +104,9 @@ def node_secrets_here(store: Store, scratch_root: Path, partitions: int) -> set[
 
 
 def _scratch_run(store: Store, workdir: Path, forgotten: dict[int, list[int]]) -> tuple[Store, set[int]]:
+    from fedforget.federation.client_site import dataset_key
     from fedforget.inprocess import run_in_process
     from fedforget.store.tombstones import add_tombstones
-    from fedforget.strategies.client_site import dataset_key
     from fedforget.unlearning.evaluate import stored_config
 
     cfg = stored_config(store)
@@ -126,7 +126,7 @@ def _scratch_run(store: Store, workdir: Path, forgotten: dict[int, list[int]]) -
 
 def verify_store(store: Store, include_all: bool = False, workdir: Path | None = None) -> dict[str, Any]:
     from fedforget.core.serving_plans import compute_serving
-    from fedforget.store.safe_budget import dp_exposed_to_forgotten, dp_training_nodes  # SAFE-DP
+    from fedforget.methods.safe.budget_store import dp_exposed_to_forgotten, dp_training_nodes  # SAFE-DP
 
     ledger = store.ledger()
     try:

@@ -15,10 +15,10 @@ import torch
 
 from fedforget.core.config import parse_run_config
 from fedforget.launch import loopback_deployment, simulation_federation
-from fedforget.strategies import hosfl_client
-from fedforget.strategies.hosfl import client_theta_from_artifact
-from fedforget.tasks.split import build_split_model
-from fedforget.training import zo
+from fedforget.methods.hosfl import client as hosfl_client
+from fedforget.methods.hosfl import zo
+from fedforget.methods.hosfl.server import client_theta_from_artifact
+from fedforget.methods.hosfl.split_model import build_split_model
 
 from ..integration.helpers import finished_store, flwr_run_config, served_sha, train_in_process
 

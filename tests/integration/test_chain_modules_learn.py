@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedforget.core.chains import shard_vote_weights
-from fedforget.strategies.chain_model import assemble, split_state
-from fedforget.strategies.serve import load_tensors
+from fedforget.federation.module_stack import assemble, split_state
+from fedforget.federation.serve import load_tensors
+from fedforget.methods.chains.plan import shard_vote_weights
 from fedforget.tasks.registry import load_task_data
 from fedforget.training.supervised import predict_logits
 from fedforget.unlearning.evaluate import evaluate_store, stored_config

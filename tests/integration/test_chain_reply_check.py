@@ -7,8 +7,8 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
-from fedforget.strategies.failover import check_chain_reply
-from fedforget.strategies.messaging import PARTITION_KEY
+from fedforget.federation.failover import check_chain_reply
+from fedforget.federation.messaging import PARTITION_KEY
 
 
 def _reply(arrays: dict[str, np.ndarray]) -> Message:

@@ -7,9 +7,9 @@ import pytest
 from flwr.app import Context, RecordDict
 
 from fedforget.inprocess import run_in_process
+from fedforget.methods.chains import server as chains
+from fedforget.methods.fedavg.client import ClientSite
 from fedforget.store import Store
-from fedforget.strategies import chains
-from fedforget.strategies.client_work import ClientSite
 from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.status import store_status
 from fedforget.unlearning.verify import verify_store
@@ -131,7 +131,7 @@ def test_fedavg_needs_a_retrain_after_any_forget_and_retrains_exactly(tmp_path):
 def test_s3t_layer_blocks_are_whole_layers_in_depth_order():
     from torch import nn
 
-    from fedforget.core.chains import layer_blocks
+    from fedforget.methods.chains.plan import layer_blocks
 
     class Attention(nn.Module):
         def __init__(self) -> None:

@@ -143,7 +143,7 @@ def test_theory_refuses_every_number_past_its_documented_bound(option, excess):
        clusters=st.integers(1, 100_000))
 def test_theory_refuses_monte_carlo_work_past_its_bound_before_starting(groups, budget, trials, method, shards,
                                                                         clusters):
-    from fedforget.core.theory import monte_carlo_work
+    from fedforget.methods.chains.theory import monte_carlo_work
 
     per_trial = monte_carlo_work(method, groups, shards, clusters, 1)
     if per_trial * trials <= 25_000_000:

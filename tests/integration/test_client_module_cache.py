@@ -11,11 +11,11 @@ import pytest
 from flwr.app import Context, Message
 
 from fedforget.client_app import app as client_app
+from fedforget.federation.messaging import CHAIN_MESSAGE
+from fedforget.federation.module_shipping import CACHE_ENV
 from fedforget.inprocess import run_in_process
 from fedforget.store import Store
 from fedforget.store.module_cache import CACHE_DIR
-from fedforget.strategies.messaging import CHAIN_MESSAGE
-from fedforget.strategies.module_shipping import CACHE_ENV
 
 from .helpers import DIGITS, artifact_shas
 

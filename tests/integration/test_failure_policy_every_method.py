@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from rich.console import Console
 
+from fedforget.federation.failover import REJOIN_ENV
 from fedforget.store import Store
-from fedforget.strategies.failover import REJOIN_ENV
 from fedforget.unlearning.status import print_status, store_status
 
 from .helpers import DIGITS, artifact_shas, train_in_process

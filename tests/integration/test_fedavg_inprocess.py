@@ -4,10 +4,10 @@ from flwr.clientapp import ClientApp
 
 from fedforget.client_app import app as client_app
 from fedforget.core.config import ConfigError
+from fedforget.federation.messaging import NodeFailure
 from fedforget.inprocess import run_in_process
 from fedforget.server_app import app as server_app
 from fedforget.store import Store
-from fedforget.strategies.messaging import NodeFailure
 
 from .helpers import lineage, served_sha, train_in_process
 
@@ -81,7 +81,7 @@ def test_evaluation_rides_on_the_train_messages_and_trains_nothing(tmp_path):
     assert 0 < rows[1]["received-accuracy"] < rows[3]["received-accuracy"] < 1  # model 0 vs model 2
     assert sorted(rows[3]["client-accuracies"]) == ["0", "1", "2"] and "client-accuracies" not in rows[2]
 
-    from fedforget.strategies import client_work
+    from fedforget.methods.fedavg import client as client_work
 
     def train_without_evaluating(msg: Message, context: Context) -> Message:
         msg.content["config"]["evaluate-received"] = False

@@ -8,12 +8,13 @@ import pytest
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from fedforget.core.fedshard import ShardTree
-from fedforget.core.fedshard_costs import speedup_r1, training_cost, unlearning_cost
+from fedforget.federation import module_training as chain_client
 from fedforget.inprocess import run_in_process
+from fedforget.methods.fedavg import client as client_work
+from fedforget.methods.fedshard.costs import speedup_r1, training_cost, unlearning_cost
+from fedforget.methods.fedshard.fairness import fairness_of_store
+from fedforget.methods.fedshard.plan import ShardTree
 from fedforget.store import Store
-from fedforget.strategies import chain_client, client_work
-from fedforget.unlearning.fairness import fairness_of_store
 from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.status import store_status
 from fedforget.unlearning.verify import verify_store
@@ -126,7 +127,7 @@ def _dying_client_app(dead_partition: int, dead_artifact: str) -> ClientApp:
 
 def test_a_node_dying_in_a_shards_round_is_excluded_by_rule_and_the_rest_of_the_stage_is_exact(
         fedshard_store, tmp_path, monkeypatch):
-    from fedforget.strategies.failover import REJOIN_ENV
+    from fedforget.federation.failover import REJOIN_ENV
 
     monkeypatch.setenv(REJOIN_ENV, "1")
     clean = Store.open(fedshard_store)

@@ -177,8 +177,8 @@ def test_a_request_shows_its_state_and_a_receipt_the_cli_checks(store, tok, tmp_
 
 
 def test_predict_answers_from_the_new_plan_right_after_a_forget(store, tok):
+    from fedforget.federation.serve import serving_probabilities
     from fedforget.service.predict import current_plan
-    from fedforget.strategies.serve import serving_probabilities
     from fedforget.tasks.registry import load_task_data
     from fedforget.unlearning.evaluate import stored_config
 

@@ -9,13 +9,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from fedforget.client_app import app as client_app
 from fedforget.core.config import ConfigError, parse_run_config
-from fedforget.core.hosfl_plan import local_steps
 from fedforget.inprocess import InProcessGrid, default_run_config
+from fedforget.methods.hosfl import client as hosfl_client
+from fedforget.methods.hosfl import zo
+from fedforget.methods.hosfl.plan import local_steps
+from fedforget.methods.hosfl.split_model import build_split_model
 from fedforget.server_app import app as server_app
 from fedforget.store import Store
-from fedforget.strategies import hosfl_client
-from fedforget.tasks.split import build_split_model
-from fedforget.training import zo
 
 from .helpers import train_in_process
 
@@ -134,7 +134,7 @@ def test_sfl_runs_a_local_epoch_per_round_against_per_client_server_copies(tmp_p
 
 
 def test_device_auto_runs_split_forwards_on_the_cpu_without_a_gpu_and_cuda_is_refused_there():
-    from fedforget.tasks.split import split_device
+    from fedforget.methods.hosfl.split_model import split_device
 
     assert split_device(parse_run_config({"method": "hosfl", "task": "digits-mlp"})).type == (
         "cuda" if torch.cuda.is_available() else "cpu")

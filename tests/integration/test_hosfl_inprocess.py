@@ -13,12 +13,12 @@ from flwr.supercore.task_identity import TaskIdentity
 from fedforget.client_app import app as client_app
 from fedforget.core.config import ConfigError, parse_run_config
 from fedforget.inprocess import InProcessGrid, default_run_config
+from fedforget.methods.hosfl import client as hosfl_client
+from fedforget.methods.hosfl import zo
+from fedforget.methods.hosfl.server import client_theta_from_artifact
+from fedforget.methods.hosfl.split_model import build_split_model
 from fedforget.server_app import app as server_app
 from fedforget.store import Store
-from fedforget.strategies import hosfl_client
-from fedforget.strategies.hosfl import client_theta_from_artifact
-from fedforget.tasks.split import build_split_model
-from fedforget.training import zo
 from fedforget.unlearning.status import store_status
 
 from .helpers import served_ids, served_sha, train_in_process

@@ -13,11 +13,11 @@ from flwr.common.constant import ErrorCode
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedforget.client_app import app as client_app
+from fedforget.federation.failover import REJOIN_ENV
+from fedforget.federation.messaging import PARTITION_KEY
 from fedforget.inprocess import InProcessGrid, default_run_config, run_in_process
 from fedforget.server_app import app as server_app
 from fedforget.store import Store
-from fedforget.strategies.failover import REJOIN_ENV
-from fedforget.strategies.messaging import PARTITION_KEY
 
 from .helpers import artifact_shas, train_in_process
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from fedforget.federation import forget_client
 from fedforget.inprocess import run_in_process
 from fedforget.store import Store
 from fedforget.store.tombstones import load_tombstones
-from fedforget.strategies import forget_client
 from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.status import store_status
 from fedforget.unlearning.verify import verify_store

@@ -14,11 +14,11 @@ import pytest
 from typer.testing import CliRunner
 
 from fedforget.client_app import app as client_app
+from fedforget.federation import forget_client
 from fedforget.inprocess import run_in_process
 from fedforget.store import Store
 from fedforget.store.module_cache import CACHE_DIR
 from fedforget.store.purge import AUDIT_KEY, METRICS_MARK, TRAINING_VALUES
-from fedforget.strategies import forget_client
 from fedforget.unlearning.cli import app
 from fedforget.unlearning.forget import forget_request
 

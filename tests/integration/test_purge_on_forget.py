@@ -13,11 +13,11 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+from fedforget.methods.fedshard.fairness import fairness_of_store
 from fedforget.store import Store
 from fedforget.store.check import check_store
 from fedforget.store.crash import CRASH_ENV
 from fedforget.unlearning.cli import app
-from fedforget.unlearning.fairness import fairness_of_store
 from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.status import store_status
 

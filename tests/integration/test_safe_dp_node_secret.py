@@ -11,8 +11,8 @@ from flwr.app import ArrayRecord
 from typer.testing import CliRunner
 
 from fedforget.inprocess import InProcessGrid
+from fedforget.methods.safe.node_secret import SECRET_FILE
 from fedforget.store import Store
-from fedforget.store.node_secret import SECRET_FILE
 from fedforget.unlearning.cli import app
 from fedforget.unlearning.verify import verify_store
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from fedforget.core.safe_graph import SafePlan, a_la_carte
 from fedforget.inprocess import run_in_process
+from fedforget.methods.safe.graph import SafePlan, a_la_carte
 from fedforget.store import Store
 from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.verify import verify_store
@@ -39,9 +39,9 @@ def _shas(store: Store) -> dict[str, str]:
 
 def _fresh_tokens(store: Store, ids: list[int]) -> np.ndarray:
     """The backbone's tokens of ``ids``, computed now in this process (what the node's cache must hold)."""
-    from fedforget.strategies.safe_client import frozen_backbone
+    from fedforget.methods.safe.client import frozen_backbone
+    from fedforget.methods.safe.features import compute_tokens
     from fedforget.tasks.registry import load_task_data
-    from fedforget.tasks.safe_features import compute_tokens
     from fedforget.unlearning.evaluate import stored_config
 
     cfg = stored_config(store)
@@ -73,7 +73,7 @@ def test_multi_token_forget_and_clique_retrain_verify_bit_exact_and_purge_the_to
 
 
 def test_a_la_carte_serving_of_entitled_clients_equals_serving_after_the_others_left(tmp_path):
-    from fedforget.strategies.safe_serve import safe_accuracy
+    from fedforget.methods.safe.serve import safe_accuracy
     from fedforget.unlearning.evaluate import stored_config
 
     store = train_in_process(tmp_path / "store", NODES, **{**CNN, "num-rounds": 1, "safe.coarse-by": "client",

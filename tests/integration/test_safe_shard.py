@@ -46,7 +46,7 @@ def _cliques(ids: list[str]) -> list[str]:
 
 
 def test_the_safe_shard_changes_every_served_adapter_and_is_disjoint_from_every_partition(shard_store, tmp_path):
-    from fedforget.strategies.safe_shard import whole_train_split
+    from fedforget.methods.safe.shard import whole_train_split
     from fedforget.unlearning.evaluate import stored_config
 
     store = Store.open(shard_store)
@@ -88,7 +88,7 @@ def test_forgetting_a_client_sample_retrains_one_clique_with_the_safe_shard_and_
 
 
 def test_verify_reports_a_mismatch_when_the_recorded_safe_shard_was_changed(shard_store, tmp_path):
-    from fedforget.strategies.safe_shard import whole_train_split
+    from fedforget.methods.safe.shard import whole_train_split
     from fedforget.unlearning.evaluate import stored_config
 
     store = copy_store(shard_store, tmp_path)

@@ -60,7 +60,7 @@ def test_one_forgotten_sample_retrains_exactly_one_clique_and_verify_is_bit_exac
 
 def _step_budget_visits(store: Store, clique: str, forgotten: int) -> int:
     """Every node of the clique takes the whole step budget, each step on min(batch, held) samples."""
-    from fedforget.core.safe_graph import SafePlan
+    from fedforget.methods.safe.graph import SafePlan
 
     manifest = store.manifest()
     plan, budget = SafePlan.from_json(manifest["plan"]), manifest["adapter-budget"]
@@ -82,12 +82,12 @@ def test_verify_fails_for_a_clique_trained_with_the_forgotten_sample(safe_store,
 
 
 def test_prototypes_after_retrain_equal_a_recomputation_without_the_sample(safe_store, tmp_path):
-    from fedforget.core.safe_graph import SafePlan
-    from fedforget.strategies.safe_client import frozen_backbone
-    from fedforget.strategies.safe_serve import prototype_bank
+    from fedforget.methods.safe.adapters import PrototypeBank, normalised
+    from fedforget.methods.safe.client import frozen_backbone
+    from fedforget.methods.safe.features import compute_tokens
+    from fedforget.methods.safe.graph import SafePlan
+    from fedforget.methods.safe.serve import prototype_bank
     from fedforget.tasks.registry import load_task_data
-    from fedforget.tasks.safe_adapters import PrototypeBank, normalised
-    from fedforget.tasks.safe_features import compute_tokens
     from fedforget.unlearning.evaluate import stored_config
 
     store = copy_store(safe_store, tmp_path)
@@ -138,7 +138,7 @@ def test_a_whole_client_leaving_under_client_level_coarse_groups_touches_only_it
 
 
 def test_safe_dp_drops_only_the_owner_and_charges_the_neighbours_budget(tmp_path):
-    from fedforget.store.safe_budget import dp_budgets
+    from fedforget.methods.safe.budget_store import dp_budgets
 
     store = train_in_process(tmp_path / "store", NODES, **{**SAFE, "safe.coarse": 1, "safe.fine": 2, "num-rounds": 1,
                                                             "train-size": 240, "safe.dp": True, "safe.dp-epsilon": 4.0,

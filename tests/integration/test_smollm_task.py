@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from fedforget.core.config import parse_run_config
+from fedforget.methods.hosfl.split_model import build_split_model
 from fedforget.tasks import smollm
-from fedforget.tasks.split import build_split_model
 
 from .helpers import train_in_process
 

@@ -11,15 +11,15 @@ import pytest
 import torch
 
 from fedforget.core.config import parse_run_config
+from fedforget.federation.client_site import dataset_key
+from fedforget.federation.serve import ServingError
 from fedforget.inprocess import run_in_process
+from fedforget.methods.hosfl import client as hosfl_client
+from fedforget.methods.hosfl import zo
+from fedforget.methods.hosfl.server import client_theta_from_artifact
+from fedforget.methods.hosfl.split_model import build_split_model
 from fedforget.store import Store
 from fedforget.store.tombstones import load_tombstones
-from fedforget.strategies import hosfl_client
-from fedforget.strategies.client_site import dataset_key
-from fedforget.strategies.hosfl import client_theta_from_artifact
-from fedforget.strategies.serve import ServingError
-from fedforget.tasks.split import build_split_model
-from fedforget.training import zo
 from fedforget.unlearning.evaluate import evaluate_store
 from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.status import store_status

@@ -9,12 +9,12 @@ from flwr.common.constant import ErrorCode
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedforget.client_app import app as client_app
+from fedforget.federation import messaging
+from fedforget.federation.failover import REJOIN_ENV
+from fedforget.federation.messaging import NodeFailure
 from fedforget.inprocess import InProcessGrid, default_run_config
 from fedforget.server_app import app as server_app
 from fedforget.store import Store
-from fedforget.strategies import messaging
-from fedforget.strategies.failover import REJOIN_ENV
-from fedforget.strategies.messaging import NodeFailure
 
 from .helpers import DIGITS, served_sha, train_in_process
 

@@ -5,9 +5,9 @@ import torch
 from torch import nn
 
 from fedforget.core.config import parse_run_config
-from fedforget.core.hosfl_plan import round_seeds
-from fedforget.tasks.split import build_split_model
-from fedforget.training import zo
+from fedforget.methods.hosfl import zo
+from fedforget.methods.hosfl.plan import round_seeds
+from fedforget.methods.hosfl.split_model import build_split_model
 from fedforget.training.determinism import deterministic_torch
 
 

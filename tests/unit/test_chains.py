@@ -1,4 +1,4 @@
-"""ChainPlan (``fedforget.core.chains``): lineage, validity after forgets, serving, rebuild points, δ left."""
+"""ChainPlan (``fedforget.methods.chains.plan``): lineage, validity after forgets, serving, rebuild points, δ left."""
 
 import json
 import math
@@ -7,7 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedforget.core.chains import (
+from fedforget.core.harmonic import harmonic
+from fedforget.core.serving_plans import compute_serving, single_serving
+from fedforget.methods.chains.grouping import group_units
+from fedforget.methods.chains.plan import (
     PLACEMENTS,
     STACKINGS,
     Chain,
@@ -20,11 +23,8 @@ from fedforget.core.chains import (
     rebuild_from,
     serving_artifacts,
 )
-from fedforget.core.grouping import group_units
-from fedforget.core.sequences import cyclic_sequences
-from fedforget.core.serving import STRATEGIES, active_prefix
-from fedforget.core.serving_plans import compute_serving, single_serving
-from fedforget.core.theory import harmonic
+from fedforget.methods.chains.sequences import cyclic_sequences
+from fedforget.methods.chains.serving import STRATEGIES, active_prefix
 
 # FedSGT-like: one shard, L = 3 groups of two client slices, B = 3 cyclic orders (0,1,2), (2,0,1), (1,2,0).
 G0, G1, G2 = ["0:0", "1:0"], ["0:1", "2:0"], ["1:1", "2:1"]

@@ -31,7 +31,7 @@ def test_client_app_module_imports_without_the_training_stack():
 
 
 def test_query_and_forget_handlers_import_only_flwr_and_numpy():
-    assert heavy_modules_after("import fedforget.strategies.client_site, fedforget.strategies.forget_client") == []
+    assert heavy_modules_after("import fedforget.federation.client_site, fedforget.federation.forget_client") == []
 
 
 def test_probe_sees_a_heavy_import():
@@ -51,7 +51,7 @@ def test_forget_message_with_a_remembered_plan_runs_without_torch(tmp_path: Path
                            run_config=run_config)
     """
     first = setup + """
-        from fedforget.strategies.client_site import ClientSite
+        from fedforget.federation.client_site import ClientSite
         print(ClientSite.from_context(context(1)).held_slices()[0][0])
     """
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(first)], capture_output=True, text=True,
@@ -62,7 +62,7 @@ def test_forget_message_with_a_remembered_plan_runs_without_torch(tmp_path: Path
         import numpy as np
         from flwr.app import Array, ArrayRecord, Message, RecordDict
         from flwr.supercore.task_identity import TaskIdentity
-        from fedforget.strategies.forget_client import forget_samples
+        from fedforget.federation.forget_client import forget_samples
         TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
         samples = ArrayRecord({{"samples": Array(np.array([{sample}], dtype=np.int64))}})
         msg = Message(RecordDict({{"arrays": samples}}), dst_node_id=1, message_type="query.forget")
@@ -77,7 +77,7 @@ def test_method_registry_imports_only_the_standard_library():
     code = """
         import sys
         before = set(sys.modules)
-        import fedforget.strategies.registry
+        import fedforget.methods.registry
         added = {m.split(".")[0] for m in set(sys.modules) - before} - set(sys.stdlib_module_names)
         assert added == {"fedforget"}, sorted(added)
     """

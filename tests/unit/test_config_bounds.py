@@ -12,14 +12,15 @@ from pathlib import Path
 import pytest
 from flwr.app import Context, RecordDict
 
-from fedforget.core import run_footprint, sequences
+from fedforget.core import run_footprint
 from fedforget.core.config import METHODS, TASKS, ConfigError, RunConfig, field_key, parse_run_config
 from fedforget.core.run_footprint import TASK_DIMS, fit_refusal, largest_fitting, total_bytes
-from fedforget.core.theory import BMS_WORK_MAX, ORDER_CELLS_MAX, bms_work, monte_carlo_work
 from fedforget.inprocess import default_run_config
+from fedforget.methods.chains import sequences
+from fedforget.methods.chains.cli import MAX_MC_WORK
+from fedforget.methods.chains.theory import BMS_WORK_MAX, ORDER_CELLS_MAX, bms_work, monte_carlo_work
 from fedforget.server_app import RunConfigRefused
 from fedforget.server_app import app as server_app
-from fedforget.unlearning.cli import MAX_MC_WORK
 
 from ..integration.helpers import invoke
 

@@ -10,8 +10,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedforget.core.angles import signed_update_angles, update_angles
-from fedforget.core.fedshard import (
+from fedforget.methods.fedshard.angles import signed_update_angles, update_angles
+from fedforget.methods.fedshard.costs import (
+    client_costs,
+    efficiency_fairness,
+    min_distances,
+    performance_fairness,
+    prop3_bounds,
+    speedup_r1,
+    training_cost,
+    unlearning_cost,
+)
+from fedforget.methods.fedshard.plan import (
     Child,
     ShardTree,
     allocate_rounds,
@@ -24,16 +34,6 @@ from fedforget.core.fedshard import (
     stage_sizes,
     static_tree,
     three_means_1d,
-)
-from fedforget.core.fedshard_costs import (
-    client_costs,
-    efficiency_fairness,
-    min_distances,
-    performance_fairness,
-    prop3_bounds,
-    speedup_r1,
-    training_cost,
-    unlearning_cost,
 )
 
 

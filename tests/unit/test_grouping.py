@@ -1,4 +1,4 @@
-"""FedSGT Algorithm 1 (``fedforget.core.grouping``): seeded, canonical, near-equal groups of client slices."""
+"""FedSGT Algorithm 1 (``fedforget.methods.chains.grouping``): seeded, canonical, near-equal groups of client slices."""
 
 import random
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedforget.core.grouping import array_split, canonical_units, group_units
+from fedforget.methods.chains.grouping import array_split, canonical_units, group_units
 
 
 def _units(partitions: int, slices: int) -> list[str]:

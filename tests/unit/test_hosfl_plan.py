@@ -3,7 +3,7 @@
 import pytest
 
 from fedforget.core.config import ConfigError, parse_run_config
-from fedforget.core.hosfl_plan import (
+from fedforget.methods.hosfl.plan import (
     History,
     TrafficLedger,
     entries_to_apply,
@@ -86,7 +86,7 @@ def test_bad_split_values_name_the_key(override, message):
 
 
 def test_local_batches_cover_an_epoch_once_and_reshuffle_the_next():
-    from fedforget.core.hosfl_plan import local_batch_indices, local_steps
+    from fedforget.methods.hosfl.plan import local_batch_indices, local_steps
 
     n, b = 70, 32
     assert local_steps(n, b, 1) == 3 and local_steps(n, b, 2) == 6

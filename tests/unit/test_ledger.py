@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from fedforget.core.chains import ChainPlan
-from fedforget.core.grouping import group_units
-from fedforget.core.sequences import cyclic_sequences
 from fedforget.core.serving_plans import compute_serving
+from fedforget.methods.chains.grouping import group_units
+from fedforget.methods.chains.plan import ChainPlan
+from fedforget.methods.chains.sequences import cyclic_sequences
 from fedforget.store.ledger import CRASH_ENV, Ledger, LedgerUsageError
 
 PARTITIONS, SLICES, PER_SLICE = 4, 3, 5

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from fedforget.core.lora_merge import merge_lora, weighted_mean
+from fedforget.methods.fedshard.lora_merge import merge_lora, weighted_mean
 
 
 def _child(rng: np.random.Generator, rank: int = 3) -> dict[str, np.ndarray]:

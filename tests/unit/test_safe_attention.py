@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from fedforget.tasks.safe_adapters import FrozenCrossAttention, adapter_logits, init_adapters, kv_logits
+from fedforget.methods.safe.adapters import FrozenCrossAttention, adapter_logits, init_adapters, kv_logits
 
 
 def test_padding_rows_are_masked_out_of_the_attention():

@@ -8,8 +8,8 @@ import torch
 
 from fedforget.core.config import ConfigError, RunConfig, parse_run_config
 from fedforget.core.defaults import default_for
-from fedforget.core.safe_budget import AdapterBudget, adapter_budget
-from fedforget.tasks.safe_adapters import FrozenCrossAttention, batch_stream, init_adapters, train_adapters
+from fedforget.methods.safe.adapters import FrozenCrossAttention, batch_stream, init_adapters, train_adapters
+from fedforget.methods.safe.budget import AdapterBudget, adapter_budget
 
 
 def _budget(steps: int = 10, rounds: int = 3, schedule: str = "cosine") -> AdapterBudget:

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedforget.core.safe_dp import SECRET_BYTES, clique_sampling, secret_seed
-from fedforget.store.node_secret import SECRET_FILE, node_secret
+from fedforget.methods.safe.dp import SECRET_BYTES, clique_sampling, secret_seed
+from fedforget.methods.safe.node_secret import SECRET_FILE, node_secret
 
 
 def test_secret_seed_needs_the_secret_and_follows_the_context():
@@ -61,8 +61,8 @@ def test_clique_sampling_rate_covers_the_smallest_negative_set_and_counts_every_
 
 def test_dp_training_samples_by_poisson_at_the_rate_and_steps_the_accountant_is_given(monkeypatch):
     from fedforget.core.config import RunConfig
-    from fedforget.tasks import safe_dp_training as dp
-    from fedforget.tasks.safe_adapters import AdapterSettings, FrozenCrossAttention, init_adapters
+    from fedforget.methods.safe import dp_training as dp
+    from fedforget.methods.safe.adapters import AdapterSettings, FrozenCrossAttention, init_adapters
 
     rates, batches, accounted = [], [], []
     real_mask, real_sigma = dp.poisson_mask, dp.noise_multiplier.__wrapped__
@@ -96,7 +96,7 @@ def test_dp_training_samples_by_poisson_at_the_rate_and_steps_the_accountant_is_
 
 
 def test_poisson_mask_includes_each_sample_independently_at_rate_q():
-    from fedforget.tasks.safe_dp_training import poisson_mask
+    from fedforget.methods.safe.dp_training import poisson_mask
 
     draws = torch.Generator().manual_seed(3)
     masks = torch.stack([poisson_mask(50, 0.25, draws) for _ in range(2000)]).float()
@@ -110,7 +110,7 @@ def test_poisson_mask_includes_each_sample_independently_at_rate_q():
 def test_sigma_for_the_composed_clique_meets_epsilon_over_all_its_adapters():
     from opacus.accountants import RDPAccountant
 
-    from fedforget.tasks.safe_dp_training import noise_multiplier
+    from fedforget.methods.safe.dp_training import noise_multiplier
 
     plan = clique_sampling([30, 20, 10], batch=8, rounds=2, epochs=1)
     sigma = noise_multiplier(3.0, 1e-5, plan.sample_rate, plan.composed_steps)

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedforget.core.safe_dp import group_privacy, request_budget
-from fedforget.core.safe_graph import (
+from fedforget.methods.safe.dp import group_privacy, request_budget
+from fedforget.methods.safe.graph import (
     ShardGraph,
     bilevel_cells,
     build_safe_plan,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedforget.strategies.safe_serve import UNSCORED, mix_scores, prototype_logits
+from fedforget.methods.safe.serve import UNSCORED, mix_scores, prototype_logits
 
 NAN = np.nan
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fedforget.core.config import ConfigError
-from fedforget.core.safe_graph import SafePlan, a_la_carte, build_safe_plan, forget_cost
-from fedforget.core.safe_shard import class_counts, draw_safe_shard
+from fedforget.methods.safe.graph import SafePlan, a_la_carte, build_safe_plan, forget_cost
+from fedforget.methods.safe.shard_plan import class_counts, draw_safe_shard
 
 
 def test_the_draw_is_seeded_sorted_and_outside_the_rows_the_run_uses():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedforget.tasks.safe_features import cached_tokens
+from fedforget.methods.safe.features import cached_tokens
 
 
 class _ConvMap:
@@ -23,7 +23,7 @@ def _conv_map_tokens(n: int) -> np.ndarray:
 def test_computed_conv_map_tokens_are_c_contiguous_and_in_token_major_order():
     import torch
 
-    from fedforget.tasks.safe_features import compute_tokens
+    from fedforget.methods.safe.features import compute_tokens
 
     class TinyCNN(torch.nn.Module):  # the token path of the conv backbones: conv1, conv2, a 2×2 map
         def __init__(self) -> None:
@@ -43,7 +43,7 @@ def test_computed_conv_map_tokens_are_c_contiguous_and_in_token_major_order():
 
 
 def test_cached_tokens_read_back_equal_to_what_was_computed(tmp_path, monkeypatch):
-    import fedforget.tasks.safe_features as features
+    import fedforget.methods.safe.features as features
 
     tokens = _conv_map_tokens(5)
     pooled = tokens.mean(1)

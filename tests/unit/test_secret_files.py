@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from fedforget.core.safe_dp import SECRET_BYTES
-from fedforget.store.node_secret import node_secret, secret_path
+from fedforget.methods.safe.dp import SECRET_BYTES
+from fedforget.methods.safe.node_secret import node_secret, secret_path
 from fedforget.store.secret_files import create_once, mkdir_private
 from fedforget.store.store import Store
 from fedforget.unlearning import receipt as rc

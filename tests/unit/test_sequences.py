@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedforget.core.sequences import (
+from fedforget.methods.chains.sequences import (
     bms_sequences,
     cyclic_sequences,
     expected_prefix_score,

@@ -2,8 +2,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedforget.core.sequences import cyclic_sequences
-from fedforget.core.serving import STRATEGIES, active_prefix, select_serving
+from fedforget.methods.chains.sequences import cyclic_sequences
+from fedforget.methods.chains.serving import STRATEGIES, active_prefix, select_serving
 
 
 def _bracket(order, prefix):
@@ -107,7 +107,7 @@ def test_property_serving_weights_sum_to_one_over_live_sequences(case):
 
 
 def test_fedcio_clusters_vote_with_the_examples_their_served_model_saw():
-    from fedforget.core.chains import shard_vote_weights
+    from fedforget.methods.chains.plan import shard_vote_weights
 
     serving = {"shards": [
         {"members": [{"artifacts": ["c0"], "weight": 1.0}]},

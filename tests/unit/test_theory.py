@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from fedforget.core.sequences import cyclic_sequences
-from fedforget.core.serving import active_prefix
-from fedforget.core.theory import (
+from fedforget.methods.chains.sequences import cyclic_sequences
+from fedforget.methods.chains.serving import active_prefix
+from fedforget.methods.chains.theory import (
     THEORY_METHODS,
     cyclic_span,
     deletion_rate_closed_form,

@@ -1,0 +1,74 @@
+"""Forget propagation inside a retrain: the owners delete forgotten samples before anything is rebuilt.
+
+Every method sends its forget message (the registry entry's ``forget_message``: ``query.forget``, or a
+method's own type whose handler also drops what that method caches on the node) from here, with the
+purge list, under the common failure policy: a partition that does not confirm stops the retrain, so
+nothing rebuilt from data a node still holds is ever served. The replies are recorded as
+acknowledgements (``status``, ``receipt``).
+"""
+
+from __future__ import annotations
+
+from logging import INFO
+from typing import TYPE_CHECKING
+
+import numpy as np
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.serverapp import Grid
+from flwr.supercore import log
+
+from fedforget.federation.failover import exchange_redo_or_exclude
+from fedforget.federation.messaging import PARTITION_KEY, NodeFailure, to_record
+from fedforget.methods.registry import method_entry
+
+if TYPE_CHECKING:
+    from fedforget.federation.run_setup import ServerRun
+    from fedforget.store.ledger import Ledger
+
+
+def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> dict[int, int]:
+    """The method's forget message to every client holding forgotten samples; they delete them for good."""
+    if not forgotten:
+        return {}
+    from fedforget.store.purge import PURGE_KEY, PURGE_RECORD, purge_mark, purged_sha_list
+
+    ledger = run.store.ledger()
+    try:
+        mark = purge_mark(ledger.db)  # read before the sha256s: a request purged in between stays unconfirmed
+    finally:
+        ledger.close()
+    shas = purged_sha_list(run.store)  # the clients drop their own copies of purged artifacts too
+    messages = [
+        Message(RecordDict({"arrays": to_record({"samples": np.asarray(ids, dtype=np.int64)}),
+                            **({PURGE_RECORD: ConfigRecord({PURGE_KEY: shas})} if shas else {})}),
+                dst_node_id=run.nodes[p], message_type=method_entry(run.cfg.method).forget_message)
+        for p, ids in sorted(forgotten.items())
+    ]
+    deleted = {}
+    parts = sorted(forgotten)
+    replies, lost = exchange_redo_or_exclude(grid, run.nodes, messages, parts, run.cfg.round_timeout)
+    if lost:
+        raise NodeFailure(f"partition(s) {sorted(lost)} did not confirm deleting their forgotten samples; the "
+                          "retrain stops (nothing half-done is served); run `fedforget retrain` when they are back")
+    for reply in replies:
+        info = reply.content["info"]
+        deleted[int(info[PARTITION_KEY])] = int(info["deleted"])
+    from fedforget.store.acks import record_acks  # the acknowledgements `status` and `receipt` show
+
+    ledger = run.store.ledger()
+    try:
+        record_acks(ledger, deleted, copies_up_to=mark)
+    finally:
+        ledger.close()
+    log(INFO, "fedforget: clients deleted %d sample(s) for good (%s)", sum(deleted.values()),
+        ", ".join(f"partition {p}: {n}" for p, n in sorted(deleted.items())))
+    return deleted
+
+
+def forget_before_retrain(grid: Grid, run: ServerRun, ledger: Ledger) -> int:
+    """The first step of every retrain from scratch: the owners delete every sample forgotten up to the
+    last request, for good, before anything is trained again. Returns that request (the watermark the
+    rebuilt artifacts are recorded with)."""
+    watermark = ledger.last_request()
+    send_forget(grid, run, ledger.forgotten_by_partition(watermark))
+    return watermark

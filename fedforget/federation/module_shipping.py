@@ -1,0 +1,87 @@
+"""Which frozen chain modules travel in a ``train.chain`` message: each goes to a node once per run.
+
+A chain position trains on top of frozen modules that are stored artifacts, so the message names them by
+sha256 (``prefix-sha256``) and carries the bytes (``modules``: sha256 → the artifact file as uint8) only
+for the ones the server has not yet sent that partition in this run. The node keeps what it receives in
+its module cache (:mod:`fedforget.store.module_cache`); a node that lacks one anyway (a fresh state dir,
+a corrupt file) answers with a ``need`` record naming them and gets the message again with the bytes of
+every module it names; the server then assumes that node holds nothing. The start of a new module is
+seeded, so on a position's first round the node rebuilds it (``init-seed``) instead of receiving it.
+
+``FEDFORGET_CLIENT_CACHE=off`` sends every module and every start state in full and tells the node not
+to keep anything: the reference a cached run must match bit for bit.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+from flwr.app import Message
+
+from fedforget.federation.messaging import PARTITION_KEY
+from fedforget.store.module_cache import is_sha256
+from fedforget.store.store import Store
+
+CACHE_ENV = "FEDFORGET_CLIENT_CACHE"
+MODULES_KEY = "modules"  # ArrayRecord of a message: sha256 -> the artifact's bytes (uint8)
+PREFIX_KEY = "prefix-sha256"  # config: the artifact sha256 of each frozen module, in slot order
+INIT_SEED_KEY = "init-seed"  # config: rebuild the new module from this seed (no "arrays" sent)
+KEEP_KEY = "keep-modules"  # config: whether the node may cache the modules it receives
+NEED_KEY = "need"  # ConfigRecord of a reply: the sha256s the node lacks
+
+
+def client_cache_enabled() -> bool:
+    """Off only when ``FEDFORGET_CLIENT_CACHE`` is 0/off/false/no."""
+    return os.environ.get(CACHE_ENV, "on").strip().lower() not in {"0", "off", "false", "no"}
+
+
+class ModuleShipping:
+    """The server's memory of which modules each partition got in this run."""
+
+    def __init__(self, store: Store, enabled: bool | None = None) -> None:
+        self.store = store
+        self.enabled = client_cache_enabled() if enabled is None else enabled
+        self.sent: dict[int, set[str]] = {}
+        self._bytes: dict[str, np.ndarray] = {}
+
+    def _payload(self, sha256: str) -> np.ndarray:
+        if sha256 not in self._bytes:
+            self._bytes[sha256] = np.frombuffer(self.store.artifact_bytes(sha256), dtype=np.uint8)
+        return self._bytes[sha256]
+
+    def carry(self, partition: int, shas: Sequence[str], everything: bool = False) -> dict[str, np.ndarray]:
+        """The module bytes a message to ``partition`` must carry: the ones not sent to it yet (all of
+        them when ``everything``, or when the cache is off)."""
+        held = self.sent.setdefault(partition, set())
+        out = {sha: self._payload(sha) for sha in shas if everything or not self.enabled or sha not in held}
+        if self.enabled:
+            held.update(out)
+        return out
+
+    def lost(self, partition: int) -> None:
+        """``partition`` lacked a module it was sent: assume it holds none of them any more."""
+        self.sent.pop(partition, None)
+
+
+def need_of(reply: Message) -> list[str] | None:
+    """The sha256s a node asks for, or None when the reply is not a ``need``."""
+    if reply.has_error() or NEED_KEY not in reply.content:
+        return None
+    return [str(s) for s in reply.content[NEED_KEY]["sha256"]]
+
+
+def check_need_reply(reply: Message, partition: int, named: Sequence[str]) -> str | None:
+    """Why a ``need`` reply is unacceptable (None if it is fine): it must come from the partition
+    asked and name only modules the message named."""
+    record = reply.content[NEED_KEY]
+    try:
+        pid, shas = int(record[PARTITION_KEY]), [str(s) for s in record["sha256"]]
+    except (KeyError, TypeError, ValueError):
+        return "malformed need"
+    if pid != partition:
+        return f"need claims partition {pid}, not {partition}"
+    if not shas or not all(is_sha256(s) for s in shas) or not set(shas) <= set(named):
+        return "need names modules the message did not name"
+    return None

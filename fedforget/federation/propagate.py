@@ -1,0 +1,90 @@
+"""``action='propagate'``: tell the owning clients to delete forgotten samples now, without retraining.
+
+Sent by ``fedforget forget --propagate --federation NAME`` right after the request is committed. Every
+partition that holds forgotten samples gets the same ``query.forget`` (``query.safeforget`` for SAFE,
+which also drops its feature caches) that a retrain sends; each writes the samples to its tombstones
+and replies, and the reply is recorded as an acknowledgement. A partition whose node does not answer
+within ``round-timeout`` stays pending: the next retrain sends it the same message (its next contact).
+A node that holds no forgotten sample but may hold a copy of a purged artifact (it trained on top of
+one) and has not confirmed dropping it gets the same message with no samples, so it drops its copies
+and confirms (the ``client-copies`` of ``fedforget purge --check``).
+"""
+
+from __future__ import annotations
+
+from logging import INFO, WARNING
+
+import numpy as np
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.serverapp import Grid
+from flwr.supercore import log
+
+from fedforget.core.config import RunConfig
+from fedforget.federation.messaging import FORGET_MESSAGE, PARTITION_KEY, send_with_retries, to_record
+from fedforget.methods.registry import entry_for_plan
+from fedforget.store import Store
+from fedforget.store.acks import record_acks
+from fedforget.store.purge import (
+    PURGE_KEY,
+    PURGE_RECORD,
+    purge_mark,
+    purged_sha_list,
+    unconfirmed_copies,
+    visible_partitions,
+)
+
+
+def forget_message_type(plan_kind: str | None) -> str:
+    """The message that makes a node delete samples, for the method that wrote a plan of ``plan_kind``."""
+    entry = entry_for_plan(plan_kind)
+    return entry.forget_message if entry is not None else FORGET_MESSAGE
+
+
+def reachable_partitions(grid: Grid, timeout: float) -> dict[int, int]:
+    """partition → node id of the nodes that answer a ``query`` within ``timeout`` (absent ones are left out)."""
+    from flwr.app import MessageType
+
+    query = [Message(RecordDict({"config": ConfigRecord({"ask": "partition"})}), dst_node_id=n,
+                     message_type=MessageType.QUERY) for n in sorted(grid.get_node_ids())]
+    found = {}
+    for reply in send_with_retries(grid, query, timeout):
+        if not reply.has_error():
+            found[int(reply.content["info"][PARTITION_KEY])] = reply.metadata.src_node_id
+    return found
+
+
+def run_propagation(grid: Grid, cfg: RunConfig) -> dict[int, int]:
+    """Send every reachable owner its forgotten samples; record and return partition → newly deleted."""
+    store = Store.open(cfg.store)
+    ledger = store.ledger()
+    try:
+        forgotten = ledger.forgotten_by_partition()
+        kind = (ledger.plan() or {}).get("kind")
+        mark = purge_mark(ledger.db)  # read before the sha256s: a request purged in between stays unconfirmed
+        unseen = unconfirmed_copies(ledger.db, visible_partitions(store.root))  # what `purge --check` reports
+        holders = {p: [] for p in unseen if p not in forgotten}
+    finally:
+        ledger.close()
+    nodes = reachable_partitions(grid, cfg.round_timeout)
+    shas = purged_sha_list(store)  # the clients drop their own copies of purged artifacts too
+    extra = {PURGE_RECORD: ConfigRecord({PURGE_KEY: shas})} if shas else {}
+    messages = [Message(RecordDict({"arrays": to_record({"samples": np.asarray(ids, dtype=np.int64)}), **extra}),
+                        dst_node_id=nodes[p], message_type=forget_message_type(kind))
+                for p, ids in sorted({**forgotten, **holders}.items()) if p in nodes]
+    deleted = {}
+    for reply in send_with_retries(grid, messages, cfg.round_timeout) if messages else []:
+        if reply.has_error():
+            continue
+        info = reply.content["info"]
+        deleted[int(info[PARTITION_KEY])] = int(info["deleted"])
+    ledger = store.ledger()
+    try:
+        record_acks(ledger, deleted, copies_up_to=mark)
+    finally:
+        ledger.close()
+    missing = sorted(set(forgotten) - set(deleted))
+    log(INFO, "fedforget: propagated: partition(s) %s deleted their forgotten samples", sorted(deleted))
+    if missing:
+        log(WARNING, "fedforget: partition(s) %s did not answer; the next retrain reaches them", missing)
+    log(INFO, "fedforget: store written to %s", store.root)
+    return deleted

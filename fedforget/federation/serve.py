@@ -1,0 +1,72 @@
+"""What is served: the stored serving plan turned into predictions (server, coordinator, audit).
+
+The plan's ``kind`` picks its method's serving function from the registry. :func:`lora_probabilities`
+serves LoRA + head models, each artifact one model: a single artifact alone, several (flat shards) as
+the mean of their softmax probabilities.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedforget.core.config import RunConfig
+from fedforget.federation.module_stack import Module, assemble, split_state
+from fedforget.methods.registry import entry_for_plan, resolve
+from fedforget.store import Store
+from fedforget.training.supervised import predict_logits
+
+Tensors = dict[str, torch.Tensor]
+
+
+class ServingError(RuntimeError):
+    """Nothing valid is left to serve: a retrain is required."""
+
+
+def load_tensors(store: Store, sha256: str) -> Tensors:
+    return {k: torch.from_numpy(np.array(v, copy=True)) for k, v in store.get_arrays(sha256).items()}
+
+
+def class_probabilities(logits: torch.Tensor) -> np.ndarray:
+    """Softmax in float64: every serving function turns logits into the probabilities it compares alike."""
+    return torch.softmax(logits.double(), dim=1).numpy()
+
+
+def serving_probabilities(cfg: RunConfig, num_classes: int, store: Store, plan_json: dict[str, Any],
+                          serving: dict[str, Any], artifacts: list[dict[str, Any]],
+                          inputs: tuple[torch.Tensor, ...]) -> np.ndarray:
+    """Class probabilities of the served ensemble on ``inputs``; raises :class:`ServingError` if none."""
+    if not serving.get("available"):
+        raise ServingError("no valid model is left to serve; run `fedforget retrain`")
+    entry = entry_for_plan(plan_json.get("kind"))
+    serving_fn = resolve(entry.serving) if entry is not None else lora_probabilities
+    return serving_fn(cfg, num_classes, store, plan_json, serving, artifacts, inputs)
+
+
+def lora_probabilities(cfg: RunConfig, num_classes: int, store: Store, plan_json: dict[str, Any],
+                       serving: dict[str, Any], artifacts: list[dict[str, Any]],
+                       inputs: tuple[torch.Tensor, ...]) -> np.ndarray:
+    """One LoRA + head model per served artifact; several are averaged as probabilities."""
+    shas = {a["artifact"]: a["sha256"] for a in artifacts}
+    kinds = {a["kind"] for a in artifacts if a["artifact"] in serving["artifacts"]}
+    if kinds - {"lora+head"}:
+        raise ServingError(f"evaluate rebuilds LoRA + head models only, not {', '.join(sorted(kinds))}; "
+                           "`fedforget status` shows the accuracy the run measured")
+    probs = []
+    for artifact in serving["artifacts"]:
+        lora, head = split_state(load_tensors(store, shas[artifact]))
+        model = assemble(cfg, num_classes, "continue", [Module("default", None, lora)], head)
+        probs.append(class_probabilities(predict_logits(model, inputs)))
+    return np.mean(np.stack(probs), axis=0)
+
+
+def serving_accuracy(cfg: RunConfig, num_classes: int, store: Store, plan_json: dict[str, Any],
+                     serving: dict[str, Any], artifacts: list[dict[str, Any]], inputs: tuple[torch.Tensor, ...],
+                     labels: torch.Tensor) -> dict[str, float]:
+    probs = serving_probabilities(cfg, num_classes, store, plan_json, serving, artifacts, inputs)
+    y = labels.numpy()
+    picked = np.clip(probs[np.arange(len(y)), y], 1e-12, 1.0)
+    return {"accuracy": float((probs.argmax(1) == y).mean()), "loss": float(-np.log(picked).mean()),
+            "num-examples": int(len(y))}

@@ -1,0 +1,22 @@
+"""Accuracy of what is served on the test split, recorded in the ledger (``status`` shows it)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fedforget.federation.serve import serving_accuracy
+from fedforget.store.ledger import Ledger
+
+if TYPE_CHECKING:
+    from fedforget.federation.run_setup import ServerRun
+
+
+def evaluate_serving(run: ServerRun, ledger: Ledger) -> dict[str, float]:
+    """Evaluate the ledger's serving plan; NaN accuracy when nothing valid is left to serve."""
+    serving = ledger.serving()
+    if not serving.get("available"):
+        return {"accuracy": float("nan"), "loss": float("nan"), "num-examples": 0}
+    result = serving_accuracy(run.cfg, run.data.num_classes, run.store, ledger.plan(), serving, ledger.artifacts(),
+                              run.data.test.inputs, run.data.test.labels)
+    ledger.set_meta("accuracy", {"serving": serving["artifacts"], **result})
+    return result

@@ -1,0 +1,25 @@
+"""Sequence-sharded LoRA chains (FedSGT, S3T, SISA, FedCIO): a forget serves the prefixes that never saw
+the data."""
+
+from fedforget.federation.message_types import CHAIN, FORGET, MODULE_TRAINING
+from fedforget.methods.method import Method
+
+METHOD = Method(
+    name="chains",
+    variants=("fedsgt", "s3t", "sisa", "fedcio"),
+    driver="fedforget.methods.chains.server:run_chains",
+    handlers={CHAIN: MODULE_TRAINING},
+    serving="fedforget.methods.chains.serve:chain_probabilities",
+    serving_rules={"chains": "fedforget.methods.chains.plan:serving_from_json"},
+    forget_message=FORGET,
+    config_group="chains",
+    planning=("fedforget.methods.chains.plan", "fedforget.methods.chains.grouping",
+              "fedforget.methods.chains.sequences", "fedforget.methods.chains.serving",
+              "fedforget.methods.chains.theory", "fedforget.methods.chains.config"),
+    forget_detail="fedforget.methods.chains.coordinator:forget_detail",
+    plan_artifacts="fedforget.methods.chains.coordinator:plan_artifacts",
+    status="fedforget.methods.chains.coordinator:status",
+    print_status="fedforget.methods.chains.coordinator:print_status",
+    config_check="fedforget.methods.chains.config:check_config",
+    commands="fedforget.methods.chains.cli:add_commands",
+)

@@ -1,0 +1,19 @@
+"""FedAvg-LoRA: one adapter averaged over rounds; a forget retrains from scratch without the forgotten
+data."""
+
+from fedforget.federation.message_types import FORGET, LORA_SERVING, SINGLE_RULE
+from fedforget.methods.method import Method
+
+METHOD = Method(
+    name="fedavg",
+    variants=("fedavg",),
+    driver="fedforget.methods.fedavg.server:run_fedavg",
+    handlers={
+        "train": "fedforget.methods.fedavg.client:train_adapter",
+        "evaluate": "fedforget.methods.fedavg.client:evaluate_adapter",
+    },
+    serving=LORA_SERVING,
+    serving_rules={"single": SINGLE_RULE},
+    forget_message=FORGET,
+    config_group=None,
+)

@@ -1,0 +1,22 @@
+"""FedShard: a tree of LoRA modules over client shards, merged in product space; a forget retrains the
+affected branch."""
+
+from fedforget.federation.message_types import CHAIN, FORGET, LORA_SERVING, MODULE_TRAINING
+from fedforget.methods.method import Method
+
+METHOD = Method(
+    name="fedshard",
+    variants=("fedshard",),
+    driver="fedforget.methods.fedshard.server:run_fedshard",
+    handlers={CHAIN: MODULE_TRAINING},
+    serving=LORA_SERVING,
+    serving_rules={"fedshard": "fedforget.methods.fedshard.plan:fedshard_serving"},
+    forget_message=FORGET,
+    config_group="fedshard",
+    planning=("fedforget.methods.fedshard.plan", "fedforget.methods.fedshard.costs",
+              "fedforget.methods.fedshard.angles", "fedforget.methods.fedshard.lora_merge"),
+    ledger_rules=("fedforget.methods.fedshard.ledger_rules:scrub_leaver_angles",),
+    status="fedforget.methods.fedshard.status:status",
+    print_status="fedforget.methods.fedshard.status:print_status",
+    commands="fedforget.methods.fedshard.cli:add_commands",
+)

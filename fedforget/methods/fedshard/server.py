@@ -1,0 +1,380 @@
+"""FedShard: a stage-wise shard tree trained through Flower, every shard cached with its clients' lineage.
+
+Stage by stage, all shards of a stage train in parallel: each round sends one ``train.chain``
+message to every member of every shard that still has rounds left (per-shard seeds come from the
+shard's artifact id), and each shard FedAvg-aggregates its own replies in partition order. After a
+stage, update angles are measured and A1/A2 (``fedforget.methods.fedshard.plan``) plan the next one. Each
+shard's final model is an artifact with lineage = its clients; its weight (examples seen), rounds,
+angle and children are in the ledger, the tree in the manifest.
+
+``action='retrain'`` makes the clients delete forgotten data for good, then walks the stages and
+retrains only invalid shards, each from the re-aggregation of its (retrained or cached) children,
+with the cached rounds: the path to the root for a leaving client, never from the cached init that
+held the leaver.
+``plan-file`` replays a stored tree instead of running A1/A2 (what ``verify`` does: the guarantee
+is relative to the plan).
+
+Node failures follow the rule of :mod:`fedforget.federation.failover`: a lost node is redone on the
+node that now holds its partition, a raising one once more on the same node, a bad reply (NaN,
+oversized, another partition's, malformed) is rejected. A partition lost for good is excluded: every
+shard that has it as a client (its path to the root) stays unbuilt, named in the ledger's ``unbuilt``
+(serving falls back as after its leaving; ``retrain`` builds the path later), and every other shard
+is built exactly as without the failure, so one dead node does not stall the stage.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from logging import INFO, WARNING
+from pathlib import Path
+
+import numpy as np
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
+from flwr.supercore import log
+
+from fedforget.core.config import RunConfig
+from fedforget.core.seeds import derive_seed
+from fedforget.federation.failover import check_chain_reply, exchange_redo_or_exclude
+from fedforget.federation.forget_messages import forget_before_retrain
+from fedforget.federation.messaging import (
+    CHAIN_MESSAGE,
+    PARTITION_KEY,
+    discover_partitions,
+    payload_bytes,
+    to_numpy,
+    to_record,
+)
+from fedforget.federation.module_stack import default_module_init, initial_head
+from fedforget.federation.run_setup import ServerRun, open_server_run, prepare_server_run
+from fedforget.federation.serve import load_tensors
+from fedforget.federation.serving_eval import evaluate_serving
+from fedforget.methods.fedshard.angles import signed_update_angles, update_angles
+from fedforget.methods.fedshard.lora_merge import merge_lora
+from fedforget.methods.fedshard.plan import (
+    CALIBRATION_STAGES,
+    Child,
+    ShardNode,
+    ShardTree,
+    allocate_rounds,
+    check_tree,
+    first_stage,
+    merge_a1,
+    merge_random,
+    merged_stage,
+    num_stages,
+    variance,
+)
+from fedforget.store.check import corrupt_artifacts
+from fedforget.store.ledger import Ledger
+
+Arrays = dict[str, np.ndarray]
+SLOTS = json.dumps([{"slot": "default", "targets": None}])
+
+
+def _flat(arrays: Arrays) -> np.ndarray:
+    return np.concatenate([arrays[k].ravel().astype(np.float64) for k in sorted(arrays)])
+
+
+@dataclass
+class ShardResult:
+    """A shard after its rounds: final model, the examples it saw (its weight), who was left out."""
+
+    state: Arrays
+    weight: int
+    excluded: list[list[int]] = field(default_factory=list)  # stays empty: a lost client leaves the shard unbuilt
+
+
+class ShardTrainer:
+    """Runs shards of one stage in parallel over the Grid and caches them in the store and ledger."""
+
+    def __init__(self, grid: Grid, run: ServerRun, ledger: Ledger, watermark: int,
+                 gone: set[int] | None = None) -> None:
+        self.grid, self.run, self.ledger, self.watermark = grid, run, ledger, watermark
+        self.cfg = run.cfg
+        self.gone = gone or set()  # clients with no data left: not contacted
+        self.rebuilt: list[str] = []
+        #: partitions lost in this run and the shards left unbuilt because they have one as a client
+        self.excluded: set[int] = set()
+        self.unbuilt: list[str] = []
+        self.client_rounds = 0
+        self.client_angles: dict[int, float] = {}
+        self._probe: dict[int, Arrays] = {}
+        num_classes = run.data.num_classes
+        self.theta0: Arrays = {k: np.ascontiguousarray(v.detach().numpy()) for k, v in
+                               {**default_module_init(self.cfg, num_classes), **initial_head(self.cfg, num_classes)}
+                               .items()}
+
+    def _members(self, shard: ShardNode) -> list[int]:
+        return [c for c in shard.clients if c not in self.gone]
+
+    def lost(self, shard: ShardNode) -> bool:
+        """Whether ``shard`` has a client excluded in this run (it, and its path up, stay unbuilt)."""
+        return bool(set(shard.clients) & self.excluded)
+
+    def _message(self, shard: ShardNode, partition: int, state: Arrays, server_round: int) -> Message:
+        slices = list(range(len(self.run.plan.slices[partition])))
+        content = RecordDict({
+            "arrays": to_record(state),
+            "config": ConfigRecord({"artifact": shard.artifact, "server-round": server_round,
+                                    "stacking": "continue", "slices": slices, "slots": SLOTS}),
+        })
+        return Message(content, dst_node_id=self.run.nodes[partition], message_type=CHAIN_MESSAGE)
+
+    def _exchange(self, messages: list[Message], parts: list[int], starts: list[Arrays]) -> list[Message | None]:
+        """Send one round's messages under the failure rule; the valid replies (None: partition excluded)."""
+        def valid(reply: Message, i: int) -> str | None:
+            return check_chain_reply(reply, parts[i], starts[i], len(self.run.plan.partition_ids(parts[i])))
+
+        replies, lost = exchange_redo_or_exclude(self.grid, self.run.nodes, messages, parts, self.cfg.round_timeout,
+                                                 valid)
+        self.excluded |= lost
+        return replies
+
+    def train_stage(self, shards: Sequence[ShardNode], inits: dict[int, Arrays]) -> dict[int, ShardResult]:
+        """FedAvg inside each shard for its own number of rounds; shards with fewer rounds idle."""
+        current = dict(inits)
+        results = {s.index: ShardResult(inits[s.index], 0) for s in shards}
+        probe = self.cfg.action == "train" and bool(shards) and shards[0].stage == 1
+        for server_round in range(1, max((s.rounds for s in shards), default=0) + 1):
+            active = [s for s in shards if s.rounds >= server_round and self._members(s) and not self.lost(s)]
+            messages, owners, parts = [], [], []
+            for s in active:
+                for p in self._members(s):
+                    messages.append(self._message(s, p, current[s.index], server_round))
+                    owners.append((s.index, p))
+                    parts.append(p)
+            started = time.monotonic()
+            starts = [current[i] for i, _ in owners]
+            replies = self._exchange(messages, parts, starts)
+            answered = dict(zip(owners, replies, strict=True))
+            examples, losses = 0, []
+            for s in active:
+                if self.lost(s):
+                    log(WARNING, "fedforget: %s round %d: a client was lost; the shard stays unbuilt", s.artifact,
+                        server_round)
+                    continue
+                useful = []
+                for p in self._members(s):
+                    reply = answered[(s.index, p)]
+                    if int(reply.content["metrics"]["num-examples"]) > 0:
+                        useful.append(reply.content)
+                if probe and server_round == 1:
+                    self._probe.update({int(rd["metrics"][PARTITION_KEY]): to_numpy(rd["arrays"]) for rd in useful})
+                if useful:
+                    current[s.index] = {k: np.ascontiguousarray(v) for k, v in
+                                        to_numpy(aggregate_arrayrecords(useful, "num-examples")).items()}
+                    results[s.index].weight = sum(int(rd["metrics"]["num-examples"]) for rd in useful)
+                    examples += results[s.index].weight
+                    losses += [float(rd["metrics"]["train-loss"]) for rd in useful]
+                results[s.index].state = current[s.index]
+            self.client_rounds += len(messages)
+            down = sum(payload_bytes(m.content) for m in messages)
+            up = sum(payload_bytes(r.content) for r in replies if r is not None and not r.has_error())
+            self.run.store.append_metrics({
+                "stage": shards[0].stage if shards else 0, "round": server_round, "shards": len(active),
+                "client-rounds": len(messages), "bytes-down": down, "bytes-up": up, "train-examples": examples,
+                "train-loss": float(np.mean(losses)) if losses else 0.0,
+                "seconds": time.monotonic() - started, "action": self.cfg.action})
+        if probe:
+            self._finish_probe()
+        for s in shards:
+            if self.lost(s):  # nothing of it is used: weight 0, state as it started
+                results[s.index] = ShardResult(inits[s.index], 0)
+        return results
+
+    def _finish_probe(self) -> None:
+        """Per-client angles α_c from the first round of stage 1, where every client starts from θ^0:
+        the reference the fairness metrics use for every method."""
+        clients = sorted(self._probe)
+        if not clients:
+            return
+        base = _flat(self.theta0)
+        updates = np.stack([_flat(self._probe.pop(c)) - base for c in clients])
+        self.client_angles = {c: float(a) for c, a in zip(clients, update_angles(updates), strict=True)}
+
+    def record(self, shard: ShardNode, result: ShardResult, angle: float, signed: float) -> None:
+        if self.lost(shard):
+            self.unbuilt.append(shard.artifact)
+            return
+        sha = self.run.store.put_arrays(result.state, {"artifact": shard.artifact, "method": self.cfg.method,
+                                                       "task": self.cfg.task})
+        units = [f"{c}:{s}" for c in shard.clients for s in range(len(self.run.plan.slices[c]))]
+        self.ledger.record_artifact(shard.artifact, sha, "lora+head", units, self.watermark, {
+            "stage": shard.stage, "shard": shard.index, "rounds": shard.rounds, "weight": result.weight,
+            "children": list(shard.children), "clients": list(shard.clients), "angle": angle,
+            "signed-angle": signed, "excluded": result.excluded, "slot": "default", "targets": None})
+        self.rebuilt.append(shard.artifact)
+
+
+def stage_angles(finals: Sequence[Arrays], inits: Sequence[Arrays], weights: Sequence[int]) -> tuple[list, list]:
+    """Eq. 1 on updates (G3): each shard's Δθ against the stage's weighted-mean Δθ; and signed (G2)."""
+    updates = np.stack([_flat(f) - _flat(i) for f, i in zip(finals, inits, strict=True)])
+    w = [max(0, x) for x in weights]
+    return [float(a) for a in update_angles(updates, w)], [float(a) for a in signed_update_angles(updates, w)]
+
+
+def plan_next_stage(cfg: RunConfig, stage: Sequence[ShardNode], signed: Sequence[float],
+                    costs: Sequence[float]) -> list[ShardNode]:
+    """A1 (or seeded random merging) and A2 (or constant rounds) for the stage after ``stage``."""
+    p = stage[0].stage + 1
+    if cfg.merge == "a1":
+        children = [Child(s.index, signed[i], s.clients, costs[i]) for i, s in enumerate(stage)]
+        groups = merge_a1(children, cfg.fanout)
+    else:
+        groups = merge_random(len(stage), cfg.fanout, derive_seed(cfg.seed, "fedshard", "merge", p))
+    if p <= CALIBRATION_STAGES or cfg.rounds_rule == "constant":
+        rounds = [cfg.rounds_max] * len(groups)
+    else:
+        variances = [variance([signed[j] for j in g]) for g in groups]
+        rounds = allocate_rounds(variances, cfg.rounds_min, cfg.rounds_max, cfg.rounds_rule)
+    return merged_stage(stage, groups, rounds)
+
+
+def load_plan_file(path: str) -> ShardTree:
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    return ShardTree.from_json(data.get("plan", data))
+
+
+def _train_tree(trainer: ShardTrainer, cfg: RunConfig, partitions: list[int], replay: ShardTree | None) -> ShardTree:
+    stage = replay.stages[0] if replay else first_stage(
+        partitions, cfg.fanout, derive_seed(cfg.seed, "fedshard", "stage-1"),
+        cfg.rounds_max * (num_stages(len(partitions), cfg.fanout) if cfg.flat else 1))
+    total = len(replay.stages) if replay else 1 if cfg.flat else num_stages(len(partitions), cfg.fanout)
+    stages: list[list[ShardNode]] = []
+    previous: dict[int, ShardResult] = {}
+    path_cost = {c: 0.0 for c in partitions}
+    while True:
+        inits = _inits(trainer, stage, stages[-1] if stages else None, previous)
+        results = trainer.train_stage(stage, inits)
+        finals = [results[s.index].state for s in stage]
+        angles, signed = stage_angles(finals, [inits[s.index] for s in stage], [results[s.index].weight for s in stage])
+        for i, s in enumerate(stage):
+            trainer.record(s, results[s.index], angles[i], signed[i])
+            for c in s.clients:
+                path_cost[c] += s.rounds * len(s.clients)
+        stages.append(list(stage))
+        log(INFO, "fedforget: FedShard stage %d/%d: %d shard(s) trained (%s rounds)", stage[0].stage, total,
+            len(stage), ",".join(str(s.rounds) for s in stage))
+        previous = results
+        if cfg.flat or len(stage) == 1:
+            break
+        if replay:
+            stage = replay.stages[len(stages)]
+        else:
+            costs = [float(np.mean([path_cost[c] for c in s.clients])) for s in stage]
+            stage = plan_next_stage(cfg, stage, signed, costs)
+    tree = ShardTree(cfg.fanout if not replay else replay.fanout, stages, cfg.flat if not replay else replay.flat)
+    check_tree(tree)
+    return tree
+
+
+def _inits(trainer: ShardTrainer, stage: Sequence[ShardNode], below: Sequence[ShardNode] | None,
+           results: dict[int, ShardResult]) -> dict[int, Arrays]:
+    """θ^0 at stage 1; else the re-aggregation of each shard's non-empty children (Eq. 9), weighted by
+    their examples, with LoRA factors merged by ``lora-merge`` (core/lora_merge.py)."""
+    if below is None:
+        return {s.index: dict(trainer.theta0) for s in stage}
+    out = {}
+    for s in stage:
+        kids = [results[j] for j in s.children if results[j].weight > 0]
+        out[s.index] = (merge_lora([k.state for k in kids], [k.weight for k in kids], trainer.cfg.lora_merge)
+                        if kids else dict(trainer.theta0))
+    return out
+
+
+def run_fedshard(grid: Grid, cfg: RunConfig) -> None:
+    """ServerApp entry for ``method='fedshard'`` (``action`` = train or retrain)."""
+    nodes = discover_partitions(grid, cfg.round_timeout)
+    if cfg.action == "retrain":
+        retrain_fedshard(grid, cfg, nodes)
+        return
+    run = prepare_server_run(cfg, nodes)
+    replay = load_plan_file(cfg.plan_file) if cfg.plan_file else None
+    if replay and sorted(c for s in replay.stages[0] for c in s.clients) != sorted(nodes):
+        raise ValueError(f"plan-file {cfg.plan_file} covers other clients than the {len(nodes)} connected")
+    ledger = run.store.ledger()
+    try:
+        ledger.load_samples(run.plan.slices)
+        trainer = ShardTrainer(grid, run, ledger, watermark=0)
+        tree = _train_tree(trainer, cfg, sorted(nodes), replay)
+        ledger.set_plan(tree.serving_json(cfg.fallback))
+        ledger.set_meta("unbuilt", {"artifacts": trainer.unbuilt, "partitions": sorted(trainer.excluded)})
+        ledger.set_meta("client-angles", {str(c): a for c, a in trainer.client_angles.items()})
+        run.store.update_manifest(plan=tree.to_json(), **{"rounds-done": sum(
+            max(s.rounds for s in stage) for stage in tree.stages)})
+        serving = ledger.refresh_serving()
+        result = evaluate_serving(run, ledger)
+        record_first_per_class_accuracy(run, ledger, serving)
+        run.store.append_metrics({"final": True, "action": "train", "accuracy": result["accuracy"],
+                                  "loss": result["loss"], "client-rounds": trainer.client_rounds,
+                                  "served": serving["artifacts"]})
+        log(INFO, "fedforget: fedshard trained %d shard(s) in %d stage(s); serving accuracy %.4f",
+            len(trainer.rebuilt), len(tree.stages), result["accuracy"])
+        log(INFO, "fedforget: store written to %s", run.store.root)
+    finally:
+        ledger.close()
+
+
+def retrain_fedshard(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
+    """Retrain only the invalid shards, stage by stage, each from its re-aggregated children."""
+    run = open_server_run(cfg, nodes)
+    ledger = run.store.ledger()
+    try:
+        watermark = forget_before_retrain(grid, run, ledger)
+        tree = ShardTree.from_json(run.store.manifest()["plan"])
+        # a corrupt cached shard is rebuilt like an invalid one (same inputs, so the same bytes come back)
+        valid = ledger.valid_artifacts() - corrupt_artifacts(run.store, ledger)
+        stored = {a["artifact"]: a for a in ledger.artifacts()}
+        trainer = ShardTrainer(grid, run, ledger, watermark, gone=set(ledger.exhausted_partitions()))
+        results: dict[int, ShardResult] = {}
+        below: list[ShardNode] | None = None
+        for stage in tree.stages:
+            inits = _inits(trainer, stage, below, results)
+            todo = [s for s in stage if s.artifact not in valid]
+            trained = trainer.train_stage(todo, {s.index: inits[s.index] for s in todo}) if todo else {}
+            results = {}
+            for s in stage:
+                if s.index in trained:
+                    results[s.index] = trained[s.index]
+                else:
+                    row = stored[s.artifact]
+                    state = {k: v.numpy() for k, v in load_tensors(run.store, row["sha256"]).items()}
+                    results[s.index] = ShardResult(state, int(row["meta"]["weight"]))
+            if todo:
+                angles, signed = stage_angles([results[s.index].state for s in stage],
+                                              [inits[s.index] for s in stage],
+                                              [results[s.index].weight for s in stage])
+                for s in todo:
+                    trainer.record(s, results[s.index], angles[s.index], signed[s.index])
+                log(INFO, "fedforget: FedShard stage %d/%d: retrained %s", stage[0].stage, len(tree.stages),
+                    ", ".join(s.artifact for s in todo))
+            below = stage
+        ledger.set_meta("unbuilt", {"artifacts": trainer.unbuilt, "partitions": sorted(trainer.excluded)})
+        serving = ledger.finish_retrain(watermark, trainer.rebuilt)
+        result = evaluate_serving(run, ledger)
+        run.store.append_metrics({"final": True, "action": "retrain", "accuracy": result["accuracy"],
+                                  "loss": result["loss"], "rebuilt": trainer.rebuilt, "watermark": watermark,
+                                  "client-rounds": trainer.client_rounds, "served": serving["artifacts"]})
+        log(INFO, "fedforget: retrain rebuilt %d shard(s) in %d client-rounds up to request %d; serving accuracy %.4f",
+            len(trainer.rebuilt), trainer.client_rounds, watermark, result["accuracy"])
+    finally:
+        ledger.close()
+
+
+def record_first_per_class_accuracy(run: ServerRun, ledger: Ledger, serving: dict) -> None:
+    """The first served model's per-class test accuracy, for ``fairness``'s ΔY once that model is purged."""
+    from fedforget.federation.serve import serving_probabilities
+
+    if not serving.get("available"):
+        return
+    probs = serving_probabilities(run.cfg, run.data.num_classes, run.store, ledger.plan(), serving,
+                                  ledger.artifacts(), run.data.test.inputs)
+    labels = run.data.test.labels.numpy()
+    hit = probs.argmax(1) == labels
+    ledger.set_meta("first-per-class-accuracy", [float(hit[labels == k].mean()) if (labels == k).any() else 0.0
+                                                 for k in range(run.data.num_classes)])

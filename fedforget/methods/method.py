@@ -1,0 +1,66 @@
+"""What a method declares about itself: one :class:`Method` in its package's ``__init__``.
+
+Every field names code as a ``"module:function"`` string, never an imported object: the ClientApp reads
+the declarations in every fresh per-message process, so they must cost nothing beyond the standard
+library. Shared machinery calls a method only through these hooks (:func:`resolve`), the way Flower's
+``Strategy.start`` calls a strategy's ``configure_*``/``aggregate_*``; it never imports a method.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Method:
+    """One method family: what it runs on the server and the nodes, what it serves, and its coordinator extras."""
+
+    name: str  # its package: fedforget.methods.<name>
+    variants: tuple[str, ...]  # the run config's ``method=`` values this package runs
+    driver: str  # "module:function(grid, cfg)" that the ServerApp runs on the Grid
+    handlers: Mapping[str, str]  # message type → "module:function(msg, context)" on the ClientApp
+    serving: str  # "module:function": the stored serving plan → class probabilities
+    serving_rules: Mapping[str, str]  # plan kind → pure "module:function(plan_json, valid)" → serving plan
+    forget_message: str  # the message type that makes a node delete forgotten samples
+    config_group: str | None  # the run-config key group it reads (:mod:`fedforget.core.config`)
+    planning: tuple[str, ...] = ()  # its pure modules: no torch, no flwr
+    #: "function(plan, result)" → what ``fedforget forget`` reports beyond the shared fields
+    forget_detail: str | None = None
+    #: "function(store, samples)": refuse ids this method never forgets (raises LedgerUsageError)
+    forget_check: str | None = None
+    #: "function(db, request)" → artifacts it invalidates beyond lineage, inside the forget transaction
+    ledger_rules: tuple[str, ...] = ()
+    #: "function(plan)" → every artifact id its plan can produce (None: not known), for ``store.check``
+    plan_artifacts: str | None = None
+    #: "function(view)" → its keys in ``fedforget status --json`` (empty values for other methods' stores)
+    status: str | None = None
+    #: "function(status, console)": its lines in ``fedforget status``
+    print_status: str | None = None
+    #: "function(cfg)": refuses a config this method cannot run (raises ConfigError), checked with the config
+    config_check: str | None = None
+    #: "function(cfg)": what ``fedforget run`` checks before submitting, which may load the task's data
+    submit_check: str | None = None
+    #: "function(app)": adds its own commands to the ``fedforget`` CLI
+    commands: str | None = None
+    extra: Mapping[str, str] = field(default_factory=dict)  # other named hooks, read by their callers
+
+    @property
+    def package(self) -> str:
+        return f"fedforget.methods.{self.name}"
+
+    def hooks(self) -> tuple[str, ...]:
+        """Every "module:function" it names, each once."""
+        named = [self.driver, *self.handlers.values(), self.serving, *self.serving_rules.values(),
+                 *(h for h in (self.forget_detail, self.forget_check, self.plan_artifacts, self.status,
+                               self.print_status, self.config_check, self.submit_check, self.commands) if h),
+                 *self.ledger_rules, *self.extra.values()]
+        return tuple(dict.fromkeys(named))
+
+
+def resolve(target: str) -> Callable[..., Any]:
+    """Import ``"module:function"`` and return the function."""
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,66 @@
+"""Every method, one line each: the packages under :mod:`fedforget.methods`, each declaring its
+:class:`~fedforget.methods.method.Method` in its ``__init__``.
+
+The answer to "where is method X?" is ``fedforget/methods/X/``. Declarations hold dotted names, never
+imported code: the ClientApp reads this module in every fresh per-message process, so importing it costs
+nothing beyond the standard library. Adding a method is a folder with its declaration and one line in
+:data:`METHOD_PACKAGES`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from fedforget.federation.message_types import FORGET, QUERY
+from fedforget.methods.method import Method, resolve
+
+METHOD_PACKAGES: tuple[str, ...] = ("fedavg", "chains", "hosfl", "fedshard", "safe")
+
+#: Handlers every node serves whatever the method: partition discovery and sample deletion.
+SHARED_HANDLERS: Mapping[str, str] = {
+    QUERY: "fedforget.federation.client_site:describe",
+    FORGET: "fedforget.federation.forget_client:forget_samples",
+}
+
+FAMILIES: tuple[Method, ...] = tuple(importlib.import_module(f"fedforget.methods.{name}").METHOD
+                                     for name in METHOD_PACKAGES)
+BY_VARIANT: dict[str, Method] = {v: m for m in FAMILIES for v in m.variants}
+PLAN_KINDS: dict[str, Method] = {k: m for m in reversed(FAMILIES) for k in m.serving_rules}
+
+__all__ = ["BY_VARIANT", "FAMILIES", "METHOD_PACKAGES", "SHARED_HANDLERS", "Method", "client_handlers",
+           "entry_for_plan", "get_method", "method_entry", "resolve"]
+
+
+def method_entry(name: str) -> Method:
+    """The entry that runs ``method=name``."""
+    try:
+        return BY_VARIANT[name]
+    except KeyError:
+        raise ValueError(f"unknown method {name!r}; known: {', '.join(sorted(BY_VARIANT))}") from None
+
+
+def get_method(name: str) -> Callable[..., None]:
+    """The server driver of ``method=name``, imported now: ``driver(grid, cfg)``."""
+    return resolve(method_entry(name).driver)
+
+
+def entry_for_plan(kind: str | None) -> Method | None:
+    """The first entry writing serving plans of ``kind``."""
+    return PLAN_KINDS.get(kind) if kind is not None else None
+
+
+def store_method(manifest: Mapping[str, Any]) -> Method | None:
+    """The entry that wrote a store (None for a manifest naming no known method)."""
+    return BY_VARIANT.get(str(manifest.get("method")))
+
+
+def client_handlers() -> dict[str, str]:
+    """Message type → handler, over the shared handlers and every entry; one handler per type."""
+    out = dict(SHARED_HANDLERS)
+    for method in FAMILIES:
+        for kind, target in method.handlers.items():
+            if out.setdefault(kind, target) != target:
+                raise ValueError(f"message type {kind!r} has two handlers: {out[kind]} and {target}")
+    return out

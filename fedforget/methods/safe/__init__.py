@@ -1,0 +1,26 @@
+"""SAFE (with ProtoSISA and SAFE-DP): per-clique adapters; a forget drops the cliques that saw the data."""
+
+from fedforget.methods.method import Method
+
+METHOD = Method(
+    name="safe",
+    variants=("safe", "protosisa"),
+    driver="fedforget.methods.safe.server:run_safe",
+    handlers={
+        "train.safe": "fedforget.methods.safe.client:train_cliques",
+        "query.safeproto": "fedforget.methods.safe.client:prototype_sums",
+        "query.safeforget": "fedforget.methods.safe.client:forget_samples",
+    },
+    serving="fedforget.methods.safe.serve:served_probabilities",
+    serving_rules={"safe": "fedforget.methods.safe.graph:safe_serving"},
+    forget_message="query.safeforget",
+    config_group="safe",
+    planning=("fedforget.methods.safe.graph", "fedforget.methods.safe.dp", "fedforget.methods.safe.shard_plan",
+              "fedforget.methods.safe.budget"),
+    forget_detail="fedforget.methods.safe.coordinator:forget_detail",
+    forget_check="fedforget.methods.safe.coordinator:refuse_safe_shard_ids",
+    ledger_rules=("fedforget.methods.safe.budget_store:charge_dp_budget",),
+    status="fedforget.methods.safe.coordinator:status",
+    print_status="fedforget.methods.safe.coordinator:print_status",
+    submit_check="fedforget.methods.safe.coordinator:check_before_submit",
+)

@@ -1,0 +1,162 @@
+"""Client side of SAFE: train the cliques this node holds data of, report prototype sums, delete data.
+
+A node only ever trains a clique on that clique's cells (its samples of the clique's classes in the
+clique's coarse group); each clique has its own fresh optimizer and a data order seeded by
+(run seed, method, clique, round, partition), so a clique's update never depends on another's data.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+import numpy as np
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+
+from fedforget.core.config import RunConfig
+from fedforget.core.seeds import derive_seed
+from fedforget.federation.client_site import ClientSite
+from fedforget.federation.messaging import PARTITION_KEY, to_numpy
+from fedforget.methods.safe.adapters import AdapterSettings, FrozenCrossAttention, normalised, train_adapters
+from fedforget.methods.safe.budget import adapter_budget
+from fedforget.methods.safe.dp import secret_seed
+from fedforget.methods.safe.features import cached_tokens, purge_tokens
+from fedforget.methods.safe.graph import bilevel_cells
+from fedforget.methods.safe.node_secret import node_secret
+from fedforget.store.purge import drop_purged_copies
+from fedforget.store.tombstones import add_tombstones
+from fedforget.tasks.registry import get_task, partition_plan
+
+SEP = "|"
+PARAM_KEYS = ("queries", "heads", "bias")
+
+
+@lru_cache(maxsize=2)
+def frozen_backbone(task: str, hf_model: str, seed: int):  # noqa: ANN201
+    """The task's backbone as loaded (no peft wrapper): what tokens are read from."""
+    cfg = RunConfig(task=task, hf_model=hf_model, seed=seed)
+    return get_task(task).load_backbone(cfg, seed)
+
+
+@lru_cache(maxsize=4)
+def frozen_theta(dim: int, seed: int, width: int) -> FrozenCrossAttention:
+    """θ of the run: the same seeded, frozen cross-attention on every node and the server."""
+    return FrozenCrossAttention(dim, derive_seed(seed, "safe", "theta"), width)
+
+
+def node_cells(site: ClientSite, mode: str, coarse: int, fine: int, group: int | None) -> dict[int, list[int]]:
+    """cell -> sample ids of this node, drawn from the original partition plan (deletions never move a
+    sample to another cell); deleted samples are removed afterwards."""
+    ids = partition_plan(site.cfg, site.num_partitions).partition_ids(site.partition)
+    labels = site.data.train.by_ids(ids).labels.tolist()
+    lab = dict(zip(ids, labels, strict=True))
+    k = site.data.num_classes
+    if mode == "client":
+        if group is None:
+            return {}
+        cells: dict[int, list[int]] = {}
+        for s, y in sorted(lab.items()):
+            cells.setdefault(group * k + y, []).append(s)
+    else:
+        cells = bilevel_cells({site.partition: lab}, k, coarse, fine, mode, site.cfg.seed)[site.partition]
+    held = set(site.slice_examples(None).ids.tolist())
+    return {c: [s for s in v if s in held] for c, v in cells.items()}
+
+
+def node_tokens(site: ClientSite, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """Tokens, labels and pooled features of ``ids`` (cached once per node in its state dir)."""
+    backbone = frozen_backbone(site.cfg.task, site.cfg.hf_model, site.cfg.seed)
+    held = sorted(site.slice_examples(None).ids.tolist())
+    examples = site.data.train.by_ids(held)
+    tokens, pooled = cached_tokens(site.state_dir, f"train-{site.dataset_key}", backbone.weights_sha256, held,
+                                   backbone.module, examples.inputs)
+    row = {s: r for r, s in enumerate(held)}
+    rows = [row[s] for s in ids]
+    return torch.from_numpy(tokens[rows]), examples.labels[rows], pooled[rows]
+
+
+def _plan_args(config: ConfigRecord) -> tuple[str, int, int, int | None]:
+    group = int(config["group"]) if "group" in config else None
+    return str(config["mode"]), int(config["coarse"]), int(config["fine"]), group
+
+
+def train_cliques(msg: Message, context: Context) -> Message:
+    """``train.safe``: one FedAvg round of every clique named, each on its own cells only."""
+    site = ClientSite.from_context(context)
+    cfg = site.cfg
+    config = msg.content["config"]
+    specs = json.loads(str(config["cliques"]))
+    server_round = int(config["server-round"])
+    cells = node_cells(site, *_plan_args(config))
+    budget = adapter_budget(cfg)
+    start = to_numpy(msg.content["arrays"])
+    out: dict[str, np.ndarray] = {}
+    counts: dict[str, int] = {}
+    losses: dict[str, float] = {}
+    for spec in specs:
+        clique = str(spec["id"])
+        ids = sorted(s for c in spec["cells"] for s in cells.get(int(c), []))
+        params = {k: torch.from_numpy(np.array(start[f"{clique}{SEP}{k}"], copy=True)) for k in PARAM_KEYS}
+        counts[clique] = len(ids)
+        if ids:
+            tokens, labels, _ = node_tokens(site, ids)
+            theta = frozen_theta(int(tokens.shape[-1]), cfg.seed, budget.width)
+            if spec.get("dp"):
+                from fedforget.methods.safe.dp_training import train_dp_adapter
+
+                settings = AdapterSettings(cfg.local_epochs, cfg.batch_size, cfg.lr, cfg.optimizer,
+                                           derive_seed(cfg.seed, cfg.method, clique, server_round, site.partition,
+                                                       "order"), cfg.safe_schedule, server_round, cfg.num_rounds)
+                private_seed = secret_seed(node_secret(site.state_dir), "safe-dp", cfg.method, clique, server_round,
+                                           site.partition)
+                params, losses[clique] = train_dp_adapter(theta, params, tokens, labels, int(spec["classes"][0]),
+                                                          [int(c) for c in spec["clique"]], settings, cfg,
+                                                          num_rounds=cfg.num_rounds, private_seed=private_seed)
+            else:
+                order_seed = derive_seed(cfg.seed, cfg.method, clique, site.partition, "order")
+                params, losses[clique] = train_adapters(theta, params, tokens, labels, list(spec["classes"]),
+                                                        budget, server_round, order_seed)
+        for k in PARAM_KEYS:
+            out[f"{clique}{SEP}{k}"] = np.ascontiguousarray(params[k].numpy())
+    info = ConfigRecord({"counts": json.dumps(counts, sort_keys=True), "losses": json.dumps(losses, sort_keys=True)})
+    metrics = MetricRecord({PARTITION_KEY: site.partition, "num-examples": int(sum(counts.values()))})
+    record = ArrayRecord({k: Array(v) for k, v in out.items()})
+    return Message(RecordDict({"arrays": record, "info": info, "metrics": metrics}), reply_to=msg)
+
+
+def prototype_sums(msg: Message, context: Context) -> Message:
+    """``query.safeproto``: per cell, the float64 sum of L2-normalised pooled features and the count."""
+    site = ClientSite.from_context(context)
+    config = msg.content["config"]
+    cells = node_cells(site, *_plan_args(config))
+    out: dict[str, np.ndarray] = {}
+    for cell in json.loads(str(config["cells"])):
+        ids = cells.get(int(cell), [])
+        if ids:
+            _, _, pooled = node_tokens(site, ids)
+            total = normalised(torch.from_numpy(pooled)).sum(axis=0)
+        else:
+            dim = int(config["dim"])
+            total = np.zeros(dim)
+        out[f"{cell}{SEP}sum"] = np.ascontiguousarray(total)
+        out[f"{cell}{SEP}count"] = np.asarray([len(ids)], dtype=np.int64)
+    metrics = MetricRecord({PARTITION_KEY: site.partition})
+    return Message(RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in out.items()}), "metrics": metrics}),
+                   reply_to=msg)
+
+
+def forget_samples(msg: Message, context: Context) -> Message:
+    """``query.safeforget``: delete samples for good (tombstones) and every cached token file with them."""
+    site = ClientSite.from_context(context)
+    ids = [int(i) for i in np.asarray(to_numpy(msg.content["arrays"])["samples"]).ravel()]
+    held = set(partition_plan(site.cfg, site.num_partitions).partition_ids(site.partition))
+    foreign = sorted(set(ids) - held)
+    if foreign:
+        raise ValueError(f"partition {site.partition} does not hold sample(s) {foreign[:5]}")
+    new = add_tombstones(site.state_dir, site.dataset_key, ids)
+    drop_purged_copies(msg, site.state_dir)
+    purged = purge_tokens(site.state_dir)
+    info = ConfigRecord({PARTITION_KEY: site.partition, "deleted": new, "requested": len(ids),
+                         "purged-token-files": purged})
+    return Message(RecordDict({"info": info}), reply_to=msg)

@@ -1,0 +1,413 @@
+"""SAFE (and ProtoSISA / SISA on the same InCA adapters) through Flower: one artifact per clique.
+
+Training: every clique runs ``num-rounds`` FedAvg rounds among only the clients holding its cells;
+all cliques advance in the same Flower rounds (one message per client carries the blocks of its
+cliques), but each block is averaged on its own, weighted by that clique's sample counts, in
+partition order. With a safe shard (``safe-shard`` > 0) the server is one more contributor to every
+clique, after the partitions (:mod:`fedforget.methods.safe.shard`). Prototype sums come per cell (the
+ledger's unit), each one an artifact of its own, and per class of the safe shard (never invalidated).
+``action='retrain'``: clients delete forgotten samples for good, then only invalid cliques retrain
+(from their seeded init, same seeds and rounds) and only invalid cells resend prototype sums.
+SAFE-DP (``safe.dp=true``): one artifact per class node; see :mod:`fedforget.methods.safe.dp_training`.
+
+Failures follow the rule of :mod:`fedforget.federation.failover`: a lost or raising node is redone, a
+bad reply rejected; a partition excluded for good leaves every artifact that reads its cells unbuilt
+(named in the ledger's ``unbuilt``), and every other artifact is built as without the failure.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from logging import INFO
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.serverapp import Grid
+from flwr.supercore import log
+
+from fedforget.core.config import RunConfig
+from fedforget.core.seeds import derive_seed
+from fedforget.federation.failover import FRAMING_PER_TENSOR, check_reply, exchange_redo_or_exclude
+from fedforget.federation.forget_messages import forget_before_retrain
+from fedforget.federation.messaging import discover_partitions, to_numpy
+from fedforget.federation.run_setup import ServerRun, open_server_run, prepare_server_run
+from fedforget.methods.safe.adapters import init_adapters
+from fedforget.methods.safe.budget import adapter_budget
+from fedforget.methods.safe.client import PARAM_KEYS, SEP, frozen_backbone, frozen_theta
+from fedforget.methods.safe.dp import request_budget
+from fedforget.methods.safe.graph import SafePlan, build_safe_plan, check_clique_classes
+from fedforget.methods.safe.shard import SafeShard, load_safe_shard, safe_shard_ids, whole_train_split
+from fedforget.methods.safe.shard_plan import class_counts
+from fedforget.store.check import corrupt_artifacts
+from fedforget.store.ledger import Ledger
+
+TRAIN_MESSAGE = f"{MessageType.TRAIN}.safe"
+PROTO_MESSAGE = f"{MessageType.QUERY}.safeproto"
+Arrays = dict[str, np.ndarray]
+
+
+def token_dim(cfg: RunConfig) -> int:
+    """Width of the backbone tokens (what queries live in)."""
+    from fedforget.methods.safe.features import compute_tokens
+    from fedforget.tasks.registry import load_task_data
+
+    data = load_task_data(cfg)
+    backbone = frozen_backbone(cfg.task, cfg.hf_model, cfg.seed)
+    tokens, _ = compute_tokens(backbone.module, tuple(x[:1] for x in data.train.inputs))
+    return int(tokens.shape[-1])
+
+
+def make_plan(cfg: RunConfig, run: ServerRun, shard: SafeShard | None = None,
+              ) -> tuple[SafePlan, dict[int, dict[int, list[int]]]]:
+    """The graph from seeds and the partitions' labels only, plus the safe shard's class counts."""
+    labels = {}
+    for p in sorted(run.plan.slices):
+        ids = run.plan.partition_ids(p)
+        labels[p] = dict(zip(ids, run.data.train.by_ids(ids).labels.tolist(), strict=True))
+    mode = "uniform" if cfg.method == "protosisa" else cfg.coarse_by
+    k = request_budget(cfg.dp_epsilon, cfg.dp_delta, cfg.dp_alpha, cfg.dp_beta) if cfg.safe_dp else 0
+    counts = class_counts(shard.labels.tolist()) if shard is not None else {}
+    return build_safe_plan(cfg.method, labels, run.data.num_classes, cfg.coarse, cfg.fine, mode, cfg.prototypes,
+                           cfg.seed, dp=cfg.safe_dp, dp_k=k, shard=counts)
+
+
+def _group_of(plan: SafePlan, partition: int) -> int | None:
+    """Option A: the coarse group a client belongs to (read off its cells)."""
+    cells = {int(u.split(":")[1]) for u in plan.sizes if int(u.split(":")[0]) == partition}
+    return min(cells) // plan.num_classes if cells else None
+
+
+def _plan_config(plan: SafePlan, partition: int) -> dict[str, object]:
+    out: dict[str, object] = {"mode": plan.mode, "coarse": plan.coarse, "fine": plan.fine}
+    group = _group_of(plan, partition) if plan.mode == "client" else None
+    if group is not None:
+        out["group"] = group
+    return out
+
+
+def _record(arrays: Arrays) -> ArrayRecord:
+    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+
+
+class SafeTrainer:
+    """Trains a set of adapter artifacts (cliques, or class nodes under SAFE-DP) over the Grid."""
+
+    def __init__(self, grid: Grid, run: ServerRun, plan: SafePlan, ledger: Ledger, watermark: int, dim: int,
+                 shard: SafeShard | None = None) -> None:
+        self.grid, self.run, self.plan, self.ledger, self.watermark, self.dim = grid, run, plan, ledger, watermark, dim
+        self.shard = shard
+        self.cfg = run.cfg
+        self.budget = adapter_budget(run.cfg)
+        self.rebuilt: list[str] = []
+        self.client_rounds = 0
+        self.samples_visited = 0
+        #: sample gradients the server took on the safe shard (not in ``samples_visited``, the clients' work)
+        self.shard_visited = 0
+        #: partitions lost in this run and the artifacts left unbuilt because they read their cells
+        self.excluded: set[int] = set()
+        self.unbuilt: list[str] = []
+
+    def specs(self, wanted: set[str] | None) -> list[dict[str, object]]:
+        """What each artifact trains: its classes and the units (cells) it reads."""
+        out = []
+        for cid, _, _, classes in self.plan.cliques():
+            units = self.plan.members[cid]
+            if self.plan.dp:
+                for adapter in self.plan.adapters(cid):
+                    k = int(adapter.rsplit("/k", 1)[1])
+                    out.append({"id": adapter, "classes": [k], "clique": list(classes), "units": units, "dp": True,
+                                "lineage": self.plan.node_units(adapter)})
+            else:
+                out.append({"id": cid, "classes": classes, "units": units, "dp": False, "lineage": units})
+        return [s for s in out if wanted is None or s["id"] in wanted]
+
+    def train(self, specs: list[dict[str, object]]) -> None:
+        current = {str(s["id"]): self._init(s) for s in specs}
+        for server_round in range(1, self.cfg.num_rounds + 1):
+            current = self._round(specs, current, server_round)
+            specs = self._drop_excluded(specs)
+            log(INFO, "fedforget: safe round %d/%d: %d adapter artifact(s)", server_round, self.cfg.num_rounds,
+                len(specs))
+        for s in specs:
+            self._finish(s, current[str(s["id"])])
+
+    def _drop_excluded(self, specs: list[dict[str, object]]) -> list[dict[str, object]]:
+        """Artifacts that read a lost partition's cells stop here and stay unbuilt."""
+        kept = []
+        for s in specs:
+            if set(self.plan.participants(s["units"])) & self.excluded:  # type: ignore[arg-type]
+                self.unbuilt.append(str(s["id"]))
+            else:
+                kept.append(s)
+        return kept
+
+    def _init(self, spec: dict[str, object]) -> Arrays:
+        classes = list(spec["classes"])  # type: ignore[arg-type]
+        params = init_adapters(self.dim, len(classes), derive_seed(self.cfg.seed, self.cfg.method, spec["id"], "init"),
+                               self.budget.width)
+        return {k: v.numpy() for k, v in params.items()}
+
+    def _round(self, specs: list[dict[str, object]], current: dict[str, Arrays],
+               server_round: int) -> dict[str, Arrays]:
+        by_node: dict[int, list[dict[str, object]]] = {}
+        for s in specs:
+            for p, cells in self.plan.participants(s["units"]).items():  # type: ignore[arg-type]
+                item = {"id": s["id"], "classes": s["classes"], "cells": cells, "dp": s["dp"]}
+                if s["dp"]:
+                    item["clique"] = s["clique"]  # the node sizes σ for the clique's adapters together
+                by_node.setdefault(p, []).append(item)
+        messages = []
+        for p, items in sorted(by_node.items()):
+            arrays = {f"{i['id']}{SEP}{k}": current[str(i["id"])][k] for i in items for k in PARAM_KEYS}
+            config = ConfigRecord({"cliques": json.dumps(items), "server-round": server_round,
+                                   **_plan_config(self.plan, p)})
+            messages.append(Message(RecordDict({"arrays": _record(arrays), "config": config}),
+                                    dst_node_id=self.run.nodes[p], message_type=TRAIN_MESSAGE))
+        started = time.monotonic()
+        parts = sorted(by_node)
+
+        def valid(reply: Message, i: int) -> str | None:
+            items = by_node[parts[i]]
+            sent = to_numpy(messages[i].content["arrays"])
+            rows = len(self.run.plan.partition_ids(parts[i])) * len(items)
+            return check_reply(reply, parts[i], sent=sent, max_examples=rows, numbers=()) or check_counts(
+                reply, {str(it["id"]) for it in items}, rows)
+
+        answered, lost = exchange_redo_or_exclude(self.grid, self.run.nodes, messages, parts,
+                                                  self.cfg.round_timeout, valid)
+        self.excluded |= lost
+        replies = [r for r in answered if r is not None]  # in partition order
+        spec_dp = {str(s["id"]): bool(s["dp"]) for s in specs}
+        contributions: dict[str, list[tuple[int, Arrays]]] = {}
+        losses = []
+        for reply in replies:
+            counts = json.loads(str(reply.content["info"]["counts"]))
+            losses += list(json.loads(str(reply.content["info"]["losses"])).values())
+            arrays = to_numpy(reply.content["arrays"])
+            for aid, n in counts.items():
+                if n > 0:
+                    contributions.setdefault(aid, []).append(
+                        (int(n), {k: arrays[f"{aid}{SEP}{k}"] for k in PARAM_KEYS}))
+                    self.samples_visited += self._visited(int(n), server_round, bool(spec_dp.get(aid)))
+        self._add_shard(specs, current, server_round, contributions)
+        out = {}
+        for s in specs:
+            aid = str(s["id"])
+            out[aid] = fedavg(contributions[aid]) if aid in contributions else current[aid]
+        self.client_rounds += len(messages)
+        self.run.store.append_metrics({"round": server_round, "adapters": len(specs), "client-rounds": len(messages),
+                                       "train-loss": float(np.mean(losses)) if losses else 0.0,
+                                       "seconds": time.monotonic() - started, "action": self.cfg.action})
+        return out
+
+    def _add_shard(self, specs: list[dict[str, object]], current: dict[str, Arrays], server_round: int,
+                   contributions: dict[str, list[tuple[int, Arrays]]]) -> None:
+        """The server's own contribution to each clique's FedAvg (after the partitions): its safe-shard samples
+        of the clique's classes, trained from the same start with the same budget as a client."""
+        if self.shard is None:
+            return
+        theta = frozen_theta(self.dim, self.cfg.seed, self.budget.width)
+        for s in (s for s in specs if not s["dp"]):  # SAFE-DP with a safe shard is refused by the config
+            aid, classes = str(s["id"]), [int(k) for k in s["classes"]]  # type: ignore[attr-defined]
+            n, arrays = self.shard.train(self.cfg, theta, aid, classes, current[aid], self.budget, server_round)
+            if n > 0:
+                contributions.setdefault(aid, []).append((n, arrays))
+                self.shard_visited += self._visited(n, server_round, False)
+
+    def _visited(self, held: int, server_round: int, dp: bool) -> int:
+        """Sample-gradient evaluations of one adapter on one node this round (its step budget × batch)."""
+        if dp:
+            return held * self.cfg.local_epochs
+        return len(self.budget.round_steps(server_round)) * self.budget.batch(held)
+
+    def _finish(self, spec: dict[str, object], state: Arrays) -> None:
+        aid = str(spec["id"])
+        arrays = {**state, "classes": np.asarray(spec["classes"], dtype=np.int64)}
+        sha = self.run.store.put_arrays(arrays, {"artifact": aid, "method": self.cfg.method, "task": self.cfg.task})
+        self.ledger.record_artifact(aid, sha, "inca", spec["lineage"], self.watermark,  # type: ignore[arg-type]
+                                    {"classes": spec["classes"], "dp": spec["dp"]})
+        if spec["dp"]:
+            from fedforget.methods.safe.budget_store import set_dp_exposure
+
+            exposed = sorted(set(spec["units"]) - set(spec["lineage"]))  # type: ignore[arg-type]
+            set_dp_exposure(self.ledger, aid, exposed, self.plan.dp_k)
+        self.rebuilt.append(aid)
+
+
+def check_counts(reply: Message, adapters: set[str], max_examples: int) -> str | None:
+    """A ``train.safe`` reply's per-adapter counts and losses: adapters sent, plausible counts, finite losses."""
+    try:
+        counts = json.loads(str(reply.content["info"]["counts"]))
+        losses = json.loads(str(reply.content["info"]["losses"]))
+        bad = (set(counts) - adapters or set(losses) - adapters
+               or not all(0 <= int(n) <= max_examples for n in counts.values())
+               or not all(np.isfinite(float(v)) for v in losses.values()))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return "malformed info"
+    return "implausible counts or losses" if bad else None
+
+
+def fedavg(contributions: list[tuple[int, Arrays]]) -> Arrays:
+    """FedAvg of one block, weighted by that block's own sample counts, summed in the given order."""
+    total = float(sum(n for n, _ in contributions))
+    out: Arrays = {}
+    for key in contributions[0][1]:
+        acc = np.zeros_like(contributions[0][1][key], dtype=np.float64)
+        for n, arrays in contributions:
+            acc += arrays[key].astype(np.float64) * (n / total)
+        out[key] = acc.astype(contributions[0][1][key].dtype)
+    return out
+
+
+def collect_prototypes(grid: Grid, run: ServerRun, plan: SafePlan, ledger: Ledger, units: list[str],
+                       watermark: int, dim: int, unbuilt: list[str], excluded: set[int]) -> list[str]:
+    """Ask the holders of ``units`` for their cells' prototype sums; one artifact per cell. Cells of a
+    partition lost for good are added to ``unbuilt`` (and it to ``excluded``)."""
+    if not units:
+        return []
+    by_node = plan.participants(units)
+    messages = [Message(RecordDict({"config": ConfigRecord({"cells": json.dumps(cells), "dim": dim,
+                                                             **_plan_config(plan, p)})}),
+                        dst_node_id=run.nodes[p], message_type=PROTO_MESSAGE) for p, cells in by_node.items()]
+    parts = list(by_node)
+
+    def valid(reply: Message, i: int) -> str | None:
+        cells = by_node[parts[i]]
+        # per cell: a float64 sum of ``dim`` values and one int64 count, each framed
+        why = check_reply(reply, parts[i], numbers=(), max_bytes=len(cells) * (dim * 8 + 8 + 2 * FRAMING_PER_TENSOR))
+        wanted = {f"{c}{SEP}{k}" for c in cells for k in ("sum", "count")}
+        if why is None and ("arrays" not in reply.content or set(reply.content["arrays"]) != wanted):
+            return "unexpected prototype tensors"
+        return why
+
+    answered, lost = exchange_redo_or_exclude(grid, run.nodes, messages, parts, run.cfg.round_timeout, valid)
+    rebuilt = []
+    for p, reply in zip(parts, answered, strict=True):
+        if reply is None:  # lost partition: its cells' prototypes stay unbuilt
+            unbuilt.extend(plan.proto_id(f"{p}:{cell}") for cell in by_node[p])
+            excluded.add(p)
+            continue
+        arrays = to_numpy(reply.content["arrays"])
+        for cell in by_node[p]:
+            unit = f"{p}:{cell}"
+            label = plan.split_cell(cell)[1]
+            state = {"sum": arrays[f"{cell}{SEP}sum"], "count": arrays[f"{cell}{SEP}count"],
+                     "label": np.asarray([label], dtype=np.int64)}
+            aid = plan.proto_id(unit)
+            sha = run.store.put_arrays(state, {"artifact": aid, "method": run.cfg.method, "task": run.cfg.task})
+            ledger.record_artifact(aid, sha, "prototype", [unit], watermark, {"label": label})
+            rebuilt.append(aid)
+    return sorted(rebuilt)
+
+
+def record_shard_prototypes(run: ServerRun, plan: SafePlan, ledger: Ledger, shard: SafeShard | None,
+                            wanted: list[str], watermark: int) -> list[str]:
+    """The safe shard's per-class prototype sums, one artifact per class, with no lineage: no request can
+    invalidate them (the server's data is never forgotten), so only a missing one is ever (re)built."""
+    if shard is None:
+        return []
+    rebuilt = []
+    for label, aid in ((k, plan.shard_proto_id(k)) for k in sorted(plan.shard)):
+        if aid not in wanted:
+            continue
+        total, count = shard.prototype_sum(label)
+        state = {"sum": np.ascontiguousarray(total), "count": np.asarray([count], dtype=np.int64),
+                 "label": np.asarray([label], dtype=np.int64)}
+        sha = run.store.put_arrays(state, {"artifact": aid, "method": run.cfg.method, "task": run.cfg.task})
+        ledger.record_artifact(aid, sha, "prototype", [], watermark, {"label": label, "safe-shard": True})
+        rebuilt.append(aid)
+    return rebuilt
+
+
+def evaluate_safe(run: ServerRun, ledger: Ledger) -> dict[str, float]:
+    from fedforget.methods.safe.serve import safe_accuracy
+
+    serving = ledger.serving()
+    if not serving.get("available"):
+        return {"accuracy": float("nan"), "loss": float("nan"), "num-examples": 0}
+    result = safe_accuracy(run.cfg, run.store, ledger.plan(), serving, ledger.artifacts())
+    ledger.set_meta("accuracy", {"serving": sorted(serving["artifacts"]), **result})
+    return result
+
+
+def run_safe(grid: Grid, cfg: RunConfig) -> None:
+    """ServerApp entry for ``safe`` and ``protosisa`` (``action`` = train or retrain)."""
+    nodes = discover_partitions(grid, cfg.round_timeout)
+    if cfg.action == "retrain":
+        retrain_safe(grid, cfg, nodes)
+        return
+    from fedforget.tasks.registry import load_task_data
+
+    # before the store exists: a bad graph or too few unused rows writes nothing
+    check_clique_classes(cfg.method, load_task_data(cfg).num_classes, cfg.fine, cfg.task)
+    whole = whole_train_split(cfg) if cfg.safe_shard > 0 else None  # read once: the draw, then the rows
+    shard_ids = safe_shard_ids(cfg, whole)
+    run = prepare_server_run(cfg, nodes)
+    shard = load_safe_shard(cfg, run.store.root, shard_ids, whole)
+    del whole
+    plan, cells = make_plan(cfg, run, shard)
+    dim = token_dim(cfg)
+    ledger = run.store.ledger()
+    try:
+        width = plan.coarse * plan.num_classes
+        ledger.load_samples({p: [cells[p].get(c, []) for c in range(width)] for p in sorted(cells)})
+        ledger.set_plan(plan.to_json())
+        run.store.update_manifest(plan=plan.to_json(), cells={str(p): {str(c): v for c, v in cs.items()}
+                                                              for p, cs in cells.items()},
+                                  **{"token-dim": dim, "adapter-budget": adapter_budget(cfg).to_json(),
+                                     "safe-shard-ids": shard_ids})
+        trainer = SafeTrainer(grid, run, plan, ledger, 0, dim, shard)
+        trainer.train(trainer.specs(None))
+        units = sorted(u for u in plan.sizes if plan.sizes[u] > 0) if plan.prototypes else []
+        protos = collect_prototypes(grid, run, plan, ledger, units, 0, dim, trainer.unbuilt, trainer.excluded)
+        protos += record_shard_prototypes(run, plan, ledger, shard, plan.shard_proto_artifacts(), 0)
+        ledger.set_meta("unbuilt", {"artifacts": trainer.unbuilt, "partitions": sorted(trainer.excluded)})
+        serving = ledger.refresh_serving()
+        result = evaluate_safe(run, ledger)
+        run.store.append_metrics({"final": True, "action": "train", "accuracy": result["accuracy"],
+                                  "loss": result["loss"], "rebuilt": trainer.rebuilt, "prototypes": len(protos),
+                                  "client-rounds": trainer.client_rounds, "samples-visited": trainer.samples_visited,
+                                  "safe-shard-visited": trainer.shard_visited, "served": serving["artifacts"]})
+        run.store.update_manifest(**{"rounds-done": cfg.num_rounds})
+        log(INFO, "fedforget: %s trained %d adapter artifact(s) over %d clique(s); serving accuracy %.4f",
+            cfg.method, len(trainer.rebuilt), len(plan.cliques()), result["accuracy"])
+        log(INFO, "fedforget: store written to %s", run.store.root)
+    finally:
+        ledger.close()
+
+
+def retrain_safe(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
+    run = open_server_run(cfg, nodes)
+    manifest = run.store.manifest()
+    plan = SafePlan.from_json(manifest["plan"])
+    dim = int(manifest["token-dim"])
+    shard = load_safe_shard(cfg, run.store.root, [int(i) for i in manifest.get("safe-shard-ids", [])])
+    ledger = run.store.ledger()
+    try:
+        watermark = forget_before_retrain(grid, run, ledger)
+        # a corrupt artifact is rebuilt like an invalid one (same inputs, so the same bytes come back)
+        valid = ledger.valid_artifacts() - corrupt_artifacts(run.store, ledger)
+        trainer = SafeTrainer(grid, run, plan, ledger, watermark, dim, shard)
+        invalid = [s for s in trainer.specs(None) if s["id"] not in valid]
+        started = time.monotonic()
+        if invalid:
+            trainer.train(invalid)
+        stale = [u for u in sorted(plan.sizes) if plan.sizes[u] > 0 and plan.prototypes
+                 and plan.proto_id(u) not in valid]
+        protos = collect_prototypes(grid, run, plan, ledger, stale, watermark, dim, trainer.unbuilt, trainer.excluded)
+        missing = [a for a in plan.shard_proto_artifacts() if a not in valid]
+        protos += record_shard_prototypes(run, plan, ledger, shard, missing, watermark)
+        ledger.set_meta("unbuilt", {"artifacts": trainer.unbuilt, "partitions": sorted(trainer.excluded)})
+        serving = ledger.finish_retrain(watermark, trainer.rebuilt + protos)
+        result = evaluate_safe(run, ledger)
+        run.store.append_metrics({"final": True, "action": "retrain", "accuracy": result["accuracy"],
+                                  "loss": result["loss"], "rebuilt": trainer.rebuilt, "prototypes": protos,
+                                  "watermark": watermark, "client-rounds": trainer.client_rounds,
+                                  "samples-visited": trainer.samples_visited,
+                                  "safe-shard-visited": trainer.shard_visited,
+                                  "seconds": time.monotonic() - started, "served": serving["artifacts"]})
+        log(INFO, "fedforget: retrain rebuilt %d adapter artifact(s) and %d prototype cell(s) up to request %d; "
+            "serving accuracy %.4f", len(trainer.rebuilt), len(protos), watermark, result["accuracy"])
+    finally:
+        ledger.close()

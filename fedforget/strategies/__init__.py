@@ -1,1 +1,0 @@
-"""One module per method, each driving Flower's Grid."""

@@ -1,0 +1,67 @@
+"""A method is one folder: no method imports another method's code, and shared machinery imports no
+method (it calls methods only through the hooks they declare). Read with ``ast``, nothing imported; a
+negative control shows a crossing is seen."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from tests.unit.test_import_graph import PACKAGE, import_graph, module_files
+
+#: Shared code still reaching into one method, each with why; this list only shrinks.
+KNOWN_REACHES: dict[tuple[str, str], str] = {
+    ("fedforget.unlearning.verify", "fedforget.methods.safe.node_secret"):
+        "verify copies SAFE-DP's node secrets to its scratch nodes",
+    ("fedforget.unlearning.verify", "fedforget.methods.safe.budget_store"):
+        "verify leaves out DP adapters that cannot be reproduced",
+}
+
+
+def method_of(module: str) -> str | None:
+    """``fedforget.methods.<name>.…`` → ``<name>``; None for shared modules and the registry itself."""
+    parts = module.split(".")
+    if len(parts) >= 3 and parts[:2] == ["fedforget", "methods"] and parts[2] not in ("registry", "method"):
+        return parts[2]
+    return None
+
+
+def crossings(graph: Mapping[str, set[str]]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(a method importing another method, a shared module importing a method), each sorted."""
+    between, shared = [], []
+    for source, targets in graph.items():
+        mine = method_of(source)
+        for target in targets:
+            theirs = method_of(target)
+            if theirs is None or theirs == mine:
+                continue
+            (between if mine else shared).append((source, target))
+    return sorted(between), sorted(shared)
+
+
+def test_no_method_imports_another_method():
+    between, _ = crossings(import_graph(module_files(PACKAGE)))
+    assert between == []
+
+
+def test_shared_machinery_imports_no_method_beyond_the_known_reaches():
+    _, shared = crossings(import_graph(module_files(PACKAGE)))
+    assert set(shared) <= set(KNOWN_REACHES), sorted(set(shared) - set(KNOWN_REACHES))
+    assert set(KNOWN_REACHES) <= set(shared), "a known reach is gone: take it off the list"
+
+
+def test_a_crossing_is_seen(tmp_path: Path):
+    root = tmp_path / "fedforget"
+    for folder in ("methods/a", "methods/b", "federation"):
+        (root / folder).mkdir(parents=True)
+        (root / folder / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "methods" / "__init__.py").write_text("")
+    (root / "methods" / "a" / "server.py").write_text("from fedforget.methods.b import client\n")
+    (root / "methods" / "b" / "client.py").write_text("from fedforget.federation import serve\n")
+    (root / "federation" / "serve.py").write_text("def f():\n    from fedforget.methods.a import server\n")
+    between, shared = crossings(import_graph(module_files(root)))
+    assert between == [("fedforget.methods.a.server", "fedforget.methods.b"),
+                       ("fedforget.methods.a.server", "fedforget.methods.b.client")]
+    assert shared == [("fedforget.federation.serve", "fedforget.methods.a"),
+                      ("fedforget.federation.serve", "fedforget.methods.a.server")]

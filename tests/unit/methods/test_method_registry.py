@@ -1,0 +1,103 @@
+"""The method registry is the one list of methods: every run-config method has an entry, every hook it
+names imports, the ClientApp serves exactly its handlers, and planning modules stay pure."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from fedforget.core.config import CONFIG_GROUPS, METHOD_GROUP, METHODS
+from fedforget.federation.message_types import CHAIN, FORGET
+from fedforget.federation.messaging import CHAIN_MESSAGE, FORGET_MESSAGE
+from fedforget.methods import registry
+from fedforget.methods.registry import FAMILIES, METHOD_PACKAGES, SHARED_HANDLERS, client_handlers, resolve
+
+METHODS_DIR = Path(registry.__file__).parent
+SHARED_PREFIXES = ("fedforget.federation.", "fedforget.core.", "fedforget.training.", "fedforget.tasks.",
+                   "fedforget.store.", "fedforget.unlearning.")
+
+
+def _hooks() -> list[str]:
+    return sorted({h for m in FAMILIES for h in m.hooks()} | set(SHARED_HANDLERS.values()))
+
+
+def test_every_configured_method_has_one_entry():
+    variants = [v for m in FAMILIES for v in m.variants]
+    assert sorted(variants) == sorted(METHODS)
+    assert len(set(variants)) == len(variants)
+    assert [m.name for m in FAMILIES] == list(METHOD_PACKAGES)
+
+
+def test_every_method_folder_is_registered_and_every_registered_name_is_a_folder():
+    folders = {p.name for p in METHODS_DIR.iterdir() if (p / "__init__.py").is_file()}
+    assert folders == set(METHOD_PACKAGES)
+
+
+def test_each_entry_names_the_config_group_its_methods_read():
+    assert {v: m.config_group for m in FAMILIES for v in m.variants} == METHOD_GROUP
+    assert {g for g in METHOD_GROUP.values() if g} <= set(CONFIG_GROUPS)
+
+
+@pytest.mark.parametrize("target", _hooks())
+def test_every_hook_is_an_importable_function(target: str):
+    module, sep, name = target.partition(":")
+    assert sep and module.startswith("fedforget.") and name.isidentifier()
+    assert callable(resolve(target))
+
+
+def test_a_method_names_only_its_own_code_or_shared_code():
+    for method in FAMILIES:
+        for hook in method.hooks():
+            module = hook.partition(":")[0]
+            assert module.startswith(method.package + ".") or module.startswith(SHARED_PREFIXES), (method.name, hook)
+
+
+def test_planning_modules_are_pure_and_their_methods_own():
+    """Read, not imported: a planning module imports neither torch nor flwr."""
+    for method in FAMILIES:
+        for module in method.planning:
+            assert module.startswith(method.package + "."), module
+            tree = ast.parse(open(importlib.util.find_spec(module).origin, encoding="utf-8").read())
+            names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+            names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+            assert not {n.split(".")[0] for n in names} & {"torch", "flwr"}, module
+
+
+def test_client_app_registers_exactly_the_registry_handlers():
+    from fedforget.client_app import app
+
+    expected = {t if "." in t else f"{t}.default" for t in client_handlers()}
+    assert set(app._registered_funcs) == expected
+
+
+def test_a_message_type_has_one_handler():
+    seen: dict[str, str] = dict(SHARED_HANDLERS)
+    for method in FAMILIES:
+        for kind, target in method.handlers.items():
+            assert seen.setdefault(kind, target) == target, kind
+
+
+def test_a_plan_kind_has_one_method():
+    kinds = [k for m in FAMILIES for k in m.serving_rules]
+    assert len(kinds) == len(set(kinds))
+    assert all(registry.entry_for_plan(k) is m for m in FAMILIES for k in m.serving_rules)
+
+
+def test_forget_messages_have_handlers():
+    handlers = client_handlers()
+    assert all(m.forget_message in handlers for m in FAMILIES)
+    assert FORGET_MESSAGE == FORGET == "query.forget" and CHAIN_MESSAGE == CHAIN == "train.chain"
+
+
+def test_unknown_method_is_refused():
+    with pytest.raises(ValueError, match="unknown method 'nope'"):
+        registry.get_method("nope")
+
+
+def test_get_method_resolves_the_driver():
+    from fedforget.methods.fedavg.server import run_fedavg
+
+    assert registry.get_method("fedavg") is run_fedavg
