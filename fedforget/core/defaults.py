@@ -47,7 +47,7 @@ METHOD_DEFAULTS: dict[str, dict[str, Value]] = {
     "hosfl": {"num-rounds": 150},
     "zo-sfl": {"num-rounds": 150},
     "sfl": {"local-epochs": 1},
-    # SAFE's InCA adapters: AdamW steps per adapter on each node, whatever its clique holds (core/safe_budget.py)
+    # SAFE's InCA adapters: AdamW steps per adapter on each node, whatever its clique holds (methods/safe/budget.py)
     "safe": {"num-rounds": 5, "lr": 0.005},
     # ProtoSISA/SISA: safe.coarse uniform shards (it deals coarse·fine shards of all classes)
     "protosisa": {"num-rounds": 5, "lr": 0.005, "fine": 1},

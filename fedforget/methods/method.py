@@ -43,6 +43,11 @@ class Method:
     config_check: str | None = None
     #: "function(cfg)": what ``fedforget run`` checks before submitting, which may load the task's data
     submit_check: str | None = None
+    #: "function(store, cfg, scratch_root, workdir, config)" → partitions it cannot reproduce: readies
+    #: ``fedforget verify``'s from-scratch run (edits ``config``, places what its nodes need)
+    prepare_scratch: str | None = None
+    #: "function(ledger)" → (artifacts carrying forgotten samples under DP, DP artifact → its partitions)
+    dp_exposure: str | None = None
     #: "function(app)": adds its own commands to the ``fedforget`` CLI
     commands: str | None = None
     extra: Mapping[str, str] = field(default_factory=dict)  # other named hooks, read by their callers
@@ -55,7 +60,8 @@ class Method:
         """Every "module:function" it names, each once."""
         named = [self.driver, *self.handlers.values(), self.serving, *self.serving_rules.values(),
                  *(h for h in (self.forget_detail, self.forget_check, self.plan_artifacts, self.status,
-                               self.print_status, self.config_check, self.submit_check, self.commands) if h),
+                               self.print_status, self.config_check, self.submit_check, self.prepare_scratch,
+                               self.dp_exposure, self.commands) if h),
                  *self.ledger_rules, *self.extra.values()]
         return tuple(dict.fromkeys(named))
 

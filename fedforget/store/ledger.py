@@ -81,7 +81,8 @@ class ForgetResult:
     serving: dict[str, Any]
     latency_ms: float
     already: int = 0
-    #: affected groups and cut sequences (chains methods), filled in by the coordinator
+    #: what the request hit, as the plan's method reports it (chains: groups and cut sequences), filled in
+    #: by the coordinator
     affected: dict[str, Any] = field(default_factory=dict)
     #: what the purge after the commit deleted (files relative to the store), filled in by the coordinator
     purged: dict[str, Any] = field(default_factory=dict)
@@ -92,7 +93,7 @@ class ForgetResult:
                 "affected-groups": self.affected.get("groups", []),
                 "affected-sequences": self.affected.get("sequences", []),
                 "latency-ms": self.latency_ms, "no-op": self.request is None, "purged": self.purged,
-                **({"safe": self.affected["safe"]} if "safe" in self.affected else {})}
+                **{k: v for k, v in self.affected.items() if k not in ("groups", "sequences")}}  # a method's own detail
 
 
 class Ledger:

@@ -33,7 +33,7 @@ CREATE TABLE IF NOT EXISTS purged(artifact TEXT NOT NULL, sha256 TEXT NOT NULL, 
     at REAL NOT NULL, done INTEGER NOT NULL, PRIMARY KEY(artifact, sha256)) WITHOUT ROWID;
 """
 #: per-client files in a client's state dir that hold features of its raw samples (recomputed on demand)
-FEATURE_CACHE_GLOB = "safe-features-*"  # SAFE's frozen-backbone tokens (tasks.safe_features)
+FEATURE_CACHE_GLOB = "safe-features-*"  # SAFE's frozen-backbone tokens (methods.safe.features)
 #: metrics values computed on the clients' training samples (losses and counts over them)
 TRAINING_VALUES = ("train-loss", "train-examples", "samples", "samples-total")
 #: ledger meta: the request up to which, and how many leading lines of, metrics.jsonl are redacted

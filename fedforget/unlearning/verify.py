@@ -31,8 +31,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from fedforget.methods.registry import resolve, store_method
 from fedforget.store import Store
-from fedforget.store.secret_files import mkdir_private
 
 
 def served_file_problems(store: Store, shas: dict[str, str], served: set[str]) -> list[dict[str, str]]:
@@ -82,27 +82,6 @@ def compare_outputs(store: Store, scratch: Store, plan: dict[str, Any], stored: 
             "reason": None}
 
 
-def node_secrets_here(store: Store, scratch_root: Path, partitions: int) -> set[int]:
-    """Give the scratch run's simulated nodes the DP secrets of the store's simulated nodes (the verifier
-    plays those nodes in simulation); return the partitions whose secret is not here (real SuperNodes
-    keep it in their own state dir), whose DP adapters therefore cannot be reproduced."""
-    import shutil
-
-    from fedforget.methods.safe.node_secret import secret_path
-
-    missing = set()
-    for partition in range(partitions):
-        source = secret_path(store.root / "clients" / str(partition))
-        if source.is_file():
-            target = secret_path(scratch_root / "clients" / str(partition))
-            mkdir_private(target.parent)
-            shutil.copyfile(source, target)
-            target.chmod(0o600)
-        else:
-            missing.add(partition)
-    return missing
-
-
 def _scratch_run(store: Store, workdir: Path, forgotten: dict[int, list[int]]) -> tuple[Store, set[int]]:
     from fedforget.federation.client_site import dataset_key
     from fedforget.inprocess import run_in_process
@@ -114,19 +93,19 @@ def _scratch_run(store: Store, workdir: Path, forgotten: dict[int, list[int]]) -
     scratch_root = workdir / "scratch"
     for partition, ids in forgotten.items():
         add_tombstones(scratch_root / "clients" / str(partition), dataset_key(cfg), ids)
-    secretless = node_secrets_here(store, scratch_root, int(manifest["num-partitions"])) if cfg.safe_dp else set()
     config = {**cfg.to_dict(), "store": str(scratch_root), "action": "train"}
-    if (manifest.get("plan") or {}).get("kind") == "fedshard":  # same plan: FedShard's guarantee (G17)
-        plan_file = workdir / "plan.json"
-        plan_file.write_text(json.dumps(manifest["plan"]), encoding="utf-8")
-        config["fedshard.plan-file"] = str(plan_file)
+    method = store_method(manifest)
+    secretless: set[int] = set()
+    if method is not None and method.prepare_scratch:  # what the method's scratch run needs besides the config
+        secretless = resolve(method.prepare_scratch)(store, cfg, scratch_root, workdir, config)
     run_in_process(config, int(manifest["num-partitions"]))
     return Store.open(scratch_root), secretless
 
 
 def verify_store(store: Store, include_all: bool = False, workdir: Path | None = None) -> dict[str, Any]:
     from fedforget.core.serving_plans import compute_serving
-    from fedforget.methods.safe.budget_store import dp_exposed_to_forgotten, dp_training_nodes  # SAFE-DP
+
+    method = store_method(store.manifest())
 
     ledger = store.ledger()
     try:
@@ -136,8 +115,10 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
         plan = ledger.plan() or {}
         valid = ledger.valid_artifacts()
         all_retrained = ledger.retrained_watermark() >= ledger.last_request()
-        dp_covered = dp_exposed_to_forgotten(ledger)
-        dp_nodes = dp_training_nodes(ledger)
+        dp_covered: set[str] = set()
+        dp_nodes: dict[str, set[int]] = {}
+        if method is not None and method.dp_exposure:  # adapters that carry forgotten samples under DP only
+            dp_covered, dp_nodes = resolve(method.dp_exposure)(ledger)
     finally:
         ledger.close()
     served = set(serving.get("artifacts", []))

@@ -18,7 +18,7 @@ def add_commands(app: typer.Typer) -> None:
 
 
 # Bounds of the theory commands' numbers (docs/cli.md, "Bounds"): beyond them, exit 2 with one line. The
-# Monte-Carlo's work (core.theory.monte_carlo_work) costs ≤ ~1.2 µs a step on one loaded core.
+# Monte-Carlo's work (methods.chains.theory.monte_carlo_work) costs ≤ ~1.2 µs a step on one loaded core.
 MAX_GROUPS, MAX_BUDGET, MAX_SHARDS, MAX_CLUSTERS, MAX_TRIALS = 1000, 10_000, 1000, 100_000, 1_000_000
 MAX_MC_WORK = 5_000_000
 MAX_T = 1_000_000

@@ -18,5 +18,6 @@ METHOD = Method(
     ledger_rules=("fedforget.methods.fedshard.ledger_rules:scrub_leaver_angles",),
     status="fedforget.methods.fedshard.status:status",
     print_status="fedforget.methods.fedshard.status:print_status",
+    prepare_scratch="fedforget.methods.fedshard.verify:prepare_scratch",
     commands="fedforget.methods.fedshard.cli:add_commands",
 )

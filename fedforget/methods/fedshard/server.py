@@ -276,7 +276,7 @@ def _train_tree(trainer: ShardTrainer, cfg: RunConfig, partitions: list[int], re
 def _inits(trainer: ShardTrainer, stage: Sequence[ShardNode], below: Sequence[ShardNode] | None,
            results: dict[int, ShardResult]) -> dict[int, Arrays]:
     """θ^0 at stage 1; else the re-aggregation of each shard's non-empty children (Eq. 9), weighted by
-    their examples, with LoRA factors merged by ``lora-merge`` (core/lora_merge.py)."""
+    their examples, with LoRA factors merged by ``lora-merge`` (methods/fedshard/lora_merge.py)."""
     if below is None:
         return {s.index: dict(trainer.theta0) for s in stage}
     out = {}

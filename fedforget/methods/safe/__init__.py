@@ -23,4 +23,6 @@ METHOD = Method(
     status="fedforget.methods.safe.coordinator:status",
     print_status="fedforget.methods.safe.coordinator:print_status",
     submit_check="fedforget.methods.safe.coordinator:check_before_submit",
+    prepare_scratch="fedforget.methods.safe.verify:prepare_scratch",
+    dp_exposure="fedforget.methods.safe.verify:dp_exposure",
 )

@@ -9,14 +9,6 @@ from pathlib import Path
 
 from tests.unit.test_import_graph import PACKAGE, import_graph, module_files
 
-#: Shared code still reaching into one method, each with why; this list only shrinks.
-KNOWN_REACHES: dict[tuple[str, str], str] = {
-    ("fedforget.unlearning.verify", "fedforget.methods.safe.node_secret"):
-        "verify copies SAFE-DP's node secrets to its scratch nodes",
-    ("fedforget.unlearning.verify", "fedforget.methods.safe.budget_store"):
-        "verify leaves out DP adapters that cannot be reproduced",
-}
-
 
 def method_of(module: str) -> str | None:
     """``fedforget.methods.<name>.…`` → ``<name>``; None for shared modules and the registry itself."""
@@ -44,10 +36,9 @@ def test_no_method_imports_another_method():
     assert between == []
 
 
-def test_shared_machinery_imports_no_method_beyond_the_known_reaches():
+def test_shared_machinery_imports_no_method():
     _, shared = crossings(import_graph(module_files(PACKAGE)))
-    assert set(shared) <= set(KNOWN_REACHES), sorted(set(shared) - set(KNOWN_REACHES))
-    assert set(KNOWN_REACHES) <= set(shared), "a known reach is gone: take it off the list"
+    assert shared == []
 
 
 def test_a_crossing_is_seen(tmp_path: Path):
