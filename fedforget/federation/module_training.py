@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ from safetensors.numpy import load as st_load
 from fedforget.core.seeds import derive_seed
 from fedforget.federation.client_site import ClientSite
 from fedforget.federation.messaging import PARTITION_KEY, to_numpy
+from fedforget.federation.module_messages import Slot, TrainModule
 from fedforget.federation.module_shipping import INIT_SEED_KEY, KEEP_KEY, MODULES_KEY, NEED_KEY, PREFIX_KEY
 from fedforget.federation.module_stack import Module, assemble, fresh_module, initial_head, split_state
 from fedforget.store.module_cache import cached_module, keep_module
@@ -50,13 +50,17 @@ def frozen_modules(msg: Message, state_dir: Path) -> tuple[list[dict[str, torch.
     return ([] if missing else [_decode(found[sha]) for sha in names]), missing
 
 
-def start_state(site: ClientSite, msg: Message, slot: dict, frozen: list[dict[str, torch.Tensor]]) -> dict:
+def _targets(slot: Slot) -> list[str] | None:
+    return None if slot.targets is None else list(slot.targets)
+
+
+def start_state(site: ClientSite, msg: Message, slot: Slot, frozen: list[dict[str, torch.Tensor]]) -> dict:
     """What the position starts from: the message's arrays, or (first round of a new module) the seeded
     module rebuilt here on the head of the last frozen artifact, the very tensors the server computed."""
     if "arrays" in msg.content:
         return _tensors(msg.content["arrays"])
     seed = int(msg.content["config"][INIT_SEED_KEY])
-    lora = fresh_module(site.cfg, site.data.num_classes, str(slot["slot"]), slot["targets"], seed)
+    lora = fresh_module(site.cfg, site.data.num_classes, slot.slot, _targets(slot), seed)
     head = split_state(frozen[-1])[1] if frozen else initial_head(site.cfg, site.data.num_classes)
     return {k: v.detach().clone() for k, v in {**lora, **head}.items()}
 
@@ -64,12 +68,10 @@ def start_state(site: ClientSite, msg: Message, slot: dict, frozen: list[dict[st
 def train_chain_position(msg: Message, context: Context) -> Message:
     """Train the last module of a chain prefix (+ head) on this node's slices of the prefix's groups."""
     site = ClientSite.from_context(context)
-    config = msg.content["config"]
-    artifact = str(config["artifact"])
-    server_round = int(config["server-round"])
-    stacking = str(config["stacking"])
-    slots = json.loads(str(config["slots"]))
-    slices = [int(s) for s in config["slices"]]
+    request = TrainModule.from_config(msg.content["config"])
+    artifact, server_round, stacking = request.artifact, request.server_round, request.stacking
+    slots = request.slots
+    slices = list(request.slices)
     frozen, missing = frozen_modules(msg, site.state_dir)
     if missing:  # not cached here (fresh state dir, corrupt file): ask for the bytes
         need = ConfigRecord({PARTITION_KEY: site.partition, "sha256": missing})
@@ -78,8 +80,8 @@ def train_chain_position(msg: Message, context: Context) -> Message:
         raise ValueError(f"the message names {len(frozen)} frozen module(s) for {len(slots)} slot(s)")
     trainable = start_state(site, msg, slots[-1], frozen)
     lora, head = split_state(trainable)
-    modules = [Module(s["slot"], s["targets"], split_state(m)[0]) for s, m in zip(slots[:-1], frozen, strict=True)]
-    modules.append(Module(slots[-1]["slot"], slots[-1]["targets"], lora))
+    modules = [Module(s.slot, _targets(s), split_state(m)[0]) for s, m in zip(slots[:-1], frozen, strict=True)]
+    modules.append(Module(slots[-1].slot, _targets(slots[-1]), lora))
     examples = site.slice_examples(slices)
     metrics = {"num-examples": len(examples.ids), PARTITION_KEY: site.partition, "train-loss": 0.0}
     if len(examples.ids) == 0:  # everything this node held for the prefix was deleted: it abstains
@@ -93,6 +95,6 @@ def train_chain_position(msg: Message, context: Context) -> Message:
     )
     result = train_supervised(model, examples.inputs, examples.labels, settings)
     metrics["train-loss"] = result.mean_loss
-    slot = "default" if stacking == "continue" else slots[-1]["slot"]
+    slot = "default" if stacking == "continue" else slots[-1].slot
     reply = ArrayRecord(model.trainable_state(slot))
     return Message(RecordDict({"arrays": reply, "metrics": MetricRecord(metrics)}), reply_to=msg)

@@ -10,14 +10,13 @@ not ``B·L·…``. ``action='retrain'`` first makes the clients delete forgotten
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from logging import INFO
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.app import Array, ArrayRecord, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 from flwr.supercore import log
@@ -35,9 +34,8 @@ from fedforget.federation.messaging import (
     record_bytes,
     to_numpy,
 )
+from fedforget.federation.module_messages import DEFAULT_SLOTS, Slot, TrainModule
 from fedforget.federation.module_shipping import (
-    INIT_SEED_KEY,
-    KEEP_KEY,
     MODULES_KEY,
     NEED_KEY,
     PREFIX_KEY,
@@ -207,10 +205,11 @@ class ChainTrainer:
         """The seed of a new module's initial weights (the node derives nothing: it is sent)."""
         return derive_seed(self.cfg.seed, self.cfg.method, artifact)
 
-    def _slots(self, position: int) -> list[dict[str, object]]:
+    def _slots(self, position: int) -> tuple[Slot, ...]:
         if self.plan.stacking == "continue":
-            return [{"slot": "default", "targets": None}]
-        return [{"slot": slot_name(p), "targets": self.targets[p - 1]} for p in range(1, position + 1)]
+            return DEFAULT_SLOTS
+        return tuple(Slot(slot_name(p), None if self.targets[p - 1] is None else tuple(self.targets[p - 1]))
+                     for p in range(1, position + 1))
 
     def _participants(self, chain: Chain, position: int) -> dict[int, list[int]]:
         slices: dict[int, list[int]] = {}
@@ -252,18 +251,16 @@ class ChainTrainer:
         """One node's ``train.chain`` message: frozen modules by sha256 (bytes only where the node may
         lack them), and the start state, unless the node can rebuild it from its seed."""
         artifact = self.plan.artifact_id(s.chain, s.position)
-        config = ConfigRecord({"artifact": artifact, "server-round": server_round, "stacking": self.plan.stacking,
-                               "slices": slices, "slots": json.dumps(self._slots(s.position)),
-                               KEEP_KEY: self.shipping.enabled})
-        content = RecordDict({"config": config})
+        seeded = self.shipping.enabled and self.plan.stacking == "new" and server_round == 1
+        request = TrainModule(artifact, server_round, self.plan.stacking, tuple(slices), self._slots(s.position),
+                              keep=self.shipping.enabled, prefix=tuple(s.prefix or ()),
+                              init_seed=self._init_seed(artifact) if seeded else None)
+        content = RecordDict({"config": request.to_config()})
         if s.prefix:
-            config[PREFIX_KEY] = list(s.prefix)
             modules = self.shipping.carry(partition, s.prefix, everything=again)
             if modules:
                 content[MODULES_KEY] = _record(modules)
-        if self.shipping.enabled and self.plan.stacking == "new" and server_round == 1:
-            config[INIT_SEED_KEY] = self._init_seed(artifact)
-        else:
+        if not seeded:
             content["arrays"] = _record(start)
         return Message(content, dst_node_id=self.run.nodes[partition], message_type=CHAIN_MESSAGE)
 
@@ -349,8 +346,8 @@ class ChainTrainer:
         slot = self._slots(s.position)[-1]
         self.ledger.record_artifact(
             artifact, sha, "lora+head", self.plan.lineage(s.chain, s.position), self.watermark,
-            {"shard": s.chain.shard, "sequence": s.chain.index, "position": s.position, "slot": slot["slot"],
-             "targets": slot["targets"], "order": list(s.chain.order),
+            {"shard": s.chain.shard, "sequence": s.chain.index, "position": s.position, "slot": slot.slot,
+             "targets": None if slot.targets is None else list(slot.targets), "order": list(s.chain.order),
              "train-examples": self.trained_on.get(id(s), 0)})
         self.rebuilt.append(artifact)
         crash_point("chains:position-recorded")

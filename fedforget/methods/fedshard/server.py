@@ -32,7 +32,7 @@ from logging import INFO, WARNING
 from pathlib import Path
 
 import numpy as np
-from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 from flwr.supercore import log
@@ -49,6 +49,7 @@ from fedforget.federation.messaging import (
     to_numpy,
     to_record,
 )
+from fedforget.federation.module_messages import TrainModule
 from fedforget.federation.module_stack import default_module_init, initial_head
 from fedforget.federation.run_setup import ServerRun, open_server_run, prepare_server_run
 from fedforget.federation.serve import load_tensors
@@ -73,7 +74,6 @@ from fedforget.store.check import corrupt_artifacts
 from fedforget.store.ledger import Ledger
 
 Arrays = dict[str, np.ndarray]
-SLOTS = json.dumps([{"slot": "default", "targets": None}])
 
 
 def _flat(arrays: Arrays) -> np.ndarray:
@@ -118,11 +118,8 @@ class ShardTrainer:
 
     def _message(self, shard: ShardNode, partition: int, state: Arrays, server_round: int) -> Message:
         slices = list(range(len(self.run.plan.slices[partition])))
-        content = RecordDict({
-            "arrays": to_record(state),
-            "config": ConfigRecord({"artifact": shard.artifact, "server-round": server_round,
-                                    "stacking": "continue", "slices": slices, "slots": SLOTS}),
-        })
+        request = TrainModule(shard.artifact, server_round, "continue", tuple(slices))
+        content = RecordDict({"arrays": to_record(state), "config": request.to_config()})
         return Message(content, dst_node_id=self.run.nodes[partition], message_type=CHAIN_MESSAGE)
 
     def _exchange(self, messages: list[Message], parts: list[int], starts: list[Arrays]) -> list[Message | None]:
