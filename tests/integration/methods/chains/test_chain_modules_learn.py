@@ -12,8 +12,7 @@ from fedforget.methods.chains.plan import shard_vote_weights
 from fedforget.tasks.registry import load_task_data
 from fedforget.training.supervised import predict_logits
 from fedforget.unlearning.evaluate import evaluate_store, stored_config
-
-from .helpers import train_in_process
+from tests.integration.helpers import train_in_process
 
 NODES = 3
 

@@ -15,8 +15,7 @@ from fedforget.methods.safe.node_secret import SECRET_FILE
 from fedforget.store import Store
 from fedforget.unlearning.cli import app
 from fedforget.unlearning.verify import verify_store
-
-from .helpers import train_in_process
+from tests.integration.helpers import train_in_process
 
 NODES = 3
 SAFE_DP = {"method": "safe", "safe.coarse": 1, "safe.fine": 2, "num-rounds": 1, "safe.adapter-steps": 6,

@@ -8,8 +8,7 @@ from fedforget.federation.messaging import NodeFailure
 from fedforget.inprocess import run_in_process
 from fedforget.server_app import app as server_app
 from fedforget.store import Store
-
-from .helpers import lineage, served_sha, train_in_process
+from tests.integration.helpers import lineage, served_sha, train_in_process
 
 
 def test_fedavg_on_digits_reaches_85_percent_in_8_rounds(tmp_path):

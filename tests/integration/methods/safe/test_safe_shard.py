@@ -17,8 +17,7 @@ from fedforget.store.ledger import LedgerUsageError
 from fedforget.unlearning.cli import app
 from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.verify import verify_store
-
-from .helpers import artifact_shas, copy_store, served_ids, train_in_process
+from tests.integration.helpers import artifact_shas, copy_store, served_ids, train_in_process
 
 NODES = 3
 SAFE = {"method": "safe", "safe.coarse": 2, "safe.fine": 2, "num-rounds": 2, "safe.adapter-steps": 6, "train-size": 800}

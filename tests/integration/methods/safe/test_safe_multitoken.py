@@ -15,8 +15,7 @@ from fedforget.methods.safe.graph import SafePlan, a_la_carte
 from fedforget.store import Store
 from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.verify import verify_store
-
-from .helpers import copy_store, train_in_process
+from tests.integration.helpers import copy_store, train_in_process
 
 NODES = 3
 CNN = {"method": "safe", "task": "fmnist-cnn", "train-size": 240, "test-size": 60, "safe.coarse": 2, "safe.fine": 2,

@@ -13,8 +13,7 @@ from fedforget.store import Store
 from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.status import store_status
 from fedforget.unlearning.verify import verify_store
-
-from .helpers import copy_store, train_in_process
+from tests.integration.helpers import copy_store, train_in_process
 
 NODES = 3
 FEDSGT = {"method": "fedsgt", "chains.groups": 3, "chains.budget": 3, "slices-per-client": 2}

@@ -12,8 +12,7 @@ from fedforget.inprocess import run_in_process
 from fedforget.store import Store
 from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.verify import verify_store
-
-from .helpers import copy_store, train_in_process
+from tests.integration.helpers import copy_store, train_in_process
 
 NODES = 3
 SAFE = {"method": "safe", "safe.coarse": 2, "safe.fine": 2, "num-rounds": 2, "safe.adapter-steps": 6}

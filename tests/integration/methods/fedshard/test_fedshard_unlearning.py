@@ -18,8 +18,7 @@ from fedforget.store import Store
 from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.status import store_status
 from fedforget.unlearning.verify import verify_store
-
-from .helpers import artifact_shas, copy_store, served_sha, train_in_process
+from tests.integration.helpers import artifact_shas, copy_store, served_sha, train_in_process
 
 NODES = 8
 FEDSHARD = {"method": "fedshard", "fedshard.fanout": 2, "fedshard.rounds-min": 1, "fedshard.rounds-max": 2,
