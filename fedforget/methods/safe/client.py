@@ -7,7 +7,6 @@ clique's coarse group); each clique has its own fresh optimizer and a data order
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 
 import numpy as np
@@ -23,6 +22,7 @@ from fedforget.methods.safe.budget import adapter_budget
 from fedforget.methods.safe.dp import secret_seed
 from fedforget.methods.safe.features import cached_tokens, purge_tokens
 from fedforget.methods.safe.graph import bilevel_cells
+from fedforget.methods.safe.messages import CliqueResults, PlanKeys, PrototypeQuery, TrainCliques
 from fedforget.methods.safe.node_secret import node_secret
 from fedforget.store.purge import drop_purged_copies
 from fedforget.store.tombstones import add_tombstones
@@ -76,33 +76,32 @@ def node_tokens(site: ClientSite, ids: list[int]) -> tuple[torch.Tensor, torch.T
     return torch.from_numpy(tokens[rows]), examples.labels[rows], pooled[rows]
 
 
-def _plan_args(config: ConfigRecord) -> tuple[str, int, int, int | None]:
-    group = int(config["group"]) if "group" in config else None
-    return str(config["mode"]), int(config["coarse"]), int(config["fine"]), group
+def _plan_args(plan: PlanKeys) -> tuple[str, int, int, int | None]:
+    group = int(plan["group"]) if "group" in plan else None
+    return str(plan["mode"]), int(plan["coarse"]), int(plan["fine"]), group
 
 
 def train_cliques(msg: Message, context: Context) -> Message:
     """``train.safe``: one FedAvg round of every clique named, each on its own cells only."""
     site = ClientSite.from_context(context)
     cfg = site.cfg
-    config = msg.content["config"]
-    specs = json.loads(str(config["cliques"]))
-    server_round = int(config["server-round"])
-    cells = node_cells(site, *_plan_args(config))
+    request = TrainCliques.from_config(msg.content["config"])
+    server_round = request.server_round
+    cells = node_cells(site, *_plan_args(request.plan))
     budget = adapter_budget(cfg)
     start = to_numpy(msg.content["arrays"])
     out: dict[str, np.ndarray] = {}
     counts: dict[str, int] = {}
     losses: dict[str, float] = {}
-    for spec in specs:
-        clique = str(spec["id"])
-        ids = sorted(s for c in spec["cells"] for s in cells.get(int(c), []))
+    for spec in request.work:
+        clique = spec.adapter
+        ids = sorted(s for c in spec.cells for s in cells.get(int(c), []))
         params = {k: torch.from_numpy(np.array(start[f"{clique}{SEP}{k}"], copy=True)) for k in PARAM_KEYS}
         counts[clique] = len(ids)
         if ids:
             tokens, labels, _ = node_tokens(site, ids)
             theta = frozen_theta(int(tokens.shape[-1]), cfg.seed, budget.width)
-            if spec.get("dp"):
+            if spec.dp:
                 from fedforget.methods.safe.dp_training import train_dp_adapter
 
                 settings = AdapterSettings(cfg.local_epochs, cfg.batch_size, cfg.lr, cfg.optimizer,
@@ -110,16 +109,16 @@ def train_cliques(msg: Message, context: Context) -> Message:
                                                        "order"), cfg.safe_schedule, server_round, cfg.num_rounds)
                 private_seed = secret_seed(node_secret(site.state_dir), "safe-dp", cfg.method, clique, server_round,
                                            site.partition)
-                params, losses[clique] = train_dp_adapter(theta, params, tokens, labels, int(spec["classes"][0]),
-                                                          [int(c) for c in spec["clique"]], settings, cfg,
+                params, losses[clique] = train_dp_adapter(theta, params, tokens, labels, int(spec.classes[0]),
+                                                          [int(c) for c in spec.clique or ()], settings, cfg,
                                                           num_rounds=cfg.num_rounds, private_seed=private_seed)
             else:
                 order_seed = derive_seed(cfg.seed, cfg.method, clique, site.partition, "order")
-                params, losses[clique] = train_adapters(theta, params, tokens, labels, list(spec["classes"]),
+                params, losses[clique] = train_adapters(theta, params, tokens, labels, list(spec.classes),
                                                         budget, server_round, order_seed)
         for k in PARAM_KEYS:
             out[f"{clique}{SEP}{k}"] = np.ascontiguousarray(params[k].numpy())
-    info = ConfigRecord({"counts": json.dumps(counts, sort_keys=True), "losses": json.dumps(losses, sort_keys=True)})
+    info = CliqueResults(counts, losses).to_config()
     metrics = MetricRecord({PARTITION_KEY: site.partition, "num-examples": int(sum(counts.values()))})
     record = ArrayRecord({k: Array(v) for k, v in out.items()})
     return Message(RecordDict({"arrays": record, "info": info, "metrics": metrics}), reply_to=msg)
@@ -128,17 +127,16 @@ def train_cliques(msg: Message, context: Context) -> Message:
 def prototype_sums(msg: Message, context: Context) -> Message:
     """``query.safeproto``: per cell, the float64 sum of L2-normalised pooled features and the count."""
     site = ClientSite.from_context(context)
-    config = msg.content["config"]
-    cells = node_cells(site, *_plan_args(config))
+    query = PrototypeQuery.from_config(msg.content["config"])
+    cells = node_cells(site, *_plan_args(query.plan))
     out: dict[str, np.ndarray] = {}
-    for cell in json.loads(str(config["cells"])):
+    for cell in query.cells:
         ids = cells.get(int(cell), [])
         if ids:
             _, _, pooled = node_tokens(site, ids)
             total = normalised(torch.from_numpy(pooled)).sum(axis=0)
         else:
-            dim = int(config["dim"])
-            total = np.zeros(dim)
+            total = np.zeros(query.dim)
         out[f"{cell}{SEP}sum"] = np.ascontiguousarray(total)
         out[f"{cell}{SEP}count"] = np.asarray([len(ids)], dtype=np.int64)
     metrics = MetricRecord({PARTITION_KEY: site.partition})

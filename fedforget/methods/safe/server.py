@@ -17,12 +17,11 @@ bad reply rejected; a partition excluded for good leaves every artifact that rea
 
 from __future__ import annotations
 
-import json
 import time
 from logging import INFO
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import Array, ArrayRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
@@ -37,6 +36,7 @@ from fedforget.methods.safe.budget import adapter_budget
 from fedforget.methods.safe.client import PARAM_KEYS, SEP, frozen_backbone, frozen_theta
 from fedforget.methods.safe.dp import request_budget
 from fedforget.methods.safe.graph import SafePlan, build_safe_plan, check_clique_classes
+from fedforget.methods.safe.messages import CliqueResults, CliqueWork, PrototypeQuery, TrainCliques
 from fedforget.methods.safe.shard import SafeShard, load_safe_shard, safe_shard_ids, whole_train_split
 from fedforget.methods.safe.shard_plan import class_counts
 from fedforget.store.check import corrupt_artifacts
@@ -150,18 +150,16 @@ class SafeTrainer:
 
     def _round(self, specs: list[dict[str, object]], current: dict[str, Arrays],
                server_round: int) -> dict[str, Arrays]:
-        by_node: dict[int, list[dict[str, object]]] = {}
+        by_node: dict[int, list[CliqueWork]] = {}
         for s in specs:
             for p, cells in self.plan.participants(s["units"]).items():  # type: ignore[arg-type]
-                item = {"id": s["id"], "classes": s["classes"], "cells": cells, "dp": s["dp"]}
-                if s["dp"]:
-                    item["clique"] = s["clique"]  # the node sizes σ for the clique's adapters together
-                by_node.setdefault(p, []).append(item)
+                classes = tuple(int(k) for k in s["classes"])  # type: ignore[attr-defined]
+                clique = tuple(int(c) for c in s["clique"]) if s["dp"] else None  # type: ignore[attr-defined]
+                by_node.setdefault(p, []).append(CliqueWork(str(s["id"]), classes, tuple(cells), bool(s["dp"]), clique))
         messages = []
         for p, items in sorted(by_node.items()):
-            arrays = {f"{i['id']}{SEP}{k}": current[str(i["id"])][k] for i in items for k in PARAM_KEYS}
-            config = ConfigRecord({"cliques": json.dumps(items), "server-round": server_round,
-                                   **_plan_config(self.plan, p)})
+            arrays = {f"{i.adapter}{SEP}{k}": current[i.adapter][k] for i in items for k in PARAM_KEYS}
+            config = TrainCliques(server_round, tuple(items), _plan_config(self.plan, p)).to_config()
             messages.append(Message(RecordDict({"arrays": _record(arrays), "config": config}),
                                     dst_node_id=self.run.nodes[p], message_type=TRAIN_MESSAGE))
         started = time.monotonic()
@@ -172,7 +170,7 @@ class SafeTrainer:
             sent = to_numpy(messages[i].content["arrays"])
             rows = len(self.run.plan.partition_ids(parts[i])) * len(items)
             return check_reply(reply, parts[i], sent=sent, max_examples=rows, numbers=()) or check_counts(
-                reply, {str(it["id"]) for it in items}, rows)
+                reply, {it.adapter for it in items}, rows)
 
         answered, lost = exchange_redo_or_exclude(self.grid, self.run.nodes, messages, parts,
                                                   self.cfg.round_timeout, valid)
@@ -182,10 +180,10 @@ class SafeTrainer:
         contributions: dict[str, list[tuple[int, Arrays]]] = {}
         losses = []
         for reply in replies:
-            counts = json.loads(str(reply.content["info"]["counts"]))
-            losses += list(json.loads(str(reply.content["info"]["losses"])).values())
+            result = CliqueResults.from_config(reply.content["info"])
+            losses += list(result.losses.values())
             arrays = to_numpy(reply.content["arrays"])
-            for aid, n in counts.items():
+            for aid, n in result.counts.items():
                 if n > 0:
                     contributions.setdefault(aid, []).append(
                         (int(n), {k: arrays[f"{aid}{SEP}{k}"] for k in PARAM_KEYS}))
@@ -238,8 +236,8 @@ class SafeTrainer:
 def check_counts(reply: Message, adapters: set[str], max_examples: int) -> str | None:
     """A ``train.safe`` reply's per-adapter counts and losses: adapters sent, plausible counts, finite losses."""
     try:
-        counts = json.loads(str(reply.content["info"]["counts"]))
-        losses = json.loads(str(reply.content["info"]["losses"]))
+        result = CliqueResults.from_config(reply.content["info"])
+        counts, losses = result.counts, result.losses
         bad = (set(counts) - adapters or set(losses) - adapters
                or not all(0 <= int(n) <= max_examples for n in counts.values())
                or not all(np.isfinite(float(v)) for v in losses.values()))
@@ -267,8 +265,7 @@ def collect_prototypes(grid: Grid, run: ServerRun, plan: SafePlan, ledger: Ledge
     if not units:
         return []
     by_node = plan.participants(units)
-    messages = [Message(RecordDict({"config": ConfigRecord({"cells": json.dumps(cells), "dim": dim,
-                                                             **_plan_config(plan, p)})}),
+    messages = [Message(RecordDict({"config": PrototypeQuery(tuple(cells), dim, _plan_config(plan, p)).to_config()}),
                         dst_node_id=run.nodes[p], message_type=PROTO_MESSAGE) for p, cells in by_node.items()]
     parts = list(by_node)
 
