@@ -48,6 +48,8 @@ class Method:
     prepare_scratch: str | None = None
     #: "function(ledger)" → (artifacts carrying forgotten samples under DP, DP artifact → its partitions)
     dp_exposure: str | None = None
+    #: globs of the per-client files it derives from raw samples (recomputed on demand), which purge deletes
+    feature_caches: tuple[str, ...] = ()
     #: "function(app)": adds its own commands to the ``fedforget`` CLI
     commands: str | None = None
     extra: Mapping[str, str] = field(default_factory=dict)  # other named hooks, read by their callers

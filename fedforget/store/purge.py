@@ -32,8 +32,6 @@ PURGE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS purged(artifact TEXT NOT NULL, sha256 TEXT NOT NULL, request INTEGER NOT NULL,
     at REAL NOT NULL, done INTEGER NOT NULL, PRIMARY KEY(artifact, sha256)) WITHOUT ROWID;
 """
-#: per-client files in a client's state dir that hold features of its raw samples (recomputed on demand)
-FEATURE_CACHE_GLOB = "safe-features-*"  # SAFE's frozen-backbone tokens (methods.safe.features)
 #: metrics values computed on the clients' training samples (losses and counts over them)
 TRAINING_VALUES = ("train-loss", "train-examples", "samples", "samples-total")
 #: ledger meta: the request up to which, and how many leading lines of, metrics.jsonl are redacted
@@ -41,6 +39,14 @@ METRICS_MARK = "metrics-redacted"
 #: ledger meta written by ``forget --audit-before``, and the keys of it that are decisions, not measurements
 AUDIT_KEY = "audit-before"
 AUDIT_DECISION = ("request", "forgotten", "held_out", "verdict", "memorised")
+
+
+def feature_cache_globs() -> tuple[str, ...]:
+    """Per-client files in a client's state dir that hold features of its raw samples (recomputed on demand),
+    as every method declares them."""
+    from fedforget.methods.registry import FAMILIES
+
+    return tuple(dict.fromkeys(g for method in FAMILIES for g in method.feature_caches))
 
 
 def record_purges(db: sqlite3.Connection, request: int, invalidated: list[str]) -> int:
@@ -182,7 +188,8 @@ def complete_purges(store: Any, check: bool = False) -> PurgeReport:
     report = PurgeReport(pending=pending, client_copies=copies)
     files = files_named_by(store.root, doomed)
     report.files = [str(p.relative_to(store.root)) for p in files]
-    caches = [p for part in sorted(touched) for p in (store.root / "clients" / str(part)).glob(FEATURE_CACHE_GLOB)]
+    caches = [p for part in sorted(touched) for pattern in feature_cache_globs()
+              for p in sorted((store.root / "clients" / str(part)).glob(pattern))]
     report.feature_caches = [str(p.relative_to(store.root)) for p in caches]
     span = _redacted_span(store.root, last, mark)
     report.metrics_rows = scrub_metrics(store.root, gone, dry_run=True, span=span)

@@ -25,4 +25,5 @@ METHOD = Method(
     submit_check="fedforget.methods.safe.coordinator:check_before_submit",
     prepare_scratch="fedforget.methods.safe.verify:prepare_scratch",
     dp_exposure="fedforget.methods.safe.verify:dp_exposure",
+    feature_caches=("safe-features-*",),  # the frozen backbone's tokens (features.CACHE_PREFIX)
 )

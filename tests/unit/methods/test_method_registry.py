@@ -101,3 +101,10 @@ def test_get_method_resolves_the_driver():
     from fedforget.methods.fedavg.server import run_fedavg
 
     assert registry.get_method("fedavg") is run_fedavg
+
+
+def test_safe_declares_the_feature_cache_its_nodes_write():
+    from fedforget.methods.safe import METHOD
+    from fedforget.methods.safe.features import CACHE_PREFIX
+
+    assert METHOD.feature_caches == (f"{CACHE_PREFIX}*",)
