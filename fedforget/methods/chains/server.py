@@ -24,12 +24,11 @@ from flwr.supercore import log
 from fedforget.core.config import ConfigError, RunConfig, parse_prior
 from fedforget.core.seeds import derive_seed, derive_seed32
 from fedforget.core.slicing import UnitId
+from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import check_chain_reply, exchange_redo_or_exclude
-from fedforget.federation.forget_messages import forget_before_retrain
 from fedforget.federation.messaging import (
     CHAIN_MESSAGE,
     PARTITION_KEY,
-    discover_partitions,
     payload_bytes,
     record_bytes,
     to_numpy,
@@ -44,13 +43,11 @@ from fedforget.federation.module_shipping import (
     need_of,
 )
 from fedforget.federation.module_stack import default_module_init, fresh_module, initial_head, slot_name, split_state
-from fedforget.federation.run_setup import ServerRun, open_server_run, prepare_server_run
+from fedforget.federation.run_setup import ServerRun
 from fedforget.federation.serve import load_tensors
-from fedforget.federation.serving_eval import evaluate_serving
 from fedforget.methods.chains.grouping import group_units
 from fedforget.methods.chains.plan import Chain, ChainPlan, layer_blocks, rebuild_from
 from fedforget.methods.chains.sequences import select_sequences
-from fedforget.store.check import corrupt_artifacts
 from fedforget.store.crash import crash_point
 from fedforget.store.ledger import Ledger
 from fedforget.tasks.partitioning import PartitionPlan
@@ -369,53 +366,31 @@ class ChainTrainer:
 # -- the two actions -------------------------------------------------------------------------
 def run_chains(grid: Grid, cfg: RunConfig) -> None:
     """ServerApp entry for fedsgt / s3t / sisa / fedcio (``action`` = train or retrain)."""
-    nodes = discover_partitions(grid, cfg.round_timeout)
-    if cfg.action == "retrain":
-        retrain_chains(grid, cfg, nodes)
-        return
-    refuse_groups_without_data(cfg, len(nodes))
-    run = prepare_server_run(cfg, nodes)
-    plan = build_chain_plan(cfg, run)
-    position_targets(plan, run)  # reject an impossible placement before any training
-    ledger = run.store.ledger()
-    try:
+    drive(grid, cfg, ChainsServer(grid, cfg))
+
+
+class ChainsServer(MethodServer):
+    """Chains of LoRA modules over groups of slices: a retrain continues each chain from its longest valid
+    prefix."""
+
+    def check(self, nodes: dict[int, int]) -> None:
+        refuse_groups_without_data(self.cfg, len(nodes))
+
+    def train(self, run: ServerRun, ledger: Ledger) -> Built:
+        plan = build_chain_plan(self.cfg, run)
+        position_targets(plan, run)  # reject an impossible placement before any training
         ledger.load_samples(run.plan.slices)
         ledger.set_plan(plan.serving_json())
         run.store.update_manifest(plan=plan.to_json())
-        trainer = ChainTrainer(grid, run, plan, ledger, watermark=0)
+        trainer = ChainTrainer(self.grid, run, plan, ledger, watermark=0)
         trainer.train({c.key: 1 for c in plan.chains()})
-        ledger.set_meta("unbuilt", {"artifacts": trainer.unbuilt, "partitions": sorted(trainer.excluded)})
-        serving = ledger.refresh_serving()
-        result = evaluate_serving(run, ledger)
-        run.store.append_metrics({"final": True, "action": "train", "accuracy": result["accuracy"],
-                                  "loss": result["loss"], "waves": trainer.wave, "served": serving["artifacts"]})
-        run.store.update_manifest(**{"rounds-done": trainer.wave})
-        log(INFO, "fedforget: %s trained %d artifacts; serving accuracy %.4f", cfg.method, len(trainer.rebuilt),
-            result["accuracy"])
-        log(INFO, "fedforget: store written to %s", run.store.root)
-    finally:
-        ledger.close()
+        return Built(trainer.rebuilt, trainer.unbuilt, trainer.excluded, {"waves": trainer.wave},
+                     {"rounds-done": trainer.wave}, f"{self.cfg.method} trained {len(trainer.rebuilt)} artifacts")
 
-
-def retrain_chains(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
-    run = open_server_run(cfg, nodes)
-    ledger = run.store.ledger()
-    try:
-        watermark = forget_before_retrain(grid, run, ledger)
-        crash_point("retrain:forget-sent")
+    def retrain(self, run: ServerRun, ledger: Ledger, watermark: int, reusable: set[str]) -> Built:
         plan = ChainPlan.from_json(run.store.manifest()["plan"])
-        # a corrupt artifact is rebuilt like an invalid one (same inputs, so the same bytes come back)
-        start = rebuild_from(plan, ledger.valid_artifacts() - corrupt_artifacts(run.store, ledger))
-        trainer = ChainTrainer(grid, run, plan, ledger, watermark)
-        trainer.train(start)
-        ledger.set_meta("unbuilt", {"artifacts": trainer.unbuilt, "partitions": sorted(trainer.excluded)})
-        crash_point("retrain:before-finish")
-        serving = ledger.finish_retrain(watermark, trainer.rebuilt)
-        result = evaluate_serving(run, ledger)
-        run.store.append_metrics({"final": True, "action": "retrain", "accuracy": result["accuracy"],
-                                  "loss": result["loss"], "waves": trainer.wave, "rebuilt": trainer.rebuilt,
-                                  "watermark": watermark, "served": serving["artifacts"]})
-        log(INFO, "fedforget: retrain rebuilt %d artifact(s) up to request %d; serving accuracy %.4f",
-            len(trainer.rebuilt), watermark, result["accuracy"])
-    finally:
-        ledger.close()
+        trainer = ChainTrainer(self.grid, run, plan, ledger, watermark)
+        trainer.train(rebuild_from(plan, reusable))
+        return Built(trainer.rebuilt, trainer.unbuilt, trainer.excluded,
+                     {"waves": trainer.wave, "rebuilt": trainer.rebuilt},
+                     summary=f"retrain rebuilt {len(trainer.rebuilt)} artifact(s) up to request {watermark}")

@@ -15,21 +15,20 @@ from flwr.supercore import log
 
 from fedforget.core.config import RunConfig, sample_clients
 from fedforget.core.seeds import derive_seed
+from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import PartitionsExcluded, PolicyGrid, check_reply
-from fedforget.federation.forget_messages import forget_before_retrain
 from fedforget.federation.messaging import (
     PARTITION_KEY,
     RECEIVED,
     NodeFailure,
     ReliableGrid,
     check_replies,
-    discover_partitions,
     record_bytes,
     to_numpy,
 )
-from fedforget.federation.run_setup import DEFAULT_ADAPTER, ServerRun, open_server_run, prepare_server_run
-from fedforget.federation.serving_eval import evaluate_serving
+from fedforget.federation.run_setup import DEFAULT_ADAPTER, ServerRun
 from fedforget.federation.units import all_units
+from fedforget.store.ledger import Ledger
 from fedforget.training.supervised import evaluate
 
 ARTIFACT = "fedavg/global"
@@ -151,38 +150,33 @@ def run_fedavg(grid: Grid, cfg: RunConfig) -> None:
     ``action='retrain'`` is the retrain-from-scratch baseline: clients first delete the forgotten
     samples for good, then the whole training runs again on what remains.
     """
-    nodes = discover_partitions(grid, cfg.round_timeout)
-    if cfg.action == "retrain":
-        run = open_server_run(cfg, nodes)
-        ledger = run.store.ledger()
-        watermark = forget_before_retrain(grid, run, ledger)
-    else:
-        run = prepare_server_run(cfg, nodes)
-        ledger = run.store.ledger()
-        watermark = 0
+    drive(grid, cfg, FedAvgServer(grid, cfg))
+
+
+class FedAvgServer(MethodServer):
+    """One artifact trained on every partition: a forget invalidates it, a retrain trains it again."""
+
+    def train(self, run: ServerRun, ledger: Ledger) -> Built:
         ledger.load_samples(run.plan.slices)
         ledger.set_plan({"kind": "single", "artifact": ARTIFACT})
-    try:
+        return self._build(run, ledger, watermark=0)
+
+    def retrain(self, run: ServerRun, ledger: Ledger, watermark: int, reusable: set[str]) -> Built:
+        return self._build(run, ledger, watermark)
+
+    def _build(self, run: ServerRun, ledger: Ledger, watermark: int) -> Built:
+        cfg = self.cfg
         try:
-            sha, participants = _train(grid, run)
+            sha, participants = _train(self.grid, run)
         except PartitionsExcluded as lost:  # the global model needs every partition: it stays unbuilt
-            sha, participants = None, lost.partitions
-            ledger.set_meta("unbuilt", {"artifacts": [ARTIFACT], "partitions": sorted(lost.partitions)})
             log(WARNING, "fedforget: %s stays unbuilt: partition(s) %s were lost; run `fedforget retrain` "
                 "when they are back", ARTIFACT, sorted(lost.partitions))
-        else:
-            ledger.set_meta("unbuilt", {"artifacts": [], "partitions": []})
-            ledger.record_artifact(ARTIFACT, sha, "lora+head", all_units(run, participants), watermark,
-                                   {"adapter": DEFAULT_ADAPTER, "rounds": cfg.num_rounds, "slot": DEFAULT_ADAPTER})
-        if cfg.action == "retrain":
-            ledger.finish_retrain(watermark, [ARTIFACT] if sha else [])
-        else:
-            ledger.refresh_serving()
-        evaluate_serving(run, ledger)
-    finally:
-        ledger.close()
-    run.store.update_manifest(**{"rounds-done": cfg.num_rounds})
-    log(INFO, "fedforget: store written to %s (artifact %s sha256 %s)", run.store.root, ARTIFACT, sha)
+            return Built([], [ARTIFACT], set(lost.partitions), manifest={"rounds-done": cfg.num_rounds},
+                         summary=f"{ARTIFACT} unbuilt")
+        ledger.record_artifact(ARTIFACT, sha, "lora+head", all_units(run, participants), watermark,
+                               {"adapter": DEFAULT_ADAPTER, "rounds": cfg.num_rounds, "slot": DEFAULT_ADAPTER})
+        return Built([ARTIFACT], manifest={"rounds-done": cfg.num_rounds},
+                     summary=f"fedavg trained {ARTIFACT} (sha256 {sha})")
 
 
 def check_fedavg_reply(run: ServerRun, reply: Message, partition: int, sent: Message) -> str | None:

@@ -39,21 +39,19 @@ from flwr.supercore import log
 
 from fedforget.core.config import RunConfig
 from fedforget.core.seeds import derive_seed
+from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import check_chain_reply, exchange_redo_or_exclude
-from fedforget.federation.forget_messages import forget_before_retrain
 from fedforget.federation.messaging import (
     CHAIN_MESSAGE,
     PARTITION_KEY,
-    discover_partitions,
     payload_bytes,
     to_numpy,
     to_record,
 )
 from fedforget.federation.module_messages import TrainModule
 from fedforget.federation.module_stack import default_module_init, initial_head
-from fedforget.federation.run_setup import ServerRun, open_server_run, prepare_server_run
+from fedforget.federation.run_setup import ServerRun
 from fedforget.federation.serve import load_tensors
-from fedforget.federation.serving_eval import evaluate_serving
 from fedforget.methods.fedshard.angles import signed_update_angles, update_angles
 from fedforget.methods.fedshard.lora_merge import merge_lora
 from fedforget.methods.fedshard.plan import (
@@ -70,7 +68,6 @@ from fedforget.methods.fedshard.plan import (
     num_stages,
     variance,
 )
-from fedforget.store.check import corrupt_artifacts
 from fedforget.store.ledger import Ledger
 
 Arrays = dict[str, np.ndarray]
@@ -286,48 +283,36 @@ def _inits(trainer: ShardTrainer, stage: Sequence[ShardNode], below: Sequence[Sh
 
 def run_fedshard(grid: Grid, cfg: RunConfig) -> None:
     """ServerApp entry for ``method='fedshard'`` (``action`` = train or retrain)."""
-    nodes = discover_partitions(grid, cfg.round_timeout)
-    if cfg.action == "retrain":
-        retrain_fedshard(grid, cfg, nodes)
-        return
-    run = prepare_server_run(cfg, nodes)
-    replay = load_plan_file(cfg.plan_file) if cfg.plan_file else None
-    if replay and sorted(c for s in replay.stages[0] for c in s.clients) != sorted(nodes):
-        raise ValueError(f"plan-file {cfg.plan_file} covers other clients than the {len(nodes)} connected")
-    ledger = run.store.ledger()
-    try:
+    drive(grid, cfg, FedShardServer(grid, cfg))
+
+
+class FedShardServer(MethodServer):
+    """A tree of shards trained stage by stage: a retrain rebuilds the invalid shards, each from its
+    re-aggregated children."""
+
+    def train(self, run: ServerRun, ledger: Ledger) -> Built:
+        cfg = self.cfg
+        replay = load_plan_file(cfg.plan_file) if cfg.plan_file else None
+        if replay and sorted(c for s in replay.stages[0] for c in s.clients) != sorted(run.nodes):
+            raise ValueError(f"plan-file {cfg.plan_file} covers other clients than the {len(run.nodes)} connected")
         ledger.load_samples(run.plan.slices)
-        trainer = ShardTrainer(grid, run, ledger, watermark=0)
-        tree = _train_tree(trainer, cfg, sorted(nodes), replay)
+        trainer = ShardTrainer(self.grid, run, ledger, watermark=0)
+        tree = _train_tree(trainer, cfg, sorted(run.nodes), replay)
         ledger.set_plan(tree.serving_json(cfg.fallback))
-        ledger.set_meta("unbuilt", {"artifacts": trainer.unbuilt, "partitions": sorted(trainer.excluded)})
         ledger.set_meta("client-angles", {str(c): a for c, a in trainer.client_angles.items()})
         run.store.update_manifest(plan=tree.to_json(), **{"rounds-done": sum(
             max(s.rounds for s in stage) for stage in tree.stages)})
-        serving = ledger.refresh_serving()
-        result = evaluate_serving(run, ledger)
+        return Built(trainer.rebuilt, trainer.unbuilt, trainer.excluded, {"client-rounds": trainer.client_rounds},
+                     summary=f"fedshard trained {len(trainer.rebuilt)} shard(s) in {len(tree.stages)} stage(s)")
+
+    def first_served(self, run: ServerRun, ledger: Ledger, serving: dict) -> None:
         record_first_per_class_accuracy(run, ledger, serving)
-        run.store.append_metrics({"final": True, "action": "train", "accuracy": result["accuracy"],
-                                  "loss": result["loss"], "client-rounds": trainer.client_rounds,
-                                  "served": serving["artifacts"]})
-        log(INFO, "fedforget: fedshard trained %d shard(s) in %d stage(s); serving accuracy %.4f",
-            len(trainer.rebuilt), len(tree.stages), result["accuracy"])
-        log(INFO, "fedforget: store written to %s", run.store.root)
-    finally:
-        ledger.close()
 
-
-def retrain_fedshard(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
-    """Retrain only the invalid shards, stage by stage, each from its re-aggregated children."""
-    run = open_server_run(cfg, nodes)
-    ledger = run.store.ledger()
-    try:
-        watermark = forget_before_retrain(grid, run, ledger)
+    def retrain(self, run: ServerRun, ledger: Ledger, watermark: int, reusable: set[str]) -> Built:
         tree = ShardTree.from_json(run.store.manifest()["plan"])
-        # a corrupt cached shard is rebuilt like an invalid one (same inputs, so the same bytes come back)
-        valid = ledger.valid_artifacts() - corrupt_artifacts(run.store, ledger)
+        valid = reusable
         stored = {a["artifact"]: a for a in ledger.artifacts()}
-        trainer = ShardTrainer(grid, run, ledger, watermark, gone=set(ledger.exhausted_partitions()))
+        trainer = ShardTrainer(self.grid, run, ledger, watermark, gone=set(ledger.exhausted_partitions()))
         results: dict[int, ShardResult] = {}
         below: list[ShardNode] | None = None
         for stage in tree.stages:
@@ -351,16 +336,10 @@ def retrain_fedshard(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
                 log(INFO, "fedforget: FedShard stage %d/%d: retrained %s", stage[0].stage, len(tree.stages),
                     ", ".join(s.artifact for s in todo))
             below = stage
-        ledger.set_meta("unbuilt", {"artifacts": trainer.unbuilt, "partitions": sorted(trainer.excluded)})
-        serving = ledger.finish_retrain(watermark, trainer.rebuilt)
-        result = evaluate_serving(run, ledger)
-        run.store.append_metrics({"final": True, "action": "retrain", "accuracy": result["accuracy"],
-                                  "loss": result["loss"], "rebuilt": trainer.rebuilt, "watermark": watermark,
-                                  "client-rounds": trainer.client_rounds, "served": serving["artifacts"]})
-        log(INFO, "fedforget: retrain rebuilt %d shard(s) in %d client-rounds up to request %d; serving accuracy %.4f",
-            len(trainer.rebuilt), trainer.client_rounds, watermark, result["accuracy"])
-    finally:
-        ledger.close()
+        return Built(trainer.rebuilt, trainer.unbuilt, trainer.excluded,
+                     {"rebuilt": trainer.rebuilt, "client-rounds": trainer.client_rounds},
+                     summary=f"retrain rebuilt {len(trainer.rebuilt)} shard(s) in {trainer.client_rounds} "
+                             f"client-rounds up to request {watermark}")
 
 
 def record_first_per_class_accuracy(run: ServerRun, ledger: Ledger, serving: dict) -> None:

@@ -27,10 +27,10 @@ from flwr.supercore import log
 
 from fedforget.core.config import RunConfig
 from fedforget.core.seeds import derive_seed
+from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import FRAMING_PER_TENSOR, check_reply, exchange_redo_or_exclude
-from fedforget.federation.forget_messages import forget_before_retrain
-from fedforget.federation.messaging import discover_partitions, to_numpy
-from fedforget.federation.run_setup import ServerRun, open_server_run, prepare_server_run
+from fedforget.federation.messaging import to_numpy
+from fedforget.federation.run_setup import ServerRun
 from fedforget.methods.safe.adapters import init_adapters
 from fedforget.methods.safe.budget import adapter_budget
 from fedforget.methods.safe.client import PARAM_KEYS, SEP, frozen_backbone, frozen_theta
@@ -39,7 +39,6 @@ from fedforget.methods.safe.graph import SafePlan, build_safe_plan, check_clique
 from fedforget.methods.safe.messages import CliqueResults, CliqueWork, PrototypeQuery, TrainCliques
 from fedforget.methods.safe.shard import SafeShard, load_safe_shard, safe_shard_ids, whole_train_split
 from fedforget.methods.safe.shard_plan import class_counts
-from fedforget.store.check import corrupt_artifacts
 from fedforget.store.ledger import Ledger
 
 TRAIN_MESSAGE = f"{MessageType.TRAIN}.safe"
@@ -330,61 +329,59 @@ def evaluate_safe(run: ServerRun, ledger: Ledger) -> dict[str, float]:
 
 def run_safe(grid: Grid, cfg: RunConfig) -> None:
     """ServerApp entry for ``safe`` and ``protosisa`` (``action`` = train or retrain)."""
-    nodes = discover_partitions(grid, cfg.round_timeout)
-    if cfg.action == "retrain":
-        retrain_safe(grid, cfg, nodes)
-        return
-    from fedforget.tasks.registry import load_task_data
+    drive(grid, cfg, SafeServer(grid, cfg))
 
-    # before the store exists: a bad graph or too few unused rows writes nothing
-    check_clique_classes(cfg.method, load_task_data(cfg).num_classes, cfg.fine, cfg.task)
-    whole = whole_train_split(cfg) if cfg.safe_shard > 0 else None  # read once: the draw, then the rows
-    shard_ids = safe_shard_ids(cfg, whole)
-    run = prepare_server_run(cfg, nodes)
-    shard = load_safe_shard(cfg, run.store.root, shard_ids, whole)
-    del whole
-    plan, cells = make_plan(cfg, run, shard)
-    dim = token_dim(cfg)
-    ledger = run.store.ledger()
-    try:
+
+class SafeServer(MethodServer):
+    """One adapter per clique (per class and clique under SAFE-DP) and per-cell prototypes: a retrain
+    rebuilds the invalid adapters and the stale prototypes."""
+
+    def __init__(self, grid: Grid, cfg: RunConfig) -> None:
+        super().__init__(grid, cfg)
+        self.whole = None  # the whole train split, read once by ``check`` when a safe shard is drawn
+        self.shard_ids: list[int] = []
+
+    def check(self, nodes: dict[int, int]) -> None:
+        """Before the store exists: a bad graph or too few unused rows writes nothing."""
+        from fedforget.tasks.registry import load_task_data
+
+        cfg = self.cfg
+        check_clique_classes(cfg.method, load_task_data(cfg).num_classes, cfg.fine, cfg.task)
+        self.whole = whole_train_split(cfg) if cfg.safe_shard > 0 else None  # read once: the draw, then the rows
+        self.shard_ids = safe_shard_ids(cfg, self.whole)
+
+    def train(self, run: ServerRun, ledger: Ledger) -> Built:
+        cfg, grid = self.cfg, self.grid
+        shard = load_safe_shard(cfg, run.store.root, self.shard_ids, self.whole)
+        self.whole = None
+        plan, cells = make_plan(cfg, run, shard)
+        dim = token_dim(cfg)
         width = plan.coarse * plan.num_classes
         ledger.load_samples({p: [cells[p].get(c, []) for c in range(width)] for p in sorted(cells)})
         ledger.set_plan(plan.to_json())
         run.store.update_manifest(plan=plan.to_json(), cells={str(p): {str(c): v for c, v in cs.items()}
                                                               for p, cs in cells.items()},
                                   **{"token-dim": dim, "adapter-budget": adapter_budget(cfg).to_json(),
-                                     "safe-shard-ids": shard_ids})
+                                     "safe-shard-ids": self.shard_ids})
         trainer = SafeTrainer(grid, run, plan, ledger, 0, dim, shard)
         trainer.train(trainer.specs(None))
         units = sorted(u for u in plan.sizes if plan.sizes[u] > 0) if plan.prototypes else []
         protos = collect_prototypes(grid, run, plan, ledger, units, 0, dim, trainer.unbuilt, trainer.excluded)
         protos += record_shard_prototypes(run, plan, ledger, shard, plan.shard_proto_artifacts(), 0)
-        ledger.set_meta("unbuilt", {"artifacts": trainer.unbuilt, "partitions": sorted(trainer.excluded)})
-        serving = ledger.refresh_serving()
-        result = evaluate_safe(run, ledger)
-        run.store.append_metrics({"final": True, "action": "train", "accuracy": result["accuracy"],
-                                  "loss": result["loss"], "rebuilt": trainer.rebuilt, "prototypes": len(protos),
-                                  "client-rounds": trainer.client_rounds, "samples-visited": trainer.samples_visited,
-                                  "safe-shard-visited": trainer.shard_visited, "served": serving["artifacts"]})
-        run.store.update_manifest(**{"rounds-done": cfg.num_rounds})
-        log(INFO, "fedforget: %s trained %d adapter artifact(s) over %d clique(s); serving accuracy %.4f",
-            cfg.method, len(trainer.rebuilt), len(plan.cliques()), result["accuracy"])
-        log(INFO, "fedforget: store written to %s", run.store.root)
-    finally:
-        ledger.close()
+        return Built(trainer.rebuilt + protos, trainer.unbuilt, trainer.excluded,
+                     {"rebuilt": trainer.rebuilt, "prototypes": len(protos), "client-rounds": trainer.client_rounds,
+                      "samples-visited": trainer.samples_visited, "safe-shard-visited": trainer.shard_visited},
+                     {"rounds-done": cfg.num_rounds},
+                     f"{cfg.method} trained {len(trainer.rebuilt)} adapter artifact(s) over {len(plan.cliques())} "
+                     "clique(s)")
 
-
-def retrain_safe(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
-    run = open_server_run(cfg, nodes)
-    manifest = run.store.manifest()
-    plan = SafePlan.from_json(manifest["plan"])
-    dim = int(manifest["token-dim"])
-    shard = load_safe_shard(cfg, run.store.root, [int(i) for i in manifest.get("safe-shard-ids", [])])
-    ledger = run.store.ledger()
-    try:
-        watermark = forget_before_retrain(grid, run, ledger)
-        # a corrupt artifact is rebuilt like an invalid one (same inputs, so the same bytes come back)
-        valid = ledger.valid_artifacts() - corrupt_artifacts(run.store, ledger)
+    def retrain(self, run: ServerRun, ledger: Ledger, watermark: int, reusable: set[str]) -> Built:
+        cfg, grid = self.cfg, self.grid
+        manifest = run.store.manifest()
+        plan = SafePlan.from_json(manifest["plan"])
+        dim = int(manifest["token-dim"])
+        shard = load_safe_shard(cfg, run.store.root, [int(i) for i in manifest.get("safe-shard-ids", [])])
+        valid = reusable
         trainer = SafeTrainer(grid, run, plan, ledger, watermark, dim, shard)
         invalid = [s for s in trainer.specs(None) if s["id"] not in valid]
         started = time.monotonic()
@@ -395,16 +392,12 @@ def retrain_safe(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> None:
         protos = collect_prototypes(grid, run, plan, ledger, stale, watermark, dim, trainer.unbuilt, trainer.excluded)
         missing = [a for a in plan.shard_proto_artifacts() if a not in valid]
         protos += record_shard_prototypes(run, plan, ledger, shard, missing, watermark)
-        ledger.set_meta("unbuilt", {"artifacts": trainer.unbuilt, "partitions": sorted(trainer.excluded)})
-        serving = ledger.finish_retrain(watermark, trainer.rebuilt + protos)
-        result = evaluate_safe(run, ledger)
-        run.store.append_metrics({"final": True, "action": "retrain", "accuracy": result["accuracy"],
-                                  "loss": result["loss"], "rebuilt": trainer.rebuilt, "prototypes": protos,
-                                  "watermark": watermark, "client-rounds": trainer.client_rounds,
-                                  "samples-visited": trainer.samples_visited,
-                                  "safe-shard-visited": trainer.shard_visited,
-                                  "seconds": time.monotonic() - started, "served": serving["artifacts"]})
-        log(INFO, "fedforget: retrain rebuilt %d adapter artifact(s) and %d prototype cell(s) up to request %d; "
-            "serving accuracy %.4f", len(trainer.rebuilt), len(protos), watermark, result["accuracy"])
-    finally:
-        ledger.close()
+        return Built(trainer.rebuilt + protos, trainer.unbuilt, trainer.excluded,
+                     {"rebuilt": trainer.rebuilt, "prototypes": protos, "client-rounds": trainer.client_rounds,
+                      "samples-visited": trainer.samples_visited, "safe-shard-visited": trainer.shard_visited,
+                      "seconds": time.monotonic() - started},
+                     summary=f"retrain rebuilt {len(trainer.rebuilt)} adapter artifact(s) and {len(protos)} "
+                             f"prototype cell(s) up to request {watermark}")
+
+    def evaluate(self, run: ServerRun, ledger: Ledger) -> dict[str, float]:
+        return evaluate_safe(run, ledger)
