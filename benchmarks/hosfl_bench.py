@@ -120,7 +120,8 @@ def traffic(quick: bool, tmp: Path) -> dict[str, Any]:
         table[method] = {"per-client-round": per, "d_c": manifest["split"]["d_c"],
                          "wire-per-client-round": {d: sum(r["wire-bytes"][d] for r in rows) / client_rounds
                                                    for d in ("up", "down")}}
-    fed = _fedavg_bytes(int(BASE.get("lora-r", 4)))
+    lora_r = parse_run_config({**BASE, "method": "hosfl"}).lora_r  # the rank the split runs above resolved
+    fed = _fedavg_bytes(lora_r)
     table["fedavg"] = {"per-client-round": {d: {"activations": 0, "feedback": 0, "aggregation": fed, "control": 0}
                                             for d in ("up", "down")}}
     sizes = []
@@ -165,7 +166,8 @@ def traffic(quick: bool, tmp: Path) -> dict[str, Any]:
     fig.suptitle("fmnist-cnn, cut 2, batch 32: traffic measured on the messages")
     fig.tight_layout()
     fig.savefig(OUT / "hosfl_traffic.png", dpi=110)
-    return {"rounds": rounds, "per-method": table, "vs-client-size": sizes}
+    return {"rounds": rounds, "config": {**BASE, "clients": CLIENTS, "partitioner": "iid", "lora-r": lora_r},
+            "client-lr": CLIENT_LR, "per-method": table, "vs-client-size": sizes}
 
 
 # -- 3. client peak memory, one subprocess per measurement ---------------------------------------------
