@@ -101,7 +101,8 @@ def _fedavg_bytes(lora_r: int) -> int:
     """FedAvg's payload per client per round and direction: LoRA + head, as fedavg's ArrayRecord carries it."""
     from fedforget.strategies.run_setup import DEFAULT_ADAPTER, build_model
 
-    cfg = parse_run_config({**BASE, "lora-r": lora_r, "lora-alpha": 2 * lora_r})
+    common = {k: v for k, v in BASE.items() if not k.startswith("hosfl.")}  # fedavg refuses the split keys
+    cfg = parse_run_config({**common, "method": "fedavg", "lora-r": lora_r, "lora-alpha": 2 * lora_r})
     state = build_model(cfg, 10).model.trainable_state(DEFAULT_ADAPTER)
     return sum(int(t.numel() * t.element_size()) for t in state.values())
 
