@@ -253,7 +253,10 @@ def memory(quick: bool, tmp: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"repeats": 1 if quick else 2, "cases": []}
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     for task, cut, batch in cases:
-        case: dict[str, Any] = {"task": task, "cut": cut, "batch": batch}
+        probe = parse_run_config({"method": "hosfl", "task": task, "hosfl.cut": cut, "train-size": 512,
+                                  "test-size": 64})
+        case: dict[str, Any] = {"task": task, "cut": cut, "batch": batch, "lora-r": probe.lora_r,
+                                "lora-alpha": probe.lora_alpha, "perturbations": 5, "mu": 1e-3}
         for mode in ("forward-only", "hosfl", "sfl"):
             rises = []
             for _ in range(out["repeats"]):
