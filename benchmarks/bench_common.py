@@ -43,12 +43,14 @@ def cpu_model() -> str:
 
 def source_commit() -> str:
     """The checkout's commit, with ``+dirty`` when tracked files differ from it: a figure names the code
-    that made it."""
+    that made it. Results under ``docs/results/`` are outputs, not code: a benchmark that has written
+    one figure (or a run that follows an uncommitted one) is not dirty for that."""
     root = Path(__file__).resolve().parent.parent
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                               check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)docs/results"], cwd=root,
                                capture_output=True, text=True, check=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown (no git checkout)"

@@ -57,6 +57,12 @@ def timed_run(config: dict[str, Any], nodes: int) -> float:
     return time.perf_counter() - start
 
 
+def resolved_config(store: Store) -> dict[str, Any]:
+    """The run's config as the store's manifest resolved it (every auto key at its value), less the path."""
+    config = store.manifest()["config"]
+    return {k: config[k] for k in sorted(config) if k != "store"}
+
+
 def finals(store: Store) -> list[dict[str, Any]]:
     return [m for m in store.metrics() if m.get("final")]
 
@@ -131,13 +137,15 @@ def accuracy(args: argparse.Namespace, work: Path, progress: Progress) -> list[d
             per_client = training_cost(tree) / tree.num_clients
             rows.append({"alpha": alpha, "variant": name, "accuracy": served_accuracy(store),
                          "rounds-per-client": per_client,
-                         "rounds": [[s.rounds for s in stage] for stage in tree.stages]})
+                         "rounds": [[s.rounds for s in stage] for stage in tree.stages],
+                         "client-rounds": training_cost(tree), "config": resolved_config(store)})
             progress.advance(task)
         matched = round(max(r["rounds-per-client"] for r in rows if r["alpha"] == alpha))
         path = work / f"acc-{alpha}-fedavg"
         timed_run({**base, "method": "fedavg", "num-rounds": matched, "store": str(path)}, args.clients)
         rows.append({"alpha": alpha, "variant": "fedavg", "accuracy": served_accuracy(Store.open(path)),
-                     "rounds-per-client": matched})
+                     "rounds-per-client": matched, "client-rounds": matched * args.clients,
+                     "config": resolved_config(Store.open(path))})
         progress.advance(task)
     return rows
 
@@ -203,7 +211,8 @@ def fairness(args: argparse.Namespace, work: Path, progress: Progress) -> dict[s
             return {c: float(p * args.t_max * remaining) for c in angles}
         return {c: float(z) for c, z in client_costs(ShardTree.from_json(store.manifest()["plan"])).items()}
 
-    out: dict[str, Any] = {"leavers": leavers, "angles": angles, "methods": {}}
+    out: dict[str, Any] = {"leavers": leavers, "angles": angles, "methods": {},
+                           "configs": {name: resolved_config(store) for name, store in stores.items()}}
     for name, store in stores.items():
         before = per_class(store)
         series = []

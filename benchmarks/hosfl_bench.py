@@ -101,7 +101,8 @@ def _fedavg_bytes(lora_r: int) -> int:
     """FedAvg's payload per client per round and direction: LoRA + head, as fedavg's ArrayRecord carries it."""
     from fedforget.federation.run_setup import DEFAULT_ADAPTER, build_model
 
-    cfg = parse_run_config({**BASE, "lora-r": lora_r, "lora-alpha": 2 * lora_r})
+    common = {k: v for k, v in BASE.items() if not k.startswith("hosfl.")}  # fedavg refuses the split keys
+    cfg = parse_run_config({**common, "method": "fedavg", "lora-r": lora_r, "lora-alpha": 2 * lora_r})
     state = build_model(cfg, 10).model.trainable_state(DEFAULT_ADAPTER)
     return sum(int(t.numel() * t.element_size()) for t in state.values())
 
@@ -120,7 +121,8 @@ def traffic(quick: bool, tmp: Path) -> dict[str, Any]:
         table[method] = {"per-client-round": per, "d_c": manifest["split"]["d_c"],
                          "wire-per-client-round": {d: sum(r["wire-bytes"][d] for r in rows) / client_rounds
                                                    for d in ("up", "down")}}
-    fed = _fedavg_bytes(int(BASE.get("lora-r", 4)))
+    lora_r = parse_run_config({**BASE, "method": "hosfl"}).lora_r  # the rank the split runs above resolved
+    fed = _fedavg_bytes(lora_r)
     table["fedavg"] = {"per-client-round": {d: {"activations": 0, "feedback": 0, "aggregation": fed, "control": 0}
                                             for d in ("up", "down")}}
     sizes = []
@@ -165,7 +167,8 @@ def traffic(quick: bool, tmp: Path) -> dict[str, Any]:
     fig.suptitle("fmnist-cnn, cut 2, batch 32: traffic measured on the messages")
     fig.tight_layout()
     fig.savefig(OUT / "hosfl_traffic.png", dpi=110)
-    return {"rounds": rounds, "per-method": table, "vs-client-size": sizes}
+    return {"rounds": rounds, "config": {**BASE, "clients": CLIENTS, "partitioner": "iid", "lora-r": lora_r},
+            "client-lr": CLIENT_LR, "per-method": table, "vs-client-size": sizes}
 
 
 # -- 3. client peak memory, one subprocess per measurement ---------------------------------------------
@@ -250,7 +253,10 @@ def memory(quick: bool, tmp: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"repeats": 1 if quick else 2, "cases": []}
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     for task, cut, batch in cases:
-        case: dict[str, Any] = {"task": task, "cut": cut, "batch": batch}
+        probe = parse_run_config({"method": "hosfl", "task": task, "hosfl.cut": cut, "train-size": 512,
+                                  "test-size": 64})
+        case: dict[str, Any] = {"task": task, "cut": cut, "batch": batch, "lora-r": probe.lora_r,
+                                "lora-alpha": probe.lora_alpha, "perturbations": 5, "mu": 1e-3}
         for mode in ("forward-only", "hosfl", "sfl"):
             rises = []
             for _ in range(out["repeats"]):
