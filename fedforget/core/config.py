@@ -32,7 +32,7 @@ CONFIG_GROUPS: dict[str, tuple[str, ...]] = {
     "chains": ("chains.groups", "chains.budget", "chains.rounds-per-phase", "chains.serving", "chains.shards",
                "chains.clusters", "chains.placement", "chains.prior"),
     "hosfl": ("hosfl.cut", "hosfl.perturbations", "hosfl.mu", "hosfl.clients-per-round", "hosfl.client-lr",
-              "hosfl.eval-every", "hosfl.device"),
+              "hosfl.eval-every", "hosfl.device", "hosfl.zo-params", "hosfl.client-momentum"),
     "fedshard": ("fedshard.fanout", "fedshard.rounds-min", "fedshard.rounds-max", "fedshard.merge",
                  "fedshard.lora-merge", "fedshard.rounds-rule", "fedshard.fallback", "fedshard.flat",
                  "fedshard.plan-file"),
@@ -135,6 +135,10 @@ class RunConfig:
     client_lr: float = 0.01
     eval_every: int = 1
     device: str = "auto"
+    #: comma-separated substrings of client parameter names the ZO directions perturb ("" = all of θ_c)
+    zo_params: str = ""
+    #: heavy-ball momentum β of the client's ZO update (0 = plain ZO-SGD, Algorithm 1)
+    client_momentum: float = 0.0
     # -- [fedshard] --
     fanout: int = 2
     rounds_min: int = 2
@@ -365,6 +369,8 @@ def parse_run_config(raw: Mapping[str, object], warn: bool = True) -> RunConfig:
             raise ConfigError(f"run-config {field_key(name)!r} must be > 0, got {getattr(cfg, name)}")
     if not cfg.client_lr >= 0:  # 0 freezes the client: HO-SFL's control run
         raise ConfigError(f"run-config 'hosfl.client-lr' must be >= 0, got {cfg.client_lr}")
+    if not 0.0 <= cfg.client_momentum < 1.0:
+        raise ConfigError(f"run-config 'hosfl.client-momentum' must be in [0, 1), got {cfg.client_momentum}")
     if not 0.0 < cfg.fraction_train <= 1.0:
         raise ConfigError(f"run-config 'fraction-train' must be in (0, 1], got {cfg.fraction_train}")
     if not cfg.store.strip():
