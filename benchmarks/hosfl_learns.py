@@ -13,6 +13,13 @@ frozen client is then a linear probe on MNIST-pretrained features; training the 
    samples) and zo-sfl; paired differences per seed with a 95 % t-interval (n - 1 degrees of freedom).
 
     python benchmarks/hosfl_learns.py all        # about 25 min on 2 loaded cores
+    python benchmarks/hosfl_learns.py llm        # rt-smollm, reduced: hosfl vs frozen, seed 1 (CPU, ~30 min)
+
+``llm`` is the language-model check at a size 2 CPU cores allow (SmolLM2-135M cut 3, 240 / 200 snippets,
+batch 16, 40 rounds, IID): hosfl with P = 20 directions in the LoRA B factors of the client's three layers
+(``hosfl.zo-params=lora_B``, 18,432 of d_c = 46,080) at the method's default client step 0.01, against
+the frozen client. **Not tuned** (no validation split of rt-smollm here); it writes
+``docs/results/hosfl_learns_llm.json``.
 
 Writes ``docs/results/hosfl_learns.json`` (rewritten after every run, ``partial`` until done) and ``.png``.
 """
@@ -205,11 +212,56 @@ def plot(res: dict[str, Any]) -> None:
     fig.savefig(OUT / "hosfl_learns.png", dpi=110)
 
 
+LLM_BASE: dict[str, Any] = {"task": "rt-smollm", "hosfl.cut": 3, "partitioner": "iid", "hosfl.clients-per-round": 3,
+                            "batch-size": 16, "hosfl.mu": 1e-3, "train-size": 240, "test-size": 200,
+                            "method": "hosfl", "hosfl.perturbations": 20, "hosfl.zo-params": "lora_B"}
+LLM_ARMS = {"hosfl": 0.01, "hosfl-frozen": 0.0}
+
+
+def llm() -> None:
+    rounds = int(os.environ.get("HOSFL_LEARNS_LLM_ROUNDS", "40"))
+    seeds = tuple(int(s) for s in os.environ.get("HOSFL_LEARNS_LLM_SEEDS", "1").split(","))
+    path = OUT / "hosfl_learns_llm.json"
+    res: dict[str, Any] = {"benchmark": "hosfl_learns_llm", "partial": True, "machine": machine_info(),
+                           "config": {**LLM_BASE, "rounds": rounds, "clients": CLIENTS}, "seeds": list(seeds),
+                           "tuned": False, "runs": {}}
+    with tempfile.TemporaryDirectory(prefix="hosfl-learns-llm-") as tmp:
+        for seed in seeds:
+            for arm, lr in LLM_ARMS.items():
+                cfg = {"hosfl.client-lr": lr, "num-rounds": rounds, "hosfl.eval-every": rounds, "seed": seed}
+                t0 = time.monotonic()
+                with quiet_flower():
+                    run_in_process({**LLM_BASE, **cfg, "store": str(Path(tmp) / f"{arm}-{seed}")}, CLIENTS)
+                s = Store.open(Path(tmp) / f"{arm}-{seed}")
+                rows = s.metrics()
+                traffic = summarize_traffic(rows)
+                res["runs"][f"{arm}/{seed}"] = {
+                    "accuracy": [r for r in rows if "accuracy" in r][-1]["accuracy"], "rounds": rounds,
+                    "client-rounds": traffic["client-rounds"],
+                    "client-forwards": traffic["client-rounds"] * (1 + LLM_BASE["hosfl.perturbations"]),
+                    "bytes-up": sum(traffic["total"]["up"].values()),
+                    "bytes-down": sum(traffic["total"]["down"].values()),
+                    "bytes-up-aggregation": traffic["total"]["up"]["aggregation"],
+                    "d_c": s.manifest()["split"]["d_c"], "zo-dim": s.manifest()["split"].get("zo-dim"),
+                    "seconds": round(time.monotonic() - t0, 1)}
+                print(f"llm {arm} seed {seed}: {res['runs'][f'{arm}/{seed}']['accuracy']:.4f} "
+                      f"({time.monotonic() - t0:.0f} s)", flush=True)
+                path.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+            diffs = [100 * (res["runs"][f"hosfl/{x}"]["accuracy"] - res["runs"][f"hosfl-frozen/{x}"]["accuracy"])
+                     for x in seeds if f"hosfl-frozen/{x}" in res["runs"]]
+            res["paired-points"] = {"hosfl-minus-frozen": [round(d, 2) for d in diffs]}
+    res["partial"] = False
+    path.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("part", choices=["tune", "final", "all"])
+    parser.add_argument("part", choices=["tune", "final", "all", "llm"])
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
+    if args.part == "llm":
+        llm()
+        return
     path = OUT / "hosfl_learns.json"
     res: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
     res.pop("benchmark", None)
