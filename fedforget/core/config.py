@@ -10,7 +10,8 @@ from typing import Any
 
 from fedforget.core.defaults import AUTO_KEYS, resolve_defaults
 
-TASKS = ("digits-mlp", "fmnist-cnn", "fmnist-effnet", "rt-minilm", "hf", "rt-smollm", "fortunes-minilm")
+TASKS = ("digits-mlp", "fmnist-cnn", "fmnist-effnet", "rt-minilm", "hf", "rt-smollm", "fortunes-minilm",
+         "digits-mlp-val")  # the last: HO-SFL's validation split of digits-mlp (tasks/hosfl_val.py)
 METHODS = ("fedavg", "fedsgt", "s3t", "sisa", "fedcio", "hosfl", "sfl", "zo-sfl", "fedshard", "safe", "protosisa")
 SERVING = ("allseq", "minseq", "longseq")
 PLACEMENTS = ("auto", "additive", "layer")
@@ -32,7 +33,7 @@ CONFIG_GROUPS: dict[str, tuple[str, ...]] = {
     "chains": ("chains.groups", "chains.budget", "chains.rounds-per-phase", "chains.serving", "chains.shards",
                "chains.clusters", "chains.placement", "chains.prior"),
     "hosfl": ("hosfl.cut", "hosfl.perturbations", "hosfl.mu", "hosfl.clients-per-round", "hosfl.client-lr",
-              "hosfl.eval-every", "hosfl.device"),
+              "hosfl.eval-every", "hosfl.device", "hosfl.zo-params", "hosfl.client-momentum"),
     "fedshard": ("fedshard.fanout", "fedshard.rounds-min", "fedshard.rounds-max", "fedshard.merge",
                  "fedshard.lora-merge", "fedshard.rounds-rule", "fedshard.fallback", "fedshard.flat",
                  "fedshard.plan-file"),
@@ -135,6 +136,10 @@ class RunConfig:
     client_lr: float = 0.01
     eval_every: int = 1
     device: str = "auto"
+    #: comma-separated substrings of client parameter names the ZO directions perturb ("" = all of θ_c)
+    zo_params: str = ""
+    #: heavy-ball momentum β of the client's ZO update (0 = plain ZO-SGD, Algorithm 1)
+    client_momentum: float = 0.0
     # -- [fedshard] --
     fanout: int = 2
     rounds_min: int = 2
@@ -363,6 +368,8 @@ def parse_run_config(raw: Mapping[str, object], warn: bool = True) -> RunConfig:
             raise ConfigError(f"run-config {field_key(name)!r} must be > 0, got {getattr(cfg, name)}")
     if not cfg.client_lr >= 0:  # 0 freezes the client: HO-SFL's control run
         raise ConfigError(f"run-config 'hosfl.client-lr' must be >= 0, got {cfg.client_lr}")
+    if not 0.0 <= cfg.client_momentum < 1.0:
+        raise ConfigError(f"run-config 'hosfl.client-momentum' must be in [0, 1), got {cfg.client_momentum}")
     if not 0.0 < cfg.fraction_train <= 1.0:
         raise ConfigError(f"run-config 'fraction-train' must be in (0, 1], got {cfg.fraction_train}")
     if not cfg.store.strip():
@@ -426,7 +433,7 @@ def parse_prior(text: str, groups: int) -> list[float]:
 SPLIT_METHODS = ("hosfl", "sfl", "zo-sfl")
 #: Blocks a split model can put on the client: digits-mlp fc1|fc2, fmnist-cnn conv1|conv2|fc1,
 #: rt-minilm transformer layers, rt-smollm decoder layers (the embeddings always stay on the client).
-SPLIT_MAX_CUT = {"digits-mlp": 2, "fmnist-cnn": 3, "rt-minilm": 6, "rt-smollm": 29}
+SPLIT_MAX_CUT = {"digits-mlp": 2, "fmnist-cnn": 3, "rt-minilm": 6, "rt-smollm": 29, "digits-mlp-val": 2}
 
 
 def _check_split(cfg: RunConfig) -> None:

@@ -71,6 +71,16 @@ def load_round_extras(path: Path) -> dict[str, torch.Tensor]:
     return {k: v for k, v in tensors.items() if k != "theta"}
 
 
+def load_momentum(path: Path, k: int) -> torch.Tensor:
+    """The client's heavy-ball buffer m (``hosfl.client-momentum``): zeros for a node that never took part;
+    it is a function of the history entries applied, so it is replayed like θ_c."""
+    if path.is_file():
+        tensors, _ = _read(path)
+        if "momentum" in tensors:
+            return tensors["momentum"]
+    return torch.zeros(k, dtype=torch.float32)
+
+
 def save_state(path: Path, theta: torch.Tensor, version: int, **extras: torch.Tensor) -> None:
     tensors = {"theta": theta.contiguous(), **{k: v.detach().cpu().contiguous() for k, v in extras.items()}}
     atomic_write_bytes(path, st_save(tensors, metadata={"version": str(version)}))
@@ -107,6 +117,9 @@ class _Round:
         batch = examples.subset(idx)
         self.inputs = tuple(x.to(self.device) for x in batch.inputs)
         self.labels = batch.labels
+        #: the ZO subspace (``hosfl.zo-params``; None = all of θ_c)
+        self.index = zo.subspace_index(self.split.client_names, [p.numel() for _, p in self.split.client_params],
+                                       self.cfg.zo_params) if self.cfg.method == "hosfl" else None
 
     def forward(self, theta: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The client part at θ (on views of θ, moved to the device): (z, *aux)."""
@@ -158,15 +171,19 @@ def forward(msg: Message, context: Context) -> Message:
     control: dict[str, int] = {}
     if method == "hosfl":
         theta, version = load_state(rnd.path, rnd.split.initial_client)
+        momentum = rnd.cfg.client_momentum
+        buf = load_momentum(rnd.path, zo.subspace_dim(theta, rnd.index)) if momentum > 0 else None
         history_from = int(msg.content["control"]["history-from"])
         seeds, vbar = _tensor(agg, "history-seeds"), _tensor(agg, "history-vbar")
         for i in entries_to_apply(version, history_from, len(seeds)):
-            theta = zo.apply_update(theta, seeds[i].tolist(), vbar[i].tolist(), rnd.cfg.mu, rnd.cfg.client_lr)
+            theta = zo.apply_update(theta, seeds[i].tolist(), vbar[i].tolist(), rnd.cfg.mu, rnd.cfg.client_lr,
+                                    rnd.index, momentum, buf)
         if history_from + len(seeds) != rnd.round:
             raise RuntimeError(f"history ends at {history_from + len(seeds)}, expected round {rnd.round}")
         out = rnd.forward(theta)
         # the round's seeds came with this message: keep them and z for the ZO phase (no second z forward)
-        save_state(rnd.path, theta, rnd.round, z=out[0], seeds=_tensor(agg, "seeds"))
+        extras = {"momentum": buf} if buf is not None else {}
+        save_state(rnd.path, theta, rnd.round, z=out[0], seeds=_tensor(agg, "seeds"), **extras)
         arrays = rnd.activations(out)
     elif method == "sfl":
         if rnd.step == 0:
@@ -205,7 +222,7 @@ def zo_phase(msg: Message, context: Context) -> Message:
                                           z, lam, seeds, cfg.mu)
         save_state(rnd.path, rnd.split.client_vector(), rnd.round)
     else:
-        v = zo.scalars(lambda th: rnd.forward(th)[0], theta, z, lam, seeds, cfg.mu)
+        v = zo.scalars(lambda th: rnd.forward(th)[0], theta, z, lam, seeds, cfg.mu, rnd.index)
     return rnd.reply(msg, {"aggregation": ArrayRecord({"v": torch.tensor(v, dtype=torch.float32)})})
 
 

@@ -114,6 +114,11 @@ class SplitRun:
         self.split.load_client_vector(self.split.initial_client)
         self.split.load_server_state(self.split.initial_server)
         self.theta_c = self.split.initial_client.clone()  # HO-SFL: the shadow; SFL/ZO-SFL: the global θ_c
+        # HO-SFL's opt-in variance reduction: the ZO subspace and the shadow's momentum buffer
+        self.zo_index = zo.subspace_index(self.split.client_names, [p.numel() for _, p in self.split.client_params],
+                                          cfg.zo_params) if cfg.method == "hosfl" else None
+        self.zo_buf = (torch.zeros(zo.subspace_dim(self.theta_c, self.zo_index), dtype=torch.float32)
+                       if cfg.method == "hosfl" and cfg.client_momentum > 0 else None)
         self.server_params = [p for _, p in self.split.server_params]
         self.opt = self._optimizer()
         self.history = History()
@@ -253,7 +258,8 @@ class SplitRun:
         else:
             vbar = np.zeros(self.cfg.perturbations, dtype=np.float32)
         self.history.append(seeds, vbar.tolist())
-        self.theta_c = zo.apply_update(self.theta_c, seeds, self.history.vbar[-1], self.cfg.mu, self.cfg.client_lr)
+        self.theta_c = zo.apply_update(self.theta_c, seeds, self.history.vbar[-1], self.cfg.mu, self.cfg.client_lr,
+                                       self.zo_index, self.cfg.client_momentum, self.zo_buf)
         return {"forward-ok": sorted(fwd), "second-ok": sorted(second), "train-loss": loss,
                 "samples": sum(len(self._batch(r)[2]) for r in fwd.values())}
 
@@ -416,6 +422,9 @@ class SplitRun:
             "cut": cfg.cut, "d_c": self.split.d_c, "d_s": self.split.d_s, "perturbations": cfg.perturbations,
             "mu": cfg.mu, "run-tag": self.tag, "client-versions": {str(p): v for p, v in self.version.items()},
         }
+        if cfg.method == "hosfl" and (cfg.zo_params or cfg.client_momentum):  # only when opted into
+            split_info.update({"zo-params": cfg.zo_params, "zo-dim": zo.subspace_dim(self.theta_c, self.zo_index),
+                               "client-momentum": cfg.client_momentum})
         if cfg.method == "hosfl":
             split_info["history"] = store.put_arrays(
                 {"seeds": np.array(self.history.seeds, dtype=np.int64).reshape(-1, cfg.perturbations),

@@ -18,6 +18,13 @@ same bits, whichever device ran its forward passes:
   v only travels (it is averaged by the server); its bits need not match across replicas.
 - The update is ``θ_c ← θ_c − η (1/(Pμ)) Σ_p v̄_p u_p``, applied in place one direction at a time
   in the order p = 1..P (plain SGD, Algorithm 1).
+- Opt-in variance reduction (``hosfl.zo-params``, ``hosfl.client-momentum``), both exact under replay:
+  a **subspace** ``index`` (the positions of the client parameters the directions perturb, e.g. only
+  the LoRA ``B`` factors of one layer): ``u_p`` is ``direction(s_p, k)`` over those k entries and zero
+  elsewhere, so the ZO error scales with √(k/P) instead of √(d_c/P); and **heavy-ball momentum**
+  ``m ← βm + ĝ, θ_c ← θ_c − ηm``, m a k-sized CPU float32 buffer every replica rebuilds from the same
+  (seeds, v̄) in the same order. Without them (``index=None``, β = 0) the code path and its bits are
+  the plain update's.
 """
 
 from __future__ import annotations
@@ -39,9 +46,37 @@ def direction(seed: int, d: int) -> torch.Tensor:
     return torch.randn(d, generator=torch.Generator().manual_seed(int(seed)), dtype=torch.float32)
 
 
-def perturbed(theta: torch.Tensor, seed: int, mu: float) -> torch.Tensor:
-    """``θ + μu`` in the one buffer that held ``u``; θ untouched."""
-    return direction(seed, theta.numel()).mul_(mu).add_(theta)
+#: Positions in flat θ_c that the directions perturb (sorted int64), or None for all of θ_c.
+Index = torch.Tensor | None
+
+
+def subspace_index(names: Sequence[str], numels: Sequence[int], spec: str) -> Index:
+    """The flat positions of the client parameters whose name contains one of ``spec``'s comma-separated
+    substrings (``hosfl.zo-params``); ``""`` → None (every entry of θ_c). Raises if nothing matches."""
+    parts = [p.strip() for p in spec.split(",") if p.strip()]
+    if not parts:
+        return None
+    chunks, start = [], 0
+    for name, n in zip(names, numels, strict=True):
+        if any(p in name for p in parts):
+            chunks.append(torch.arange(start, start + int(n), dtype=torch.int64))
+        start += int(n)
+    if not chunks:
+        raise ValueError(f"hosfl.zo-params={spec!r} matches none of the client parameters: {', '.join(names)}")
+    return torch.cat(chunks)
+
+
+def subspace_dim(theta: torch.Tensor, index: Index) -> int:
+    return theta.numel() if index is None else int(index.numel())
+
+
+def perturbed(theta: torch.Tensor, seed: int, mu: float, index: Index = None) -> torch.Tensor:
+    """``θ + μu`` in the one buffer that held ``u``; θ untouched. With ``index``, u is zero outside it."""
+    if index is None:
+        return direction(seed, theta.numel()).mul_(mu).add_(theta)
+    out = theta.clone()
+    out.index_add_(0, index, direction(seed, int(index.numel())), alpha=mu)
+    return out
 
 
 def _params(names: Sequence[str], theta: torch.Tensor, shapes: Sequence[torch.Size]) -> dict[str, torch.Tensor]:
@@ -76,11 +111,11 @@ def projection(lam: torch.Tensor, z_tilde: torch.Tensor, z: torch.Tensor) -> flo
 
 @torch.no_grad()
 def scalars(forward: ClientForward, theta: torch.Tensor, z: torch.Tensor, lam: torch.Tensor,
-            seeds: Sequence[int], mu: float) -> list[float]:
+            seeds: Sequence[int], mu: float, index: Index = None) -> list[float]:
     """Algorithm 2 over any client forward: P perturbed forwards, ``v_p = λᵀ(f_c(θ + μu_p) − z)``."""
     lam = lam.to(z.device)
     with deterministic_torch():
-        return [projection(lam, forward(perturbed(theta, s, mu)), z) for s in seeds]
+        return [projection(lam, forward(perturbed(theta, s, mu, index)), z) for s in seeds]
 
 
 @torch.no_grad()
@@ -125,24 +160,47 @@ def zo_gradient(seeds: Sequence[int], vbar: Sequence[float], mu: float, d: int) 
 
 
 def apply_update(theta: torch.Tensor, seeds: Sequence[int], vbar: Sequence[float], mu: float,
-                 lr: float) -> torch.Tensor:
+                 lr: float, index: Index = None, momentum: float = 0.0,
+                 buf: torch.Tensor | None = None) -> torch.Tensor:
     """θ ← θ − η ĝ **in place** on the CPU tensor θ (returned); the same bits for every replica.
 
     One direction at a time, so the update needs one d_c buffer whatever P is; ``lr == 0`` leaves θ
-    bit-identical (the frozen-client control).
+    bit-identical (the frozen-client control). With ``index`` the directions live in that subspace;
+    with ``momentum`` β > 0, ``buf`` (k entries, updated in place) is the heavy-ball buffer m:
+    ``m ← βm + ĝ``, ``θ[index] ← θ[index] − ηm``.
     """
     if lr == 0.0:
         return theta
-    scale = lr / (len(seeds) * mu)
+    if momentum == 0.0 and index is None:  # the plain update (Algorithm 1): the original bits
+        scale = lr / (len(seeds) * mu)
+        with deterministic_torch():
+            for s, v in zip(seeds, vbar, strict=True):
+                theta.add_(direction(s, theta.numel()), alpha=-float(v) * scale)
+        return theta
+    k = subspace_dim(theta, index)
     with deterministic_torch():
+        if momentum == 0.0:
+            scale = lr / (len(seeds) * mu)
+            for s, v in zip(seeds, vbar, strict=True):
+                theta.index_add_(0, index, direction(s, k), alpha=-float(v) * scale)  # type: ignore[arg-type]
+            return theta
+        if buf is None or buf.numel() != k:
+            raise ValueError(f"momentum needs a buffer of {k} entries")
+        buf.mul_(momentum)
+        scale = 1.0 / (len(seeds) * mu)
         for s, v in zip(seeds, vbar, strict=True):
-            theta.add_(direction(s, theta.numel()), alpha=-float(v) * scale)
+            buf.add_(direction(s, k), alpha=float(v) * scale)
+        if index is None:
+            theta.add_(buf, alpha=-lr)
+        else:
+            theta.index_add_(0, index, buf, alpha=-lr)
     return theta
 
 
 def replay(theta: torch.Tensor, history: Sequence[tuple[Sequence[int], Sequence[float]]], mu: float,
-           lr: float) -> torch.Tensor:
-    """Algorithm 3: apply the (seeds, v̄) of each missed round in order (in place on θ)."""
+           lr: float, index: Index = None, momentum: float = 0.0,
+           buf: torch.Tensor | None = None) -> torch.Tensor:
+    """Algorithm 3: apply the (seeds, v̄) of each missed round in order (in place on θ and ``buf``)."""
     for seeds, vbar in history:
-        theta = apply_update(theta, seeds, vbar, mu, lr)
+        theta = apply_update(theta, seeds, vbar, mu, lr, index, momentum, buf)
     return theta
