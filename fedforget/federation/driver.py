@@ -64,6 +64,9 @@ class MethodServer:
     def first_served(self, run: ServerRun, ledger: Ledger, serving: dict[str, Any]) -> None:
         """After training, what the method keeps of the first model it serves."""
 
+    def finished(self, run: ServerRun, built: Built) -> None:
+        """Once the run is recorded and served: delete what the rebuilt artifacts replaced."""
+
 
 def drive(grid: Grid, cfg: RunConfig, server: MethodServer) -> None:
     """Run ``cfg.action`` (train or retrain) of ``server``'s method on the nodes ``grid`` reaches."""
@@ -113,4 +116,5 @@ def _finish(server: MethodServer, run: ServerRun, built: Built, result: dict[str
                                   **built.metrics, "served": serving["artifacts"]})
     if built.manifest:
         run.store.update_manifest(**built.manifest)
+    server.finished(run, built)
     log(INFO, "fedforget: %s; serving accuracy %.4f", built.summary or f"{server.cfg.method} done", result["accuracy"])

@@ -49,16 +49,15 @@ from torch import nn
 
 from fedforget.core.config import ConfigError, RunConfig
 from fedforget.core.seeds import derive_seed
+from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import FRAMING_PER_TENSOR, check_reply, exchange_redo_or_exclude
-from fedforget.federation.forget_messages import forget_before_retrain
-from fedforget.federation.messaging import discover_partitions
-from fedforget.federation.run_setup import ServerRun, open_server_run, prepare_server_run
-from fedforget.federation.serving_eval import evaluate_serving
+from fedforget.federation.run_setup import ServerRun
 from fedforget.federation.units import all_units
 from fedforget.methods.hosfl import zo
 from fedforget.methods.hosfl.plan import History, TrafficLedger, round_seeds, sample_round
 from fedforget.methods.hosfl.serve import SPLIT_KIND
 from fedforget.methods.hosfl.split_model import Composite, cached_split_model, split_device
+from fedforget.store.ledger import Ledger
 from fedforget.training.determinism import deterministic_torch
 from fedforget.training.supervised import evaluate
 
@@ -100,15 +99,13 @@ def _t(record: ArrayRecord, key: str) -> torch.Tensor:
 class SplitRun:
     """State of one HO-SFL / SFL / ZO-SFL run on the server."""
 
-    def __init__(self, grid: Grid, cfg: RunConfig) -> None:
-        self.grid, self.cfg = grid, cfg
-        nodes = discover_partitions(grid, cfg.round_timeout)
-        if cfg.clients_per_round > len(nodes):
-            raise ConfigError(f"run-config 'hosfl.clients-per-round'={cfg.clients_per_round} is more than the "
-                              f"{len(nodes)} nodes of this federation; use 1..{len(nodes)}")
+    def __init__(self, grid: Grid, run: ServerRun, watermark: int) -> None:
+        self.grid, self.cfg = grid, run.cfg
+        cfg = run.cfg
+        nodes = run.nodes
         self.nodes = nodes
         self.partition_of = {n: p for p, n in nodes.items()}
-        self.run, self.watermark = _start(grid, cfg, nodes)
+        self.run, self.watermark = run, watermark
         self.split = cached_split_model(cfg, self.run.data.num_classes, "server")
         self.device = split_device(cfg)
         self.split.load_client_vector(self.split.initial_client)
@@ -398,7 +395,6 @@ class SplitRun:
                    "client-peak-rss-mb": self.peak_rss, **info, **self.ledger.close_round()}
             self.peak_rss = 0.0
             self._log_eval(t + 1, row)
-        self._finish()
 
     def _log_eval(self, server_round: int, row: dict[str, object]) -> None:
         cfg = self.cfg
@@ -411,7 +407,8 @@ class SplitRun:
                 result["accuracy"], result["loss"])
         self.run.store.append_metrics(out)
 
-    def _finish(self) -> None:
+    def finish(self, ledger: Ledger) -> Built:
+        """Store the served [θ_c; θ_s] artifact and HO-SFL's replay history, and record the artifact."""
         cfg, store = self.cfg, self.run.store
         self.split.load_client_vector(self.theta_c)
         arrays = {f"client.{n}": p.detach().numpy().copy() for n, p in self.split.client_params}
@@ -430,39 +427,11 @@ class SplitRun:
                 {"seeds": np.array(self.history.seeds, dtype=np.int64).reshape(-1, cfg.perturbations),
                  "vbar": np.array(self.history.vbar, dtype=np.float32).reshape(-1, cfg.perturbations)},
                 {"artifact": "hosfl/history"})
-        ledger = store.ledger()
-        try:
-            if cfg.action != "retrain":
-                ledger.load_samples(self.run.plan.slices)
-            ledger.set_plan({"kind": "split", "artifact": self.artifact})
-            ledger.record_artifact(self.artifact, sha, SPLIT_KIND, all_units(self.run, self.participants),
-                                   self.watermark, {"cut": cfg.cut, "rounds": cfg.num_rounds})
-            if cfg.action == "retrain":
-                ledger.finish_retrain(self.watermark, [self.artifact])
-            else:
-                ledger.refresh_serving()
-            evaluate_serving(self.run, ledger)
-        finally:
-            ledger.close()
-        previous = (store.manifest().get("split") or {}).get("history")
-        store.update_manifest(**{"rounds-done": cfg.num_rounds, "split": split_info})
-        if cfg.action == "retrain" and previous and previous != split_info.get("history"):
-            # the replaced run's (seeds, v̄) were computed on the forgotten samples: nothing needs them now
-            store.artifact_path(previous).unlink(missing_ok=True)
-        log(INFO, "fedforget: store written to %s (artifact %s sha256 %s)", store.root, self.artifact, sha)
-
-
-def _start(grid: Grid, cfg: RunConfig, nodes: dict[int, int]) -> tuple[ServerRun, int]:
-    """A fresh store (``train``, watermark 0), or the stored run re-opened after the owners deleted every
-    forgotten sample (``retrain``: the whole training runs again from scratch on what remains)."""
-    if cfg.action != "retrain":
-        return prepare_server_run(cfg, nodes), 0
-    run = open_server_run(cfg, nodes)
-    ledger = run.store.ledger()
-    try:
-        return run, forget_before_retrain(grid, run, ledger)
-    finally:
-        ledger.close()
+        ledger.set_plan({"kind": "split", "artifact": self.artifact})
+        ledger.record_artifact(self.artifact, sha, SPLIT_KIND, all_units(self.run, self.participants),
+                               self.watermark, {"cut": cfg.cut, "rounds": cfg.num_rounds})
+        return Built([self.artifact], manifest={"rounds-done": cfg.num_rounds, "split": split_info},
+                     summary=f"{cfg.method} trained {self.artifact} (sha256 {sha})")
 
 
 def run_split_method(grid: Grid, cfg: RunConfig) -> None:
@@ -471,7 +440,44 @@ def run_split_method(grid: Grid, cfg: RunConfig) -> None:
     ``action='retrain'`` rebuilds the one split model from scratch without the forgotten samples,
     as ``fedavg`` does: a split model is trained on every partition, so nothing of it stays valid.
     """
-    SplitRun(grid, cfg).run_rounds()
+    drive(grid, cfg, SplitServer(grid, cfg))
+
+
+class SplitServer(MethodServer):
+    """One split model trained on every partition: a forget invalidates it, a retrain trains it again."""
+
+    def __init__(self, grid: Grid, cfg: RunConfig) -> None:
+        super().__init__(grid, cfg)
+        self.replaced: str | None = None  # the replay history a retrain replaces
+
+    def check(self, nodes: dict[int, int]) -> None:
+        _check_clients_per_round(self.cfg, nodes)
+
+    def train(self, run: ServerRun, ledger: Ledger) -> Built:
+        ledger.load_samples(run.plan.slices)
+        ledger.set_plan({"kind": "split", "artifact": f"{self.cfg.method}/global"})
+        return self._rounds(run, ledger, watermark=0)
+
+    def retrain(self, run: ServerRun, ledger: Ledger, watermark: int, reusable: set[str]) -> Built:
+        _check_clients_per_round(self.cfg, run.nodes)
+        self.replaced = (run.store.manifest().get("split") or {}).get("history")
+        return self._rounds(run, ledger, watermark)
+
+    def _rounds(self, run: ServerRun, ledger: Ledger, watermark: int) -> Built:
+        state = SplitRun(self.grid, run, watermark)
+        state.run_rounds()
+        return state.finish(ledger)
+
+    def finished(self, run: ServerRun, built: Built) -> None:
+        """The replaced run's (seeds, v̄) were computed on the forgotten samples: nothing needs them now."""
+        if self.replaced and self.replaced != (built.manifest.get("split") or {}).get("history"):
+            run.store.artifact_path(self.replaced).unlink(missing_ok=True)
+
+
+def _check_clients_per_round(cfg: RunConfig, nodes: dict[int, int]) -> None:
+    if cfg.clients_per_round > len(nodes):
+        raise ConfigError(f"run-config 'hosfl.clients-per-round'={cfg.clients_per_round} is more than the "
+                          f"{len(nodes)} nodes of this federation; use 1..{len(nodes)}")
 
 
 def client_theta_from_artifact(arrays: dict[str, np.ndarray], names: Sequence[str]) -> torch.Tensor:
