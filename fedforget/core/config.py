@@ -11,7 +11,7 @@ from typing import Any
 from fedforget.core.defaults import AUTO_KEYS, resolve_defaults
 
 TASKS = ("digits-mlp", "fmnist-cnn", "fmnist-effnet", "rt-minilm", "hf", "rt-smollm", "fortunes-minilm",
-         "digits-mlp-val")  # the last: HO-SFL's validation split of digits-mlp (tasks/hosfl_val.py)
+         "digits-mlp-val")  # the last: HO-SFL's validation split of digits-mlp (tasks/digits_validation.py)
 METHODS = ("fedavg", "fedsgt", "s3t", "sisa", "fedcio", "hosfl", "sfl", "zo-sfl", "fedshard", "safe", "protosisa")
 SERVING = ("allseq", "minseq", "longseq")
 PLACEMENTS = ("auto", "additive", "layer")

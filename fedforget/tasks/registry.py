@@ -5,10 +5,10 @@ from __future__ import annotations
 from fedforget.core.config import RunConfig
 from fedforget.tasks.base import TaskData, TaskSpec
 from fedforget.tasks.builtin_vision import DIGITS_MLP, FMNIST_CNN
+from fedforget.tasks.digits_validation import DIGITS_MLP_VAL
 from fedforget.tasks.effnet import FMNIST_EFFNET
 from fedforget.tasks.fortunes import FORTUNES_MINILM
 from fedforget.tasks.hf_generic import HF_GENERIC
-from fedforget.tasks.hosfl_val import DIGITS_MLP_VAL
 from fedforget.tasks.partitioning import PartitionPlan, plan_partitions
 from fedforget.tasks.smollm import RT_SMOLLM
 from fedforget.tasks.text import RT_MINILM

@@ -20,8 +20,7 @@ from fedforget.methods.hosfl.split_model import build_split_model
 from fedforget.server_app import app as server_app
 from fedforget.store import Store
 from fedforget.unlearning.status import store_status
-
-from .helpers import served_ids, served_sha, train_in_process
+from tests.integration.helpers import served_ids, served_sha, train_in_process
 
 SPLIT = {"task": "digits-mlp", "partitioner": "iid", "lr": 0.02, "hosfl.client-lr": 0.01}
 

@@ -16,8 +16,7 @@ from fedforget.methods.hosfl.plan import local_steps
 from fedforget.methods.hosfl.split_model import build_split_model
 from fedforget.server_app import app as server_app
 from fedforget.store import Store
-
-from .helpers import train_in_process
+from tests.integration.helpers import train_in_process
 
 SPLIT = {"task": "digits-mlp", "partitioner": "iid", "lr": 0.02, "hosfl.client-lr": 0.01, "train-size": 600,
          "test-size": 200}

@@ -11,8 +11,7 @@ from fedforget.methods.hosfl import client as hosfl_client
 from fedforget.methods.hosfl import zo
 from fedforget.methods.hosfl.server import client_theta_from_artifact
 from fedforget.methods.hosfl.split_model import build_split_model
-
-from .helpers import served_sha, train_in_process
+from tests.integration.helpers import served_sha, train_in_process
 
 OPT_IN = {"task": "digits-mlp", "partitioner": "iid", "lr": 0.02, "hosfl.client-lr": 0.01, "method": "hosfl",
           "hosfl.zo-params": "lora_B", "hosfl.client-momentum": 0.9, "hosfl.perturbations": 3,

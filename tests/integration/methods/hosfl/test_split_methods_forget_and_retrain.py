@@ -24,8 +24,7 @@ from fedforget.unlearning.evaluate import evaluate_store
 from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.status import store_status
 from fedforget.unlearning.verify import verify_store
-
-from .helpers import artifact_shas, copy_store, served_ids, served_sha, train_in_process
+from tests.integration.helpers import artifact_shas, copy_store, served_ids, served_sha, train_in_process
 
 NODES = 3
 SPLIT = {"task": "digits-mlp", "partitioner": "iid", "lr": 0.02, "hosfl.client-lr": 0.01, "batch-size": 64,
