@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -52,7 +52,6 @@ class Method:
     feature_caches: tuple[str, ...] = ()
     #: "function(app)": adds its own commands to the ``fedforget`` CLI
     commands: str | None = None
-    extra: Mapping[str, str] = field(default_factory=dict)  # other named hooks, read by their callers
 
     @property
     def package(self) -> str:
@@ -64,7 +63,7 @@ class Method:
                  *(h for h in (self.forget_detail, self.forget_check, self.plan_artifacts, self.status,
                                self.print_status, self.config_check, self.submit_check, self.prepare_scratch,
                                self.dp_exposure, self.commands) if h),
-                 *self.ledger_rules, *self.extra.values()]
+                 *self.ledger_rules]
         return tuple(dict.fromkeys(named))
 
 
