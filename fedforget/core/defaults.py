@@ -35,6 +35,7 @@ TASK_DEFAULTS: dict[str, dict[str, Value]] = {
     "hf": {"num-rounds": 5, "local-epochs": 1, "lr": 0.005, "lora-r": 8},
     "rt-smollm": {"num-rounds": 3, "local-epochs": 1, "lr": 0.001, "lora-r": 8, "batch-size": 16},
 }
+TASK_DEFAULTS["rt-smollm-val"] = TASK_DEFAULTS["rt-smollm"]  # a validation split tunes what rt-smollm runs
 
 #: Method-wide adjustments (before any task-specific one).
 METHOD_DEFAULTS: dict[str, dict[str, Value]] = {
@@ -57,6 +58,7 @@ METHOD_DEFAULTS: dict[str, dict[str, Value]] = {
 PAIR_DEFAULTS: dict[tuple[str, str], dict[str, Value]] = {
     ("hosfl", "rt-smollm"): {"num-rounds": 60},  # about 50 s a round on 2 CPU cores
     ("zo-sfl", "rt-smollm"): {"num-rounds": 60},
+    **{(m, "rt-smollm-val"): {"num-rounds": 60} for m in ("hosfl", "zo-sfl")},
     **{(m, "digits-mlp"): {"adapter-width": 64} for m in ("safe", "protosisa")},
     **{(m, "fmnist-effnet"): {"adapter-width": 1280} for m in ("safe", "protosisa")},
     **{(m, t): {"adapter-width": 384} for m in ("safe", "protosisa") for t in ("rt-minilm", "fortunes-minilm")},

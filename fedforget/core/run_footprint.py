@@ -56,6 +56,7 @@ TASK_DIMS: dict[str, TaskDims] = {
     "rt-minilm": TaskDims(9216, 770, 22_565_376, 384, 2, 4000, 10_246),
     "fortunes-minilm": TaskDims(9216, 16_555, 22_565_376, 384, 43, 4000, 12_174),
     "rt-smollm": TaskDims(57_600, 1154, 134_515_008, 576, 2, 2000, 10_246),
+    "rt-smollm-val": TaskDims(57_600, 1154, 134_515_008, 576, 2, 1600, 8197),  # HO-SFL tuning split
     # any timm or Hugging Face model: sized like a base transformer (768 wide, 12 layers, query and value
     # adapted) with a thousand classes and a million rows, so only what no such model holds is refused
     "hf": TaskDims(36_864, 769_000, 86_000_000, 768, 1000, 1_000_000, 1_000_000),

@@ -10,13 +10,13 @@ from fedforget.tasks.effnet import FMNIST_EFFNET
 from fedforget.tasks.fortunes import FORTUNES_MINILM
 from fedforget.tasks.hf_generic import HF_GENERIC
 from fedforget.tasks.partitioning import PartitionPlan, plan_partitions
-from fedforget.tasks.smollm import RT_SMOLLM
+from fedforget.tasks.smollm import RT_SMOLLM, RT_SMOLLM_VAL
 from fedforget.tasks.text import RT_MINILM
 
 TASKS: dict[str, TaskSpec] = {
     spec.name: spec
     for spec in (DIGITS_MLP, FMNIST_CNN, FMNIST_EFFNET, RT_MINILM, HF_GENERIC, RT_SMOLLM, FORTUNES_MINILM,
-                 DIGITS_MLP_VAL)
+                 DIGITS_MLP_VAL, RT_SMOLLM_VAL)
 }
 
 

@@ -201,3 +201,21 @@ def _as_backbone(module: LastTokenDecoder) -> Backbone:
 
 
 RT_SMOLLM = TaskSpec("rt-smollm", _data, _backbone, default_train_size=2000, default_test_size=500)
+
+
+def _validation_data(cfg: RunConfig) -> TaskData:
+    """rt-smollm's training rows only: the same ``train-size`` subset cut 4:1 into the clients' rows and the
+    validation rows the server evaluates on (``test-size`` is not read: the test split never is)."""
+    from fedforget.tasks.digits_validation import validation_rows
+
+    texts, labels = rotten_tomatoes_rows()
+    train_rows, _ = fixed_split(len(labels), "rt-minilm")
+    subset = take_subset(len(train_rows), cfg.train_size or 2000, "rt-minilm-train")
+    clients, held_out = validation_rows(len(subset))
+    return TaskData(train=_examples(texts, labels, train_rows, subset[clients]),
+                    test=_examples(texts, labels, train_rows, subset[held_out]), num_classes=2)
+
+
+#: Tuning the split methods on the language model without the test split (benchmarks/hosfl_learns_llm.py).
+RT_SMOLLM_VAL = TaskSpec("rt-smollm-val", _validation_data, _backbone, default_train_size=2000,
+                         default_test_size=400)

@@ -142,7 +142,7 @@ def _blocks(task: str, backbone: nn.Module, cut: int) -> tuple[list[Block], list
     if task == "rt-minilm":
         blocks = _minilm_blocks(backbone)  # [embeddings, layer 0..5, pool]
         return blocks[: 1 + cut], blocks[1 + cut :]
-    if task == "rt-smollm":
+    if task in ("rt-smollm", "rt-smollm-val"):
         blocks = _decoder_blocks(backbone)  # [embeddings, layer 0..29, norm + last token]
         return blocks[: 1 + cut], blocks[1 + cut :]
     raise ConfigError(f"no split model for task {task!r}; use one of: {', '.join(SPLIT_MAX_CUT)}")
@@ -251,7 +251,7 @@ def build_split_model(cfg: RunConfig, num_classes: int, role: str = "server") ->
     """
     if cfg.task not in SPLIT_MAX_CUT:
         raise ConfigError(f"no split model for task {cfg.task!r}; use one of: {', '.join(SPLIT_MAX_CUT)}")
-    if cfg.task == "rt-smollm" and role == "client":
+    if cfg.task in ("rt-smollm", "rt-smollm-val") and role == "client":
         from fedforget.tasks.smollm import client_backbone
 
         backbone = client_backbone(cfg.cut)
