@@ -411,8 +411,8 @@ class SplitRun:
         """Store the served [θ_c; θ_s] artifact and HO-SFL's replay history, and record the artifact."""
         cfg, store = self.cfg, self.run.store
         self.split.load_client_vector(self.theta_c)
-        arrays = {f"client.{n}": p.detach().numpy().copy() for n, p in self.split.client_params}
-        arrays.update({f"server.{n}": p.detach().numpy().copy() for n, p in self.split.server_params})
+        arrays = {f"client.{n}": p.detach().cpu().numpy().copy() for n, p in self.split.client_params}
+        arrays.update({f"server.{n}": p.detach().cpu().numpy().copy() for n, p in self.split.server_params})
         sha = store.put_arrays(arrays, {"artifact": self.artifact, "method": cfg.method, "task": cfg.task,
                                         "cut": str(cfg.cut)})
         split_info: dict[str, object] = {
