@@ -127,7 +127,14 @@ class Benchmark:
                        "test-size": args.test_size, "validation-task": "rt-smollm-val",
                        "validation-train-size": args.train_size, "workers": args.workers},
             "grid": {m: [list(g) for g in grid] for m, grid in self.grid.items()},
-            "validation-seeds": list(VAL_SEEDS), "seeds": list(self.seeds), "tuning": {}, "runs": {}}
+            "validation-seeds": list(VAL_SEEDS), "seeds": list(self.seeds), "runs": {}}
+        if args.resume:  # finished runs of an earlier invocation with the same set-up are kept, not rerun
+            earlier = json.loads(Path(args.resume).read_text(encoding="utf-8"))
+            if earlier["config"] | {"workers": args.workers} != self.res["config"]:
+                raise SystemExit(f"--resume {args.resume}: its config differs from this invocation's; "
+                                 "pass the same --rounds, --train-size and --test-size")
+            self.res["runs"] = earlier["runs"]
+            self.res["earlier-machines"] = [*earlier.get("earlier-machines", []), earlier["machine"]]
 
     def _machine(self) -> dict[str, Any]:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -215,12 +222,20 @@ def drive(args: argparse.Namespace) -> None:
     bench = Benchmark(args)
     t0 = time.monotonic()
     tuning = bench.tuning_jobs()
-    queue = tuning + bench.final_jobs({"hosfl-frozen": ("hosfl", 0.0, 0.0)})  # the frozen arm needs no tuning
+    queue = [job for job in tuning + bench.final_jobs({"hosfl-frozen": ("hosfl", 0.0, 0.0)})  # frozen: no tuning
+             if job[0] not in bench.res["runs"]]
     threads = max(1, (os.cpu_count() or 2) // max(1, args.workers))
     running: dict[Future[dict[str, Any]], tuple[str, dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="hosfl-llm-jobs-") as scratch, \
             ThreadPoolExecutor(max_workers=args.workers) as pool:
         while True:
+            if "chosen" not in bench.res and all(k in bench.res["runs"] for k, _ in tuning):
+                chosen = bench.chosen()
+                bench.res["chosen"] = chosen
+                later = bench.final_jobs({m: (m, c["client-lr"], c["client-momentum"]) for m, c in chosen.items()})
+                queue.extend(sorted((job for job in later if job[0] not in bench.res["runs"]),
+                                    key=lambda job: int(job[0].rsplit("/", 1)[1])))  # seed-major
+                print(f"chosen on validation: {json.dumps(chosen)}", flush=True)
             while queue and len(running) < args.workers and time.monotonic() - t0 < args.start_until_s:
                 key, config = queue.pop(0)
                 running[pool.submit(_launch, key, config, Path(scratch), threads)] = (key, config)
@@ -237,12 +252,6 @@ def drive(args: argparse.Namespace) -> None:
                 except RuntimeError as exc:
                     print(f"[{time.monotonic() - t0:6.0f} s] {exc}", flush=True)
                     bench.res.setdefault("failed", []).append(key)
-            if "chosen" not in bench.res and all(k in bench.res["runs"] for k, _ in tuning):
-                chosen = bench.chosen()
-                bench.res["chosen"] = chosen
-                later = bench.final_jobs({m: (m, c["client-lr"], c["client-momentum"]) for m, c in chosen.items()})
-                queue.extend(sorted(later, key=lambda job: int(job[0].rsplit("/", 1)[1])))  # seed-major
-                print(f"chosen on validation: {json.dumps(chosen)}", flush=True)
     bench.res["partial"] = len(bench.res.get("seeds-complete", [])) < len(bench.seeds)
     bench.res["seconds"] = round(time.monotonic() - t0, 1)
     bench.save()
@@ -251,34 +260,46 @@ def drive(args: argparse.Namespace) -> None:
 
 
 def plot(res: dict[str, Any], path: Path) -> None:
+    """Validation accuracy of every tuning setting, test accuracy per arm, and the paired differences."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for method, grid in res["grid"].items():
+        keys = [f"tune/{method}/lr={lr}/beta={beta}/{VAL_SEEDS[0]}" for lr, beta in grid]
+        pts = [(i, res["runs"][k]["accuracy"]) for i, k in enumerate(keys) if k in res["runs"]]
+        axes[0].plot([i for i, _ in pts], [a for _, a in pts], "o-", label=method)
+    axes[0].set_xticks(range(len(res["grid"]["hosfl"])), [f"setting {i + 1}" for i in range(len(res["grid"]["hosfl"]))],
+                       fontsize=8)
+    axes[0].set_ylabel("validation accuracy (rt-smollm-val)")
+    axes[0].set_title("tuning: the grid of each method, in its order", fontsize=8)
+    axes[0].legend(fontsize=7)
     arms = list(res.get("arms", {}))
     for i, arm in enumerate(arms):
         accs = [res["runs"][f"final/{arm}/{s}"]["accuracy"] for s in res["arms"][arm]["seeds"]]
-        axes[0].scatter([i] * len(accs), accs, s=14, alpha=0.7)
-        axes[0].bar(i, res["arms"][arm]["mean"], 0.6, alpha=0.35)
-    axes[0].set_xticks(range(len(arms)), arms, fontsize=8)
-    axes[0].set_ylabel("test accuracy (bars: mean; dots: seeds)")
-    axes[0].set_ylim(0.4, 1)
+        axes[1].scatter([i] * len(accs), accs, s=14, alpha=0.7)
+        axes[1].bar(i, res["arms"][arm]["mean"], 0.6, alpha=0.35)
+    axes[1].set_xticks(range(len(arms)), arms, fontsize=8)
+    axes[1].set_ylabel("test accuracy (bars: mean; dots: seeds)")
+    axes[1].set_ylim(0.4, 1)
     names = list(res.get("paired-points", {}))
     for i, name in enumerate(names):
         d = res["paired-points"][name]
-        axes[1].errorbar(i, d["mean"], yerr=[[d["mean"] - d["ci95"][0]], [d["ci95"][1] - d["mean"]]], fmt="o",
+        axes[2].errorbar(i, d["mean"], yerr=[[d["mean"] - d["ci95"][0]], [d["ci95"][1] - d["mean"]]], fmt="o",
                          capsize=4)
-    axes[1].axhline(0, color="grey", lw=0.8)
-    axes[1].axhline(3, color="green", lw=0.8, ls="--", label="+3 points (target for hosfl - frozen)")
-    axes[1].set_xticks(range(len(names)), names, fontsize=7, rotation=15)
-    axes[1].set_ylabel("paired difference, points (95 % t-interval)")
-    axes[1].legend(fontsize=7)
+    axes[2].axhline(0, color="grey", lw=0.8)
+    axes[2].axhline(3, color="green", lw=0.8, ls="--", label="+3 points (target for hosfl - frozen)")
+    axes[2].set_xticks(range(len(names)), names, fontsize=7, rotation=15)
+    axes[2].set_ylabel("paired difference, points (95 % t-interval)")
+    axes[2].legend(fontsize=7)
+    if not names:
+        axes[2].set_title("no paired seeds yet", fontsize=8)
     cfg = res["config"]
     fig.suptitle(f"rt-smollm cut {cfg['hosfl.cut']}, {cfg['rounds']} rounds, train {cfg['train-size']} / test "
-                 f"{cfg['test-size']}, seeds {res.get('seeds-complete')}; steps tuned on rt-smollm-val "
-                 f"({res['machine'].get('cuda') or 'CPU'})", fontsize=9)
+                 f"{cfg['test-size']}, complete seeds {res.get('seeds-complete')}; steps tuned on rt-smollm-val "
+                 f"({res['machine'].get('cuda') or 'CPU'})" + (" - partial" if res.get("partial") else ""), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -289,6 +310,7 @@ def main() -> None:
     single = sub.add_parser("one", help="one run (what a worker process does)")
     single.add_argument("--config", required=True)
     single.add_argument("--result", required=True)
+    sub.add_parser("plot", help="redraw the PNG beside --out from its JSON")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=150)
     parser.add_argument("--train-size", type=int, default=2000)
@@ -297,11 +319,14 @@ def main() -> None:
     parser.add_argument("--grid-size", type=int, default=len(GRID["hosfl"]), help="the first N settings per method")
     parser.add_argument("--start-until-s", type=float, default=float("inf"),
                         help="start no run after this many seconds (the JSON then says partial)")
+    parser.add_argument("--resume", default="", help="a result JSON whose finished runs to keep")
     parser.add_argument("--commit", default="", help="the commit this copy holds, where it has no .git")
     parser.add_argument("--out", default=str(ROOT / "docs" / "results" / "hosfl_learns_llm.json"))
     args = parser.parse_args()
     if args.part == "one":
         one(json.loads(args.config), Path(args.result))
+    elif args.part == "plot":
+        plot(json.loads(Path(args.out).read_text(encoding="utf-8")), Path(args.out).with_suffix(".png"))
     else:
         drive(args)
 

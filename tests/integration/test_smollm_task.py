@@ -70,3 +70,19 @@ def test_rt_smollm_trains_and_serves_with_fedavg_and_hosfl(tmp_path, method):
     rows = [r for r in store.metrics() if "accuracy" in r]
     assert rows and 0.0 <= rows[-1]["accuracy"] <= 1.0 and rows[-1]["loss"] == rows[-1]["loss"]
     assert store.manifest()["config"]["task"] == "rt-smollm"
+
+
+def test_rt_smollm_val_tunes_on_held_out_training_rows_never_the_test_split():
+    from fedforget.tasks.registry import get_task
+
+    val = get_task("rt-smollm-val").load_data(parse_run_config({"method": "hosfl", "task": "rt-smollm-val",
+                                                                 "train-size": 50}))
+    full = get_task("rt-smollm").load_data(parse_run_config({"method": "hosfl", "task": "rt-smollm",
+                                                              "train-size": 50, "test-size": 10}))
+    clients, held_out = set(val.train.ids.tolist()), set(val.test.ids.tolist())
+    assert len(clients) == 40 and len(held_out) == 10 and not clients & held_out
+    assert clients | held_out == set(full.train.ids.tolist())  # the same training rows, cut 4:1
+    by_id = {int(i): row for i, row in zip(full.train.ids, full.train.inputs[0], strict=True)}
+    assert all(torch.equal(by_id[int(i)], row) for i, row in zip(val.test.ids, val.test.inputs[0], strict=True))
+    test_rows = {tuple(r.tolist()) for r in full.test.inputs[0]}
+    assert not test_rows & {tuple(r.tolist()) for r in val.test.inputs[0]}  # no test snippet validates
