@@ -103,7 +103,10 @@ def _shape(tensor: torch.Tensor, shape: tuple[int, ...], what: str) -> None:
         raise MalformedMessage(f"{what} has shape {list(tensor.shape)}, expected {list(shape)}")
 
 
-def _theta(tensor: torch.Tensor, size: int | None) -> torch.Tensor:
+def _theta(tensor: torch.Tensor, size: int | None = None) -> torch.Tensor:
+    """θ_c travels flat, in float32."""
+    if tensor.dtype != torch.float32 or tensor.dim() != 1:
+        raise MalformedMessage(f"theta is {tensor.dtype}{list(tensor.shape)}, not a flat float32 vector")
     if size is not None:
         _shape(tensor, (size,), THETA)
     return tensor
@@ -199,7 +202,7 @@ class ThetaForward:
     @classmethod
     def from_record(cls, content: RecordDict) -> ThetaForward:
         control = _config(content)
-        theta = _tensor(_arrays(content, AGGREGATION), THETA) if AGGREGATION in content else None
+        theta = _theta(_tensor(_arrays(content, AGGREGATION), THETA)) if AGGREGATION in content else None
         return cls(RoundHead.from_config(control), theta,
                    int(_value(control, SEED_KEY, int)) if SEED_KEY in control else None,
                    int(_value(control, LOCAL_STEP_KEY, int)) if LOCAL_STEP_KEY in control else 0)
@@ -312,8 +315,8 @@ class Activations:
         """``spsa``: ZO-SFL's pair of activations is required; ``local_steps``: the count is required."""
         control, arrays = _config(content), _arrays(content, ACTIVATIONS)
         y = _tensor(arrays, LABELS)
-        if y.dim() != 1:
-            raise MalformedMessage("y is not one label per row")
+        if y.dim() != 1 or y.dtype != torch.int64:
+            raise MalformedMessage("y is not one int64 label per row")
         batch = int(y.shape[0])
         if spsa:
             cut, minus = Cut.read(arrays, PLUS_Z, PLUS_MASK, batch), Cut.read(arrays, MINUS_Z, MINUS_MASK, batch)

@@ -140,6 +140,10 @@ def test_replies_that_do_not_fit_are_malformed():
         ClientTheta.from_record(ClientTheta(REPLY).to_record())  # θ_c is due
     with pytest.raises(MalformedMessage, match="shape"):
         ClientTheta.from_record(ClientTheta(REPLY, torch.randn(10)).to_record(), size=11)
+    with pytest.raises(MalformedMessage, match="flat float32"):
+        ClientTheta.from_record(ClientTheta(REPLY, torch.randn(11, dtype=torch.float64)).to_record(), size=11)
+    with pytest.raises(MalformedMessage, match="int64 label"):
+        Activations.from_record(Activations(REPLY, 3, torch.zeros(5), _batch()).to_record())
     with pytest.raises(MalformedMessage, match="one row per label"):
         Activations.from_record(Activations(REPLY, 3, torch.arange(4), _batch()).to_record())
     with pytest.raises(MalformedMessage, match="local-steps"):
