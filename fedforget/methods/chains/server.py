@@ -18,12 +18,12 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, Message, RecordDict
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 from flwr.supercore import log
 
 from fedforget.core.config import ConfigError, RunConfig, parse_prior
 from fedforget.core.seeds import derive_seed, derive_seed32
 from fedforget.core.slicing import UnitId
+from fedforget.core.weighted_mean import weighted_mean
 from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import check_chain_reply, exchange_redo_or_exclude
 from fedforget.federation.messaging import (
@@ -322,8 +322,10 @@ class ChainTrainer:
             examples += self.trained_on[id(s)]
             losses += [float(r["metrics"]["train-loss"]) for r in useful]
             if useful:
-                out[id(s)] = {k: np.ascontiguousarray(v) for k, v in
-                              to_numpy(aggregate_arrayrecords(useful, "num-examples")).items()}
+                mean = weighted_mean([to_numpy(r["arrays"]) for r in useful],
+                                     [r["metrics"]["num-examples"] for r in useful],
+                                     keys=[int(r["metrics"][PARTITION_KEY]) for r in useful])
+                out[id(s)] = {k: np.ascontiguousarray(v) for k, v in mean.items()}
             else:  # every holder of this prefix's data deleted it all: the position keeps its start
                 out[id(s)] = current[id(s)]
         self.run.store.append_metrics({

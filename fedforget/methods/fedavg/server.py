@@ -7,7 +7,7 @@ from logging import INFO, WARNING
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
@@ -15,6 +15,7 @@ from flwr.supercore import log
 
 from fedforget.core.config import RunConfig, sample_clients
 from fedforget.core.seeds import derive_seed
+from fedforget.core.weighted_mean import weighted_mean
 from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import PartitionsExcluded, PolicyGrid, check_reply
 from fedforget.federation.messaging import (
@@ -121,8 +122,19 @@ class PartitionFedAvg(FedAvg):
         return sorted(replies, key=lambda r: int(r.content["metrics"][PARTITION_KEY]))
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):  # noqa: ANN201
+        """Flower's ``FedAvg.aggregate_train`` (its reply checks and log, the weighted mean of the metrics)
+        with the arrays averaged by :func:`fedforget.core.weighted_mean.weighted_mean` in partition order
+        (Flower's float32 arithmetic)."""
         ordered = self._sorted_complete(replies)
-        arrays, metrics = super().aggregate_train(server_round, ordered)
+        arrays, metrics = None, None
+        valid, _ = self._check_and_log_replies(ordered, is_train=True)
+        if valid:
+            contents = [m.content for m in valid]
+            mean = weighted_mean([to_numpy(next(iter(c.array_records.values()))) for c in contents],
+                                 [next(iter(c.metric_records.values()))[self.weighted_by_key] for c in contents],
+                                 keys=[int(c["metrics"][PARTITION_KEY]) for c in contents])
+            arrays = ArrayRecord({k: Array(v) for k, v in mean.items()})
+            metrics = self.train_metrics_aggr_fn(contents, self.weighted_by_key)
         self.round_report.update({
             "bytes-up": sum(record_bytes(r.content["arrays"]) for r in ordered),
             "train-loss": float((metrics or {}).get("train-loss", 0.0)),

@@ -14,20 +14,10 @@ from collections.abc import Sequence
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from fedforget.core.weighted_mean import weighted_mean
+
 Arrays = dict[str, np.ndarray]
 MERGES = ("factors", "product")
-
-
-def weighted_mean(states: Sequence[Arrays], weights: Sequence[float]) -> Arrays:
-    """The weighted mean of each tensor, accumulated in float32 in the order given (like Flower's)."""
-    total = float(sum(weights))
-    out = {}
-    for key in states[0]:
-        acc = np.zeros_like(states[0][key], dtype=np.float32)
-        for state, w in zip(states, weights, strict=True):
-            acc += state[key] * np.float32(w / total)
-        out[key] = np.ascontiguousarray(acc)
-    return out
 
 
 def _pairs(keys: Sequence[str]) -> list[tuple[str, str]]:
@@ -59,7 +49,7 @@ def merge_lora(states: Sequence[Arrays], weights: Sequence[float], rule: str = "
     ``product`` averages each LoRA layer's ``B·A`` and re-factorises it at the same rank."""
     if rule not in MERGES:
         raise ValueError(f"unknown LoRA merge {rule!r}; choose one of {', '.join(MERGES)}")
-    mean = weighted_mean(states, weights)
+    mean = {k: np.ascontiguousarray(v) for k, v in weighted_mean(states, weights).items()}  # in the order given
     if rule == "factors" or len(states) == 1:
         return mean
     w = np.asarray(weights, dtype=np.float64) / float(sum(weights))

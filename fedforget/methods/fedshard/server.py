@@ -34,11 +34,11 @@ from pathlib import Path
 import numpy as np
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 from flwr.supercore import log
 
 from fedforget.core.config import RunConfig
 from fedforget.core.seeds import derive_seed
+from fedforget.core.weighted_mean import weighted_mean
 from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import check_chain_reply, exchange_redo_or_exclude
 from fedforget.federation.messaging import (
@@ -160,8 +160,10 @@ class ShardTrainer:
                 if probe and server_round == 1:
                     self._probe.update({int(rd["metrics"][PARTITION_KEY]): to_numpy(rd["arrays"]) for rd in useful})
                 if useful:
-                    current[s.index] = {k: np.ascontiguousarray(v) for k, v in
-                                        to_numpy(aggregate_arrayrecords(useful, "num-examples")).items()}
+                    mean = weighted_mean([to_numpy(rd["arrays"]) for rd in useful],
+                                         [rd["metrics"]["num-examples"] for rd in useful],
+                                         keys=[int(rd["metrics"][PARTITION_KEY]) for rd in useful])
+                    current[s.index] = {k: np.ascontiguousarray(v) for k, v in mean.items()}
                     results[s.index].weight = sum(int(rd["metrics"]["num-examples"]) for rd in useful)
                     examples += results[s.index].weight
                     losses += [float(rd["metrics"]["train-loss"]) for rd in useful]

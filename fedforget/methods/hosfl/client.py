@@ -22,15 +22,28 @@ import json
 from pathlib import Path
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.app import Context, Message
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch.func import functional_call
 
 from fedforget.core.config import RunConfig
 from fedforget.federation.client_site import ClientSite
-from fedforget.federation.messaging import PARTITION_KEY
 from fedforget.methods.hosfl import zo
+from fedforget.methods.hosfl.messages import (
+    Activations,
+    BackpropStep,
+    ClientTheta,
+    Cut,
+    LambdaZo,
+    MalformedMessage,
+    ReplayForward,
+    ReplyHead,
+    RoundHead,
+    SpsaZo,
+    ThetaForward,
+    ZoScalars,
+)
 from fedforget.methods.hosfl.plan import entries_to_apply, local_batch_indices, local_steps
 from fedforget.methods.hosfl.split_model import SplitModel, cached_split_model, split_device
 from fedforget.store.atomic import atomic_write_bytes
@@ -101,15 +114,14 @@ def peak_rss_mb() -> float:
 class _Round:
     """What a handler needs: config, partition, split model, state file, this round's batch."""
 
-    def __init__(self, msg: Message, context: Context) -> None:
-        self.site = ClientSite.from_context(context)
+    def __init__(self, site: ClientSite, head: RoundHead, context: Context, step: int = 0) -> None:
+        self.site = site
         self.cfg = self.site.cfg
-        control = msg.content["control"]
-        self.round = int(control["round"])
-        self.step = int(control.get("local-step", 0))
+        self.round = head.server_round
+        self.step = step
         self.split: SplitModel = cached_split_model(self.cfg, self.site.data.num_classes, "client")
         self.device = split_device(self.cfg)
-        self.path = state_path(context, self.cfg, self.site.partition, str(control["run-tag"]))
+        self.path = state_path(context, self.cfg, self.site.partition, head.run_tag)
         examples = self.site.slice_examples()
         self.num_examples = len(examples)
         idx = local_batch_indices(len(examples), self.cfg.batch_size, self.cfg.seed, self.cfg.method, self.round,
@@ -129,16 +141,13 @@ class _Round:
         with torch.no_grad(), deterministic_torch():
             return functional_call(self.split.client, params, self.inputs)
 
-    def activations(self, out: tuple[torch.Tensor, ...], prefix: str = "") -> dict[str, torch.Tensor]:
-        arrays = {f"{prefix}z": out[0].cpu().contiguous()}
-        if len(out) > 1:  # text: the attention mask travels with the activations
-            arrays[f"{prefix}mask"] = out[1].cpu().contiguous()
-        return arrays
+    @staticmethod
+    def cut(out: tuple[torch.Tensor, ...]) -> Cut:
+        """z and, for text, the attention mask that travels with the activations."""
+        return Cut(out[0].cpu().contiguous(), out[1].cpu().contiguous() if len(out) > 1 else None)
 
-    def reply(self, msg: Message, records: dict[str, ArrayRecord], **control: int | float) -> Message:
-        ctrl = ConfigRecord({PARTITION_KEY: self.site.partition, "round": self.round,
-                             "peak-rss-mb": peak_rss_mb(), **control})
-        return Message(RecordDict({**records, "control": ctrl}), reply_to=msg)
+    def head(self) -> ReplyHead:
+        return ReplyHead(self.site.partition, self.round, peak_rss_mb())
 
     def load_round_state(self) -> torch.Tensor:
         theta, version = load_state(self.path, self.split.initial_client)
@@ -157,24 +166,21 @@ def _views(theta: torch.Tensor, shapes: list[torch.Size]) -> list[torch.Tensor]:
     return out
 
 
-def _tensor(record: ArrayRecord, key: str) -> torch.Tensor:
-    return torch.from_numpy(record[key].numpy().copy())
-
-
 # -- handlers --------------------------------------------------------------------------------------
 def forward(msg: Message, context: Context) -> Message:
     """Phase 1: sync θ_c (HO-SFL: replay history; SFL/ZO-SFL: take the global θ_c, or SFL's local θ_c
     after its first local step), draw the batch, send the cut-layer activations and labels."""
-    rnd = _Round(msg, context)
-    method = rnd.cfg.method
-    agg = msg.content["aggregation"] if "aggregation" in msg.content else ArrayRecord()
-    control: dict[str, int] = {}
+    site = ClientSite.from_context(context)
+    method = site.cfg.method
+    steps = None
     if method == "hosfl":
+        replay = ReplayForward.from_record(msg.content)
+        rnd = _Round(site, replay.head, context)
         theta, version = load_state(rnd.path, rnd.split.initial_client)
         momentum = rnd.cfg.client_momentum
         buf = load_momentum(rnd.path, zo.subspace_dim(theta, rnd.index)) if momentum > 0 else None
-        history_from = int(msg.content["control"]["history-from"])
-        seeds, vbar = _tensor(agg, "history-seeds"), _tensor(agg, "history-vbar")
+        history_from = replay.history_from
+        seeds, vbar = replay.history_seeds, replay.history_vbar
         for i in entries_to_apply(version, history_from, len(seeds)):
             theta = zo.apply_update(theta, seeds[i].tolist(), vbar[i].tolist(), rnd.cfg.mu, rnd.cfg.client_lr,
                                     rnd.index, momentum, buf)
@@ -183,37 +189,47 @@ def forward(msg: Message, context: Context) -> Message:
         out = rnd.forward(theta)
         # the round's seeds came with this message: keep them and z for the ZO phase (no second z forward)
         extras = {"momentum": buf} if buf is not None else {}
-        save_state(rnd.path, theta, rnd.round, z=out[0], seeds=_tensor(agg, "seeds"), **extras)
-        arrays = rnd.activations(out)
-    elif method == "sfl":
-        if rnd.step == 0:
-            theta = _tensor(agg, "theta")
-            save_state(rnd.path, theta, rnd.round)
-            control["local-steps"] = local_steps(rnd.num_examples, rnd.cfg.batch_size, rnd.cfg.local_epochs)
-        else:
+        save_state(rnd.path, theta, rnd.round, z=out[0], seeds=replay.seeds, **extras)
+        cut, minus = rnd.cut(out), None
+    else:  # the global θ_c with the round's first message; SFL's later local steps go on from the client's own
+        request = ThetaForward.from_record(msg.content)
+        rnd = _Round(site, request.head, context, request.local_step)
+        if rnd.step > 0:
             theta = rnd.load_round_state()
-        arrays = rnd.activations(rnd.forward(theta))
-    else:  # zo-sfl: f_c(x; θ ± μu) with the round's shared seed
-        theta = _tensor(agg, "theta")
-        save_state(rnd.path, theta, rnd.round)
-        u = zo.direction(int(msg.content["control"]["seed"]), theta.numel())
-        arrays = {**rnd.activations(rnd.forward(theta + rnd.cfg.mu * u), "plus-"),
-                  **rnd.activations(rnd.forward(theta - rnd.cfg.mu * u), "minus-")}
-    arrays["y"] = rnd.labels.contiguous()
-    return rnd.reply(msg, {"activations": ArrayRecord(arrays)}, version=rnd.round, **control)
+        elif request.theta is None:
+            raise MalformedMessage("the round's first train.forward carries no θ_c")
+        else:
+            theta = request.theta
+            save_state(rnd.path, theta, rnd.round)
+        if method == "sfl":
+            if rnd.step == 0:
+                steps = local_steps(rnd.num_examples, rnd.cfg.batch_size, rnd.cfg.local_epochs)
+            cut, minus = rnd.cut(rnd.forward(theta)), None
+        else:  # zo-sfl: f_c(x; θ ± μu) with the round's shared seed
+            if request.seed is None:
+                raise MalformedMessage("a zo-sfl train.forward carries no round seed")
+            u = zo.direction(request.seed, theta.numel())
+            cut = rnd.cut(rnd.forward(theta + rnd.cfg.mu * u))
+            minus = rnd.cut(rnd.forward(theta - rnd.cfg.mu * u))
+    reply = Activations(rnd.head(), rnd.round, rnd.labels.contiguous(), cut, minus, steps)
+    return Message(reply.to_record(), reply_to=msg)
 
 
 def zo_phase(msg: Message, context: Context) -> Message:
     """Phase 3 of HO-SFL (P scalars from λ, P perturbed forwards), or ZO-SFL's client step."""
-    rnd = _Round(msg, context)
+    site = ClientSite.from_context(context)
+    if site.cfg.method == "zo-sfl":
+        spsa = SpsaZo.from_record(msg.content)
+        rnd = _Round(site, spsa.head, context)
+        theta = rnd.load_round_state()
+        u = zo.direction(spsa.seed, theta.numel())
+        new = theta - (rnd.cfg.client_lr * spsa.g) * u
+        return Message(ClientTheta(rnd.head(), new).to_record(), reply_to=msg)
+    request = LambdaZo.from_record(msg.content)
+    rnd = _Round(site, request.head, context)
     theta = rnd.load_round_state()
     cfg = rnd.cfg
-    if cfg.method == "zo-sfl":
-        g = float(_tensor(msg.content["feedback"], "g")[0])
-        u = zo.direction(int(msg.content["control"]["seed"]), theta.numel())
-        new = theta - (cfg.client_lr * g) * u
-        return rnd.reply(msg, {"aggregation": ArrayRecord({"theta": new})})
-    lam = _tensor(msg.content["feedback"], "lambda").to(rnd.device)
+    lam = request.lam.to(rnd.device)
     kept = load_round_extras(rnd.path)
     z, seeds = kept["z"].to(rnd.device), [int(s) for s in kept["seeds"].tolist()]
     if IN_PLACE_PERTURBATION:  # negative control: the live parameters are perturbed and restored
@@ -223,15 +239,16 @@ def zo_phase(msg: Message, context: Context) -> Message:
         save_state(rnd.path, rnd.split.client_vector(), rnd.round)
     else:
         v = zo.scalars(lambda th: rnd.forward(th)[0], theta, z, lam, seeds, cfg.mu, rnd.index)
-    return rnd.reply(msg, {"aggregation": ArrayRecord({"v": torch.tensor(v, dtype=torch.float32)})})
+    return Message(ZoScalars(rnd.head(), torch.tensor(v, dtype=torch.float32)).to_record(), reply_to=msg)
 
 
 def backprop(msg: Message, context: Context) -> Message:
     """SFL's local step: back-propagate λ through the client part, one SGD step on the local θ_c;
     after the last local step of the round, send θ_c (the server averages them: SFLv1)."""
-    rnd = _Round(msg, context)
+    request = BackpropStep.from_record(msg.content)
+    rnd = _Round(ClientSite.from_context(context), request.head, context, request.local_step)
     theta = rnd.load_round_state().clone().requires_grad_(True)
-    lam = _tensor(msg.content["feedback"], "lambda").to(rnd.device)
+    lam = request.lam.to(rnd.device)
     shapes = [p.shape for _, p in rnd.split.client_params]
     with deterministic_torch():
         params = dict(zip(rnd.split.client_names, _views(theta.to(rnd.device), shapes), strict=True))
@@ -239,6 +256,4 @@ def backprop(msg: Message, context: Context) -> Message:
         (grad,) = torch.autograd.grad((z * lam).sum(), theta)
         new = (theta.detach() - rnd.cfg.client_lr * grad).contiguous()
     save_state(rnd.path, new, rnd.round)
-    last = bool(int(msg.content["control"].get("last-step", 1)))
-    records = {"aggregation": ArrayRecord({"theta": new})} if last else {}
-    return rnd.reply(msg, records)
+    return Message(ClientTheta(rnd.head(), new if request.last_step else None).to_record(), reply_to=msg)

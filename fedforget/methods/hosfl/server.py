@@ -37,7 +37,7 @@ kind (activations, feedback, aggregation, control), in each direction; Flower's 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from logging import INFO, WARNING
 
 import numpy as np
@@ -54,6 +54,20 @@ from fedforget.federation.failover import FRAMING_PER_TENSOR, check_reply, excha
 from fedforget.federation.run_setup import ServerRun
 from fedforget.federation.units import all_units
 from fedforget.methods.hosfl import zo
+from fedforget.methods.hosfl.messages import (
+    BACKPROP,
+    FORWARD,
+    ZO,
+    Activations,
+    BackpropStep,
+    ClientTheta,
+    LambdaZo,
+    ReplayForward,
+    RoundHead,
+    SpsaZo,
+    ThetaForward,
+    ZoScalars,
+)
 from fedforget.methods.hosfl.plan import History, TrafficLedger, round_seeds, sample_round
 from fedforget.methods.hosfl.serve import SPLIT_KIND
 from fedforget.methods.hosfl.split_model import Composite, cached_split_model, split_device
@@ -61,9 +75,9 @@ from fedforget.store.ledger import Ledger
 from fedforget.training.determinism import deterministic_torch
 from fedforget.training.supervised import evaluate
 
-FORWARD = "train.forward"
-ZO = "train.zo"
-BACKPROP = "train.backprop"
+#: Reads a reply of one partition as its typed message; raises ValueError (or KeyError, TypeError) when
+#: the reply is malformed.
+Parse = Callable[[int, RecordDict], object]
 
 
 # -- traffic ---------------------------------------------------------------------------------------
@@ -89,10 +103,6 @@ def count_message(ledger: TrafficLedger, msg: Message, direction: str) -> None:
     for name, record in msg.content.items():
         ledger.add(direction, name, payload_bytes(record))
         ledger.add_wire(direction, int(record.count_bytes()))
-
-
-def _t(record: ArrayRecord, key: str) -> torch.Tensor:
-    return torch.from_numpy(record[key].numpy().copy())
 
 
 # -- the run -------------------------------------------------------------------------------------------
@@ -139,43 +149,52 @@ class SplitRun:
         return torch.optim.SGD(params, lr=self.cfg.lr)
 
     # -- messaging ---------------------------------------------------------------------------------------
-    def _control(self, server_round: int, **extra: int | str) -> ConfigRecord:
-        return ConfigRecord({"round": server_round, "run-tag": self.tag, **extra})
+    def _head(self, server_round: int) -> RoundHead:
+        return RoundHead(server_round, self.tag)
 
-    def _exchange(self, msgs: dict[int, Message], phase: str) -> dict[int, Message]:
-        """Send, wait at most ``round-timeout``; the partitions that answered cleanly, with their replies."""
+    def _exchange(self, msgs: dict[int, Message], phase: str, parse: Parse) -> dict[int, object]:
+        """Send, wait at most ``round-timeout``; the partitions that answered cleanly, with their replies
+        read by ``parse`` (a reply it cannot read is malformed)."""
         for m in msgs.values():
             count_message(self.ledger, m, "down")
         parts = list(msgs)
         replies, _ = exchange_redo_or_exclude(self.grid, self.nodes, list(msgs.values()), parts,
-                                              self.cfg.round_timeout, lambda r, i: self._check(r, parts[i], phase),
+                                              self.cfg.round_timeout, lambda r, i: self._check(r, parts[i], parse),
                                               rejoin=0.0)
         self.partition_of = {n: p for p, n in self.nodes.items()}
-        ok: dict[int, Message] = {}
+        ok: dict[int, object] = {}
         for part, r in zip(parts, replies, strict=True):
             if r is None:
                 continue
-            ok[part] = r
+            ok[part] = reply = parse(part, r.content)
             count_message(self.ledger, r, "up")
-            self.peak_rss = max(self.peak_rss, float(r.content["control"].get("peak-rss-mb", 0.0)))
+            self.peak_rss = max(self.peak_rss, reply.head.peak_rss_mb)  # type: ignore[attr-defined]
         missing = sorted(set(msgs) - set(ok))
         if missing:
             log(WARNING, "fedforget: %s: partitions %s did not answer within %.0f s or failed; the round goes on "
                 "with %d of %d", phase, missing, self.cfg.round_timeout, len(ok), len(msgs))
         return dict(sorted(ok.items()))
 
-    def _check(self, reply: Message, part: int, phase: str) -> str | None:
+    def _check(self, reply: Message, part: int, parse: Parse) -> str | None:
         """A reply names its partition and carries finite tensors, at most :attr:`max_reply_bytes` of them,
-        with the activations (and labels) a forward reply needs, or the aggregate a ``zo`` reply needs."""
+        and reads as the message expected (the activations and labels of a forward reply, the v or θ_c of
+        a ``zo`` reply, θ_c after SFL's last local step)."""
         why = check_reply(reply, part, record="control", numbers=(), max_bytes=self.max_reply_bytes)
-        if why is None and phase == "forward":
-            acts = reply.content.array_records.get("activations")
-            prefix = "plus-" if self.cfg.method == "zo-sfl" else ""
-            if acts is None or f"{prefix}z" not in acts or "y" not in acts:
-                return "malformed reply: no activations"
-        if why is None and phase == "zo" and "aggregation" not in reply.content.array_records:
-            return "malformed reply: no aggregation"
+        if why is None:
+            try:
+                parse(part, reply.content)
+            except (KeyError, TypeError, ValueError) as exc:
+                return f"malformed reply: {exc}"
         return why
+
+    def _activations(self, first_step: bool = False) -> Parse:
+        """Reads forward replies (ZO-SFL's pair of activations; SFL's local-step count with its first)."""
+        spsa, steps = self.cfg.method == "zo-sfl", first_step and self.cfg.method == "sfl"
+        return lambda part, content: Activations.from_record(content, spsa=spsa, local_steps=steps)
+
+    def _thetas(self, expected: Callable[[int], bool] = lambda part: True) -> Parse:
+        """Reads replies carrying the client's θ_c (where ``expected`` says one is due)."""
+        return lambda part, content: ClientTheta.from_record(content, theta=expected(part), size=self.split.d_c)
 
     def _reply_bound(self) -> int:
         """The most bytes of tensors any reply may carry: two batches of activations (ZO-SFL sends z₊ and
@@ -191,9 +210,8 @@ class SplitRun:
         return (2 * self.cfg.batch_size * per_example + 4 * self.split.d_c + 8 * self.cfg.perturbations
                 + 4096 + 8 * FRAMING_PER_TENSOR)
 
-    def _message(self, part: int, records: dict[str, ArrayRecord | ConfigRecord], kind: str,
-                 server_round: int) -> Message:
-        return Message(RecordDict(records), dst_node_id=self.nodes[part], message_type=kind,
+    def _message(self, part: int, content: RecordDict, kind: str, server_round: int) -> Message:
+        return Message(content, dst_node_id=self.nodes[part], message_type=kind,
                        group_id=f"{self.cfg.method}-r{server_round}")
 
     # -- server-side first-order step ------------------------------------------------------------------
@@ -219,10 +237,8 @@ class SplitRun:
         return lams, float(np.mean(losses)) if losses else float("nan")
 
     @staticmethod
-    def _batch(reply: Message, prefix: str = "") -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:
-        acts = reply.content["activations"]
-        aux = (_t(acts, f"{prefix}mask"),) if f"{prefix}mask" in acts else ()
-        return _t(acts, f"{prefix}z"), aux, _t(acts, "y")
+    def _batch(reply: Activations) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:
+        return reply.cut.z, reply.cut.aux, reply.y
 
     # -- rounds ------------------------------------------------------------------------------------------
     def round_hosfl(self, t: int, chosen: list[int]) -> dict[str, object]:
@@ -234,23 +250,20 @@ class SplitRun:
             since = self.history.since(self.version[part])
             past_seeds = np.array([s for s, _ in since], dtype=np.int64).reshape(len(since), self.cfg.perturbations)
             vbar = np.array([v for _, v in since], dtype=np.float32).reshape(len(since), self.cfg.perturbations)
-            msgs[part] = self._message(part, {
-                "control": self._control(t, **{"history-from": self.version[part]}),
-                "aggregation": ArrayRecord({"history-seeds": torch.from_numpy(past_seeds),
-                                            "history-vbar": torch.from_numpy(vbar),
-                                            "seeds": torch.tensor(seeds, dtype=torch.int64)}),
-            }, FORWARD, t)
-        fwd = self._exchange(msgs, "forward")
+            request = ReplayForward(self._head(t), self.version[part], torch.from_numpy(past_seeds),
+                                    torch.from_numpy(vbar), torch.tensor(seeds, dtype=torch.int64))
+            msgs[part] = self._message(part, request.to_record(), FORWARD, t)
+        fwd: dict[int, Activations] = self._exchange(msgs, "forward", self._activations())  # type: ignore[assignment]
         for part in fwd:
             self.version[part] = t  # it replayed everything before round t (and persisted it)
         lams, loss = self._server_backward({p: self._batch(r) for p, r in fwd.items()})
-        zo_msgs = {
-            part: self._message(part, {"control": self._control(t), "feedback": ArrayRecord({"lambda": lam})}, ZO, t)
-            for part, lam in lams.items()
-        }
-        second = self._exchange(zo_msgs, "zo")
+        zo_msgs = {part: self._message(part, LambdaZo(self._head(t), lam).to_record(), ZO, t)
+                   for part, lam in lams.items()}
+        perturbations = self.cfg.perturbations
+        second: dict[int, ZoScalars] = self._exchange(  # type: ignore[assignment]
+            zo_msgs, "zo", lambda part, content: ZoScalars.from_record(content, perturbations))
         if second:
-            vs = np.stack([r.content["aggregation"]["v"].numpy().astype(np.float64) for r in second.values()])
+            vs = np.stack([r.v.numpy().astype(np.float64) for r in second.values()])
             vbar = vs.mean(axis=0).astype(np.float32)
         else:
             vbar = np.zeros(self.cfg.perturbations, dtype=np.float32)
@@ -258,16 +271,15 @@ class SplitRun:
         self.theta_c = zo.apply_update(self.theta_c, seeds, self.history.vbar[-1], self.cfg.mu, self.cfg.client_lr,
                                        self.zo_index, self.cfg.client_momentum, self.zo_buf)
         return {"forward-ok": sorted(fwd), "second-ok": sorted(second), "train-loss": loss,
-                "samples": sum(len(self._batch(r)[2]) for r in fwd.values())}
+                "samples": sum(len(r.y) for r in fwd.values())}
 
-    def _global_theta_messages(self, t: int, chosen: list[int], **control: int) -> dict[int, Message]:
-        return {part: self._message(part, {"control": self._control(t, **control),
-                                           "aggregation": ArrayRecord({"theta": self.theta_c.contiguous()})},
+    def _global_theta_messages(self, t: int, chosen: list[int], seed: int | None = None) -> dict[int, Message]:
+        return {part: self._message(part, ThetaForward(self._head(t), self.theta_c.contiguous(), seed).to_record(),
                                     FORWARD, t) for part in chosen}
 
-    def _average_thetas(self, replies: dict[int, Message]) -> None:
+    def _average_thetas(self, replies: dict[int, ClientTheta]) -> None:
         if replies:  # FedAvg of the client parts, in partition order (uniform weights: one batch each)
-            stack = torch.stack([_t(r.content["aggregation"], "theta") for r in replies.values()])
+            stack = torch.stack([r.theta for r in replies.values()])  # type: ignore[misc]
             self.theta_c = stack.double().mean(dim=0).to(torch.float32)
 
     def round_sfl(self, t: int, chosen: list[int]) -> dict[str, object]:
@@ -276,7 +288,7 @@ class SplitRun:
         start = [p.detach().clone() for p in self.server_params]
         copies: dict[int, tuple[list[torch.Tensor], torch.optim.Optimizer]] = {}
         steps: dict[int, int] = {}
-        finals: dict[int, Message] = {}
+        finals: dict[int, ClientTheta] = {}
         fwd_ok: list[int] = []
         losses: list[float] = []
         samples, step, active = 0, 0, list(chosen)
@@ -284,11 +296,12 @@ class SplitRun:
             if step == 0:
                 msgs = self._global_theta_messages(t, active)
             else:
-                msgs = {part: self._message(part, {"control": self._control(t, **{"local-step": step})}, FORWARD, t)
+                msgs = {part: self._message(part, ThetaForward(self._head(t), local_step=step).to_record(), FORWARD, t)
                         for part in active}
-            fwd = self._exchange(msgs, "forward")
+            fwd: dict[int, Activations] = self._exchange(  # type: ignore[assignment]
+                msgs, "forward", self._activations(first_step=step == 0))
             if step == 0:
-                steps = {p: int(r.content["control"]["local-steps"]) for p, r in fwd.items()}
+                steps = {p: int(r.local_steps) for p, r in fwd.items()}  # type: ignore[arg-type]
                 fwd_ok = sorted(fwd)
             lams = {}
             for part, reply in fwd.items():
@@ -300,11 +313,10 @@ class SplitRun:
                 lams[part], loss = self._server_step_on_copy(*copies[part], batch)
                 losses.append(loss)
             last = {part: step + 1 >= steps[part] for part in lams}
-            back = {part: self._message(part, {"control": self._control(t, **{"local-step": step,
-                                                                              "last-step": int(last[part])}),
-                                               "feedback": ArrayRecord({"lambda": lam})}, BACKPROP, t)
-                    for part, lam in lams.items()}
-            second = self._exchange(back, "backprop")
+            back = {part: self._message(part, BackpropStep(self._head(t), step, last[part], lam).to_record(),
+                                        BACKPROP, t) for part, lam in lams.items()}
+            second: dict[int, ClientTheta] = self._exchange(  # type: ignore[assignment]
+                back, "backprop", self._thetas(last.__getitem__))
             finals.update({p: r for p, r in second.items() if last[p]})
             active = [p for p in second if not last[p]]
             step += 1
@@ -341,15 +353,16 @@ class SplitRun:
     def round_zo_sfl(self, t: int, chosen: list[int]) -> dict[str, object]:
         """SPSA on both sides with one shared seed per round (MeZO-style ZO-SFL)."""
         seed = derive_seed(self.cfg.seed, self.cfg.method, "spsa", t)
-        fwd = self._exchange(self._global_theta_messages(t, chosen, seed=seed), "forward")
+        fwd: dict[int, Activations] = self._exchange(  # type: ignore[assignment]
+            self._global_theta_messages(t, chosen, seed=seed), "forward", self._activations())
         mu, lr = self.cfg.mu, self.cfg.client_lr
         base = torch.cat([p.detach().reshape(-1) for p in self.server_params]).clone()
         u_s = zo.direction(derive_seed(seed, "server"), base.numel()).to(base.device)
         gs, losses = {}, []
         with torch.no_grad(), deterministic_torch():
             for part, reply in fwd.items():
-                zp, aux, y = self._batch(reply, "plus-")
-                zm = self._batch(reply, "minus-")[0].to(self.device)
+                zp, aux, y = self._batch(reply)
+                zm = reply.minus.z.to(self.device)  # type: ignore[union-attr]
                 zp, y, aux = zp.to(self.device), y.to(self.device), tuple(a.to(self.device) for a in aux)
                 self._load_server_vector(base + mu * u_s)
                 lp = float(nn.functional.cross_entropy(self.split.server(zp, *aux), y))
@@ -359,14 +372,12 @@ class SplitRun:
                 losses.append((lp + lm) / 2)
             g_mean = float(np.mean(list(gs.values()))) if gs else 0.0
             self._load_server_vector(base - (lr * g_mean) * u_s)
-        msgs = {part: self._message(part, {"control": self._control(t, seed=seed),
-                                           "feedback": ArrayRecord({"g": torch.tensor([g], dtype=torch.float32)})},
-                                    ZO, t) for part, g in gs.items()}
-        second = self._exchange(msgs, "zo")
+        msgs = {part: self._message(part, SpsaZo(self._head(t), seed, g).to_record(), ZO, t) for part, g in gs.items()}
+        second: dict[int, ClientTheta] = self._exchange(msgs, "zo", self._thetas())  # type: ignore[assignment]
         self._average_thetas(second)
         return {"forward-ok": sorted(fwd), "second-ok": sorted(second),
                 "train-loss": float(np.mean(losses)) if losses else float("nan"),
-                "samples": sum(len(self._batch(r, "plus-")[2]) for r in fwd.values())}
+                "samples": sum(len(r.y) for r in fwd.values())}
 
     def _load_server_vector(self, vec: torch.Tensor) -> None:
         start = 0

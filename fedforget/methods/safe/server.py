@@ -27,6 +27,7 @@ from flwr.supercore import log
 
 from fedforget.core.config import RunConfig
 from fedforget.core.seeds import derive_seed
+from fedforget.core.weighted_mean import weighted_mean
 from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import FRAMING_PER_TENSOR, check_reply, exchange_redo_or_exclude
 from fedforget.federation.messaging import to_numpy
@@ -44,6 +45,10 @@ from fedforget.store.ledger import Ledger
 TRAIN_MESSAGE = f"{MessageType.TRAIN}.safe"
 PROTO_MESSAGE = f"{MessageType.QUERY}.safeproto"
 Arrays = dict[str, np.ndarray]
+#: One contribution to a clique's FedAvg: (its place in the sum, its sample count, its arrays).
+Contribution = tuple[float, int, Arrays]
+#: The server's safe-shard contribution is summed after every partition's.
+SHARD_ORDER = float("inf")
 
 
 def token_dim(cfg: RunConfig) -> int:
@@ -174,18 +179,19 @@ class SafeTrainer:
         answered, lost = exchange_redo_or_exclude(self.grid, self.run.nodes, messages, parts,
                                                   self.cfg.round_timeout, valid)
         self.excluded |= lost
-        replies = [r for r in answered if r is not None]  # in partition order
         spec_dp = {str(s["id"]): bool(s["dp"]) for s in specs}
-        contributions: dict[str, list[tuple[int, Arrays]]] = {}
+        contributions: dict[str, list[Contribution]] = {}
         losses = []
-        for reply in replies:
+        for part, reply in zip(parts, answered, strict=True):
+            if reply is None:
+                continue
             result = CliqueResults.from_config(reply.content["info"])
             losses += list(result.losses.values())
             arrays = to_numpy(reply.content["arrays"])
             for aid, n in result.counts.items():
                 if n > 0:
                     contributions.setdefault(aid, []).append(
-                        (int(n), {k: arrays[f"{aid}{SEP}{k}"] for k in PARAM_KEYS}))
+                        (part, int(n), {k: arrays[f"{aid}{SEP}{k}"] for k in PARAM_KEYS}))
                     self.samples_visited += self._visited(int(n), server_round, bool(spec_dp.get(aid)))
         self._add_shard(specs, current, server_round, contributions)
         out = {}
@@ -199,7 +205,7 @@ class SafeTrainer:
         return out
 
     def _add_shard(self, specs: list[dict[str, object]], current: dict[str, Arrays], server_round: int,
-                   contributions: dict[str, list[tuple[int, Arrays]]]) -> None:
+                   contributions: dict[str, list[Contribution]]) -> None:
         """The server's own contribution to each clique's FedAvg (after the partitions): its safe-shard samples
         of the clique's classes, trained from the same start with the same budget as a client."""
         if self.shard is None:
@@ -209,7 +215,7 @@ class SafeTrainer:
             aid, classes = str(s["id"]), [int(k) for k in s["classes"]]  # type: ignore[attr-defined]
             n, arrays = self.shard.train(self.cfg, theta, aid, classes, current[aid], self.budget, server_round)
             if n > 0:
-                contributions.setdefault(aid, []).append((n, arrays))
+                contributions.setdefault(aid, []).append((SHARD_ORDER, n, arrays))
                 self.shard_visited += self._visited(n, server_round, False)
 
     def _visited(self, held: int, server_round: int, dp: bool) -> int:
@@ -245,16 +251,11 @@ def check_counts(reply: Message, adapters: set[str], max_examples: int) -> str |
     return "implausible counts or losses" if bad else None
 
 
-def fedavg(contributions: list[tuple[int, Arrays]]) -> Arrays:
-    """FedAvg of one block, weighted by that block's own sample counts, summed in the given order."""
-    total = float(sum(n for n, _ in contributions))
-    out: Arrays = {}
-    for key in contributions[0][1]:
-        acc = np.zeros_like(contributions[0][1][key], dtype=np.float64)
-        for n, arrays in contributions:
-            acc += arrays[key].astype(np.float64) * (n / total)
-        out[key] = acc.astype(contributions[0][1][key].dtype)
-    return out
+def fedavg(contributions: list[Contribution]) -> Arrays:
+    """FedAvg of one block, weighted by that block's own sample counts, accumulated in float64 and summed
+    in partition order, the server's safe-shard contribution last."""
+    return weighted_mean([arrays for _, _, arrays in contributions], [n for _, n, _ in contributions],
+                         accumulate=np.float64, keys=[order for order, _, _ in contributions])
 
 
 def collect_prototypes(grid: Grid, run: ServerRun, plan: SafePlan, ledger: Ledger, units: list[str],

@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from fedforget.methods.fedshard.lora_merge import merge_lora, weighted_mean
+from fedforget.core.weighted_mean import weighted_mean
+from fedforget.methods.fedshard.lora_merge import merge_lora
 
 
 def _child(rng: np.random.Generator, rank: int = 3) -> dict[str, np.ndarray]:
