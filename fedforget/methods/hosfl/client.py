@@ -119,7 +119,7 @@ class _Round:
         self.labels = batch.labels
         #: the ZO subspace (``hosfl.zo-params``; None = all of θ_c)
         self.index = zo.subspace_index(self.split.client_names, [p.numel() for _, p in self.split.client_params],
-                                       self.cfg.zo_params) if self.cfg.method == "hosfl" else None
+                                       self.cfg.hosfl.zo_params) if self.cfg.method == "hosfl" else None
 
     def forward(self, theta: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The client part at θ (on views of θ, moved to the device): (z, *aux)."""
@@ -171,13 +171,13 @@ def forward(msg: Message, context: Context) -> Message:
     control: dict[str, int] = {}
     if method == "hosfl":
         theta, version = load_state(rnd.path, rnd.split.initial_client)
-        momentum = rnd.cfg.client_momentum
+        momentum = rnd.cfg.hosfl.client_momentum
         buf = load_momentum(rnd.path, zo.subspace_dim(theta, rnd.index)) if momentum > 0 else None
         history_from = int(msg.content["control"]["history-from"])
         seeds, vbar = _tensor(agg, "history-seeds"), _tensor(agg, "history-vbar")
         for i in entries_to_apply(version, history_from, len(seeds)):
-            theta = zo.apply_update(theta, seeds[i].tolist(), vbar[i].tolist(), rnd.cfg.mu, rnd.cfg.client_lr,
-                                    rnd.index, momentum, buf)
+            theta = zo.apply_update(theta, seeds[i].tolist(), vbar[i].tolist(), rnd.cfg.hosfl.mu,
+                                    rnd.cfg.hosfl.client_lr, rnd.index, momentum, buf)
         if history_from + len(seeds) != rnd.round:
             raise RuntimeError(f"history ends at {history_from + len(seeds)}, expected round {rnd.round}")
         out = rnd.forward(theta)
@@ -197,8 +197,8 @@ def forward(msg: Message, context: Context) -> Message:
         theta = _tensor(agg, "theta")
         save_state(rnd.path, theta, rnd.round)
         u = zo.direction(int(msg.content["control"]["seed"]), theta.numel())
-        arrays = {**rnd.activations(rnd.forward(theta + rnd.cfg.mu * u), "plus-"),
-                  **rnd.activations(rnd.forward(theta - rnd.cfg.mu * u), "minus-")}
+        arrays = {**rnd.activations(rnd.forward(theta + rnd.cfg.hosfl.mu * u), "plus-"),
+                  **rnd.activations(rnd.forward(theta - rnd.cfg.hosfl.mu * u), "minus-")}
     arrays["y"] = rnd.labels.contiguous()
     return rnd.reply(msg, {"activations": ArrayRecord(arrays)}, version=rnd.round, **control)
 
@@ -211,7 +211,7 @@ def zo_phase(msg: Message, context: Context) -> Message:
     if cfg.method == "zo-sfl":
         g = float(_tensor(msg.content["feedback"], "g")[0])
         u = zo.direction(int(msg.content["control"]["seed"]), theta.numel())
-        new = theta - (cfg.client_lr * g) * u
+        new = theta - (cfg.hosfl.client_lr * g) * u
         return rnd.reply(msg, {"aggregation": ArrayRecord({"theta": new})})
     lam = _tensor(msg.content["feedback"], "lambda").to(rnd.device)
     kept = load_round_extras(rnd.path)
@@ -219,10 +219,10 @@ def zo_phase(msg: Message, context: Context) -> Message:
     if IN_PLACE_PERTURBATION:  # negative control: the live parameters are perturbed and restored
         rnd.split.load_client_vector(theta)
         v = zo.perturbed_outputs_in_place(rnd.split.client, [p for _, p in rnd.split.client_params], rnd.inputs,
-                                          z, lam, seeds, cfg.mu)
+                                          z, lam, seeds, cfg.hosfl.mu)
         save_state(rnd.path, rnd.split.client_vector(), rnd.round)
     else:
-        v = zo.scalars(lambda th: rnd.forward(th)[0], theta, z, lam, seeds, cfg.mu, rnd.index)
+        v = zo.scalars(lambda th: rnd.forward(th)[0], theta, z, lam, seeds, cfg.hosfl.mu, rnd.index)
     return rnd.reply(msg, {"aggregation": ArrayRecord({"v": torch.tensor(v, dtype=torch.float32)})})
 
 
@@ -237,7 +237,7 @@ def backprop(msg: Message, context: Context) -> Message:
         params = dict(zip(rnd.split.client_names, _views(theta.to(rnd.device), shapes), strict=True))
         z = functional_call(rnd.split.client, params, rnd.inputs)[0]
         (grad,) = torch.autograd.grad((z * lam).sum(), theta)
-        new = (theta.detach() - rnd.cfg.client_lr * grad).contiguous()
+        new = (theta.detach() - rnd.cfg.hosfl.client_lr * grad).contiguous()
     save_state(rnd.path, new, rnd.round)
     last = bool(int(msg.content["control"].get("last-step", 1)))
     records = {"aggregation": ArrayRecord({"theta": new})} if last else {}
