@@ -55,7 +55,7 @@ def token_table(base: dict[str, Any], work: Path) -> dict[str, np.ndarray]:
         return dict(np.load(path))
     cfg = parse_run_config(base)
     data = load_task_data(cfg)
-    module = frozen_backbone(cfg.task, cfg.hf_model, cfg.seed).module
+    module = frozen_backbone(cfg.task, cfg.hf.model, cfg.seed).module
     tr, trp = compute_tokens(module, data.train.inputs)
     te, tep = compute_tokens(module, data.test.inputs)
     table = {"train-ids": data.train.ids.numpy(), "train": tr, "train-pooled": trp, "train-labels": data.train.labels
@@ -74,7 +74,7 @@ def prefill(store_dir: Path, config: dict[str, Any], nodes: int, table: dict[str
     from fedforget.tasks.registry import partition_plan
 
     cfg = parse_run_config(config)
-    sha = frozen_backbone(cfg.task, cfg.hf_model, cfg.seed).weights_sha256
+    sha = frozen_backbone(cfg.task, cfg.hf.model, cfg.seed).weights_sha256
     row = {int(i): r for r, i in enumerate(table["train-ids"].tolist())}
     plan = partition_plan(cfg, nodes)
     for p in range(nodes):

@@ -11,7 +11,7 @@ refused before its store exists. The estimate is an upper bound of what grows wi
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -64,15 +64,16 @@ TASK_DIMS: dict[str, TaskDims] = {
 
 CHAIN_METHODS = ("fedsgt", "s3t", "sisa", "fedcio")
 SAFE_METHODS = ("safe", "protosisa")
-#: The keys (attribute names) each method's estimate grows with, in the order a refusal names them.
+#: The run-config keys each method's estimate grows with, in the order a refusal names them.
 SIZE_KEYS: dict[str, tuple[str, ...]] = {
-    "fedsgt": ("lora_r", "groups", "budget", "slices_per_client"),
-    "s3t": ("lora_r", "groups", "budget", "shards", "slices_per_client"),
-    "sisa": ("lora_r", "groups", "shards", "slices_per_client"),
-    "fedcio": ("lora_r", "clusters", "slices_per_client"),
-    **{m: ("adapter_width", "coarse", "fine", "num_rounds", "slices_per_client") for m in SAFE_METHODS},
+    "fedsgt": ("lora-r", "chains.groups", "chains.budget", "slices-per-client"),
+    "s3t": ("lora-r", "chains.groups", "chains.budget", "chains.shards", "slices-per-client"),
+    "sisa": ("lora-r", "chains.groups", "chains.shards", "slices-per-client"),
+    "fedcio": ("lora-r", "chains.clusters", "slices-per-client"),
+    **{m: ("safe.adapter-width", "safe.coarse", "safe.fine", "num-rounds", "slices-per-client")
+       for m in SAFE_METHODS},
 }
-OTHER_SIZE_KEYS = ("lora_r", "slices_per_client")
+OTHER_SIZE_KEYS = ("lora-r", "slices-per-client")
 
 
 def task_rows(cfg: RunConfig) -> int:
@@ -83,14 +84,15 @@ def task_rows(cfg: RunConfig) -> int:
 
 def stored_modules(cfg: RunConfig) -> int:
     """Modules (LoRA factors + head) the method stores: one per chain position, one per FedCIO cluster."""
+    chains = cfg.chains
     if cfg.method == "fedsgt":
-        return cfg.budget * cfg.groups
+        return chains.budget * chains.groups
     if cfg.method == "s3t":
-        return cfg.shards * cfg.budget * cfg.groups
+        return chains.shards * chains.budget * chains.groups
     if cfg.method == "sisa":
-        return cfg.shards * cfg.groups
+        return chains.shards * chains.groups
     if cfg.method == "fedcio":
-        return cfg.clusters
+        return chains.clusters
     if cfg.method == "fedshard":
         return 2 * PLANNING_PARTITIONS  # a tree over the clients: at most twice its leaves
     return 2  # the final model (and a split run's client part)
@@ -103,18 +105,20 @@ def footprint(cfg: RunConfig, partitions: int = PLANNING_PARTITIONS) -> dict[str
     units = partitions * cfg.slices_per_client
     plan = units * SLICE_BYTES + task_rows(cfg) * SAMPLE_BYTES
     if cfg.method in SAFE_METHODS:
-        width, dim = cfg.adapter_width, dims.feature_dim
+        width, dim = cfg.safe.adapter_width, dims.feature_dim
         # a query and a head per class in each coarse shard (its cliques split the classes between them)
-        per_round = cfg.coarse * dims.classes * (dim + width)
+        per_round = cfg.safe.coarse * dims.classes * (dim + width)
         attention = 3 * dim * width + width * width  # the frozen cross-attention every node rebuilds
         return {"model": (dims.backbone + attention + 4 * per_round) * FLOAT_BYTES,
                 "modules": cfg.num_rounds * per_round * FLOAT_BYTES, "plan": plan,
-                "lineage": cfg.num_rounds * cfg.fine * units * LINEAGE_BYTES, "orders": 0}  # a unit: ≤ fine cliques
+                # a unit: in at most safe.fine cliques
+                "lineage": cfg.num_rounds * cfg.safe.fine * units * LINEAGE_BYTES, "orders": 0}
     trainable = cfg.lora_r * dims.lora_per_rank + dims.head
     training = trainable * OPTIMISER_COPIES.get(cfg.optimizer, 4)
     modules = stored_modules(cfg)
     chained = cfg.method in CHAIN_METHODS
-    orders = cfg.budget * (cfg.groups * ORDER_CELL_BYTES + ORDER_BYTES) if cfg.method in ("fedsgt", "s3t") else 0
+    chains = cfg.chains
+    orders = chains.budget * (chains.groups * ORDER_CELL_BYTES + ORDER_BYTES) if cfg.method in ("fedsgt", "s3t") else 0
     return {"model": TRAINING_MODELS * (dims.backbone + training) * FLOAT_BYTES,
             "modules": modules * trainable * FLOAT_BYTES, "plan": plan,
             "lineage": modules * (units // 2 + 1) * LINEAGE_BYTES if chained else modules * units * LINEAGE_BYTES,
@@ -126,17 +130,17 @@ def total_bytes(cfg: RunConfig, partitions: int = PLANNING_PARTITIONS) -> int:
 
 
 def size_keys(cfg: RunConfig) -> tuple[str, ...]:
-    """The keys (attribute names) whose size this method's estimate grows with."""
+    """The run-config keys whose size this method's estimate grows with."""
     return SIZE_KEYS.get(cfg.method, OTHER_SIZE_KEYS)
 
 
-def largest_fitting(cfg: RunConfig, name: str, limit: int, low: int = 1) -> int | None:
-    """The largest value of ``name`` (keeping the rest of ``cfg``) whose estimate is within ``limit``
-    bytes, by bisection (the estimate grows with every size key); None when even ``low`` does not fit."""
-    fits: Callable[[int], bool] = lambda v: total_bytes(replace(cfg, **{name: v})) <= limit  # noqa: E731
+def largest_fitting(cfg: RunConfig, key: str, limit: int, low: int = 1) -> int | None:
+    """The largest value of run-config ``key`` (keeping the rest of ``cfg``) whose estimate is within
+    ``limit`` bytes, by bisection (the estimate grows with every size key); None when even ``low`` does not fit."""
+    fits: Callable[[int], bool] = lambda v: total_bytes(cfg.with_keys({key: v})) <= limit  # noqa: E731
     if not fits(low):
         return None
-    lo, hi = low, int(getattr(cfg, name))
+    lo, hi = low, int(cfg.value(key))
     while lo < hi:  # invariant: lo fits, hi does not (cfg as given does not fit)
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
@@ -147,11 +151,10 @@ def gib(n: float) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
-def fit_refusal(cfg: RunConfig, available: int, key_of: Callable[[str], str],
-                typed: frozenset[str] = frozenset()) -> str | None:
+def fit_refusal(cfg: RunConfig, available: int, typed: frozenset[str] = frozenset()) -> str | None:
     """None when the estimate fits in ``available`` bytes; otherwise the one line that says which key to
-    lower and to what: of the size keys the user set (``typed``; all of them when none was), the one whose
-    largest fitting value is the smallest change (``key_of`` maps an attribute to its run-config key)."""
+    lower and to what: of the size keys the user set (``typed``, run-config keys; all of them when none
+    was), the one whose largest fitting value is the smallest change."""
     parts = footprint(cfg)
     need = sum(parts.values())
     if need <= available:
@@ -159,18 +162,18 @@ def fit_refusal(cfg: RunConfig, available: int, key_of: Callable[[str], str],
     biggest = max(parts, key=lambda part: parts[part])
     said = (f"this run config needs about {gib(need)} of memory ({biggest} {gib(parts[biggest])}) but this "
             f"machine has {gib(available)} available")
-    names = size_keys(cfg)
+    keys = size_keys(cfg)
     fixes: dict[str, int] = {}
-    for name in names:
-        largest = largest_fitting(cfg, name, available) if int(getattr(cfg, name)) > 1 else None
+    for key in keys:
+        largest = largest_fitting(cfg, key, available) if int(cfg.value(key)) > 1 else None
         if largest is not None:
-            fixes[name] = largest
+            fixes[key] = largest
     if not fixes:
-        return f"{said}; lower " + ", ".join(repr(key_of(n)) for n in names)
-    chosen = [n for n in fixes if n in typed] or list(fixes)
-    name = min(chosen, key=lambda n: int(getattr(cfg, n)) / fixes[n])
-    others = ", ".join(repr(key_of(n)) for n in names if n != name)
-    return (f"{said}; set run-config {key_of(name)!r} to at most {fixes[name]} (got {getattr(cfg, name)})"
+        return f"{said}; lower " + ", ".join(repr(k) for k in keys)
+    chosen = [k for k in fixes if k in typed] or list(fixes)
+    key = min(chosen, key=lambda k: int(cfg.value(k)) / fixes[k])
+    others = ", ".join(repr(k) for k in keys if k != key)
+    return (f"{said}; set run-config {key!r} to at most {fixes[key]} (got {cfg.value(key)})"
             + (f", or lower {others}" if others else ""))
 
 

@@ -44,7 +44,7 @@ def describe(msg: Message, context: Context) -> Message:
 
 
 def dataset_key(cfg: RunConfig) -> str:
-    return f"{cfg.task}:{cfg.hf_dataset}" if cfg.task == "hf" else cfg.task
+    return f"{cfg.task}:{cfg.hf.dataset}" if cfg.task == "hf" else cfg.task
 
 
 def client_state_dir(context: Context, cfg: RunConfig, partition: int) -> Path:

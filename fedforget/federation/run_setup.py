@@ -38,7 +38,7 @@ def build_model(cfg: RunConfig, num_classes: int) -> ModelBundle:
     A cached model is handed out reset to its seeded initial state, with only the default adapter
     active, so nothing from an earlier call in the same process can change a result.
     """
-    key = (cfg.task, cfg.hf_model, cfg.lora_r, cfg.lora_alpha, cfg.seed, num_classes)
+    key = (cfg.task, cfg.hf.model, cfg.lora_r, cfg.lora_alpha, cfg.seed, num_classes)
     if key not in _MODELS:
         _MODELS.clear()
         backbone = get_task(cfg.task).load_backbone(cfg, cfg.seed)

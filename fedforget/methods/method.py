@@ -25,7 +25,9 @@ class Method:
     serving: str  # "module:function": the stored serving plan → class probabilities
     serving_rules: Mapping[str, str]  # plan kind → pure "module:function(plan_json, valid)" → serving plan
     forget_message: str  # the message type that makes a node delete forgotten samples
-    config_group: str | None  # the run-config key group it reads (:mod:`fedforget.core.config`)
+    #: "module:Class": its typed run-config keys, a :class:`~fedforget.core.config_keys.ConfigTable` whose
+    #: ``group`` names its table ``[tool.flwr.app.config.<group>]`` (None: it reads the common keys only)
+    config: str | None
     planning: tuple[str, ...] = ()  # its pure modules: no torch, no flwr
     #: "function(plan, result)" → what ``fedforget forget`` reports beyond the shared fields
     forget_detail: str | None = None
@@ -39,8 +41,6 @@ class Method:
     status: str | None = None
     #: "function(status, console)": its lines in ``fedforget status``
     print_status: str | None = None
-    #: "function(cfg)": refuses a config this method cannot run (raises ConfigError), checked with the config
-    config_check: str | None = None
     #: "function(cfg)": what ``fedforget run`` checks before submitting, which may load the task's data
     submit_check: str | None = None
     #: "function(store, cfg, scratch_root, workdir, config)" → partitions it cannot reproduce: readies
@@ -61,7 +61,7 @@ class Method:
         """Every "module:function" it names, each once."""
         named = [self.driver, *self.handlers.values(), self.serving, *self.serving_rules.values(),
                  *(h for h in (self.forget_detail, self.forget_check, self.plan_artifacts, self.status,
-                               self.print_status, self.config_check, self.submit_check, self.prepare_scratch,
+                               self.print_status, self.submit_check, self.prepare_scratch,
                                self.dp_exposure, self.commands) if h),
                  *self.ledger_rules]
         return tuple(dict.fromkeys(named))

@@ -134,22 +134,22 @@ def _images(split: Any, column: str, model: str) -> tuple[torch.Tensor]:
 
 def _examples(split: Any, rows: np.ndarray, cfg: RunConfig, labels: dict[Any, int]) -> Examples:
     part = split.select(rows)
-    if is_timm_model(cfg.hf_model):
-        column = _input_column(part.column_names, cfg.hf_input_column, IMAGE_COLUMNS, cfg.hf_dataset)
-        inputs = _images(part, column, cfg.hf_model)
+    if is_timm_model(cfg.hf.model):
+        column = _input_column(part.column_names, cfg.hf.input_column, IMAGE_COLUMNS, cfg.hf.dataset)
+        inputs = _images(part, column, cfg.hf.model)
     else:
-        column = _input_column(part.column_names, cfg.hf_input_column, TEXT_COLUMNS, cfg.hf_dataset)
-        inputs = _tokenized(part, column, cfg.hf_model)
-    y = torch.tensor([labels[v] for v in part[cfg.hf_label_column]], dtype=torch.int64)
+        column = _input_column(part.column_names, cfg.hf.input_column, TEXT_COLUMNS, cfg.hf.dataset)
+        inputs = _tokenized(part, column, cfg.hf.model)
+    y = torch.tensor([labels[v] for v in part[cfg.hf.label_column]], dtype=torch.int64)
     return Examples(inputs, y, torch.from_numpy(rows.astype(np.int64)))
 
 
 def _data(cfg: RunConfig) -> TaskData:
-    if not (cfg.hf_dataset and cfg.hf_model):
+    if not (cfg.hf.dataset and cfg.hf.model):
         raise ValueError("task 'hf' needs run-config 'hf.dataset' and 'hf.model'")
-    train, test = load_hf_splits(cfg.hf_dataset)
-    labels = _label_map(train, test, cfg.hf_label_column, cfg.hf_dataset)
-    name = f"hf:{cfg.hf_dataset}"
+    train, test = load_hf_splits(cfg.hf.dataset)
+    labels = _label_map(train, test, cfg.hf.label_column, cfg.hf.dataset)
+    name = f"hf:{cfg.hf.dataset}"
     return TaskData(
         train=_examples(train, take_subset(len(train), cfg.train_size, f"{name}-train"), cfg, labels),
         test=_examples(test, take_subset(len(test), cfg.test_size, f"{name}-test"), cfg, labels),
@@ -209,31 +209,31 @@ def transformer_lora_targets(module: nn.Module) -> list[str]:
 def _timm_backbone(cfg: RunConfig) -> Backbone:
     import timm
 
-    net = timm.create_model(timm_model_name(cfg.hf_model), pretrained=True, num_classes=0)
-    module = TimmImageEncoder(net, timm_data_config(cfg.hf_model)).eval()  # timm builds in train mode
+    net = timm.create_model(timm_model_name(cfg.hf.model), pretrained=True, num_classes=0)
+    module = TimmImageEncoder(net, timm_data_config(cfg.hf.model)).eval()  # timm builds in train mode
     targets = timm_lora_targets(module)
     if not targets:
-        raise ValueError(f"{cfg.hf_model!r} has no nn.Linear or 1x1 nn.Conv2d for LoRA")
-    return Backbone(module, module.feature_dim, targets, state_dict_sha256(net), f"timm {cfg.hf_model}")
+        raise ValueError(f"{cfg.hf.model!r} has no nn.Linear or 1x1 nn.Conv2d for LoRA")
+    return Backbone(module, module.feature_dim, targets, state_dict_sha256(net), f"timm {cfg.hf.model}")
 
 
 def _transformers_backbone(cfg: RunConfig) -> Backbone:
     from transformers import AutoModel
 
     with quiet_transformers():
-        transformer = AutoModel.from_pretrained(cfg.hf_model)
+        transformer = AutoModel.from_pretrained(cfg.hf.model)
     module = MeanPooledEncoder(transformer, int(transformer.config.hidden_size)).eval()
     targets = transformer_lora_targets(module)
     if not targets:
-        raise ValueError(f"{cfg.hf_model!r} has no linear layers for LoRA")
+        raise ValueError(f"{cfg.hf.model!r} has no linear layers for LoRA")
     return Backbone(module, module.feature_dim, targets, state_dict_sha256(transformer),
-                    f"transformers {cfg.hf_model}, masked mean pooling")
+                    f"transformers {cfg.hf.model}, masked mean pooling")
 
 
 def _backbone(cfg: RunConfig, seed: int) -> Backbone:
-    if not cfg.hf_model:
+    if not cfg.hf.model:
         raise ValueError("task 'hf' needs run-config 'hf.model'")
-    return _timm_backbone(cfg) if is_timm_model(cfg.hf_model) else _transformers_backbone(cfg)
+    return _timm_backbone(cfg) if is_timm_model(cfg.hf.model) else _transformers_backbone(cfg)
 
 
 HF_GENERIC = TaskSpec("hf", _data, _backbone)

@@ -23,8 +23,8 @@ PLAN_FORMAT = 1
 
 def plan_key(cfg: RunConfig, num_partitions: int) -> tuple[object, ...]:
     """Everything the plan depends on: the task's data and the partitioning settings."""
-    return (cfg.task, cfg.train_size, cfg.test_size, cfg.hf_dataset, cfg.hf_model, cfg.hf_input_column,
-            cfg.hf_label_column, num_partitions, cfg.partitioner, cfg.dirichlet_alpha, cfg.slices_per_client,
+    return (cfg.task, cfg.train_size, cfg.test_size, cfg.hf.dataset, cfg.hf.model, cfg.hf.input_column,
+            cfg.hf.label_column, num_partitions, cfg.partitioner, cfg.dirichlet_alpha, cfg.slices_per_client,
             cfg.seed)
 
 

@@ -28,8 +28,8 @@ def get_task(name: str) -> TaskSpec:
 
 
 def _data_key(cfg: RunConfig) -> tuple[object, ...]:
-    return (cfg.task, cfg.train_size, cfg.test_size, cfg.hf_dataset, cfg.hf_model, cfg.hf_input_column,
-            cfg.hf_label_column)
+    return (cfg.task, cfg.train_size, cfg.test_size, cfg.hf.dataset, cfg.hf.model, cfg.hf.input_column,
+            cfg.hf.label_column)
 
 
 _DATA: dict[tuple[object, ...], TaskData] = {}

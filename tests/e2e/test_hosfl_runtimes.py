@@ -68,6 +68,6 @@ def test_hosfl_on_a_loopback_deployment_matches_in_process_and_nodes_replay_bit_
             continue  # never sampled
         found += 1
         theta, version = hosfl_client.load_state(path, split.initial_client)
-        assert torch.equal(zo.replay(theta, entries[version:], cfg.mu, cfg.client_lr), theta_server)
+        assert torch.equal(zo.replay(theta, entries[version:], cfg.hosfl.mu, cfg.hosfl.client_lr), theta_server)
     assert found >= 2
     assert not any((result.root / "clients").iterdir())  # deployment state stays on the nodes

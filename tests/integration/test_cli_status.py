@@ -77,7 +77,7 @@ def test_status_names_a_chain_methods_changed_keys_by_their_grouped_names():
     from fedforget.core.config import RunConfig
     from fedforget.unlearning.status import non_default_config
 
-    stored = RunConfig(method="fedsgt", task="digits-mlp", groups=3, budget=2).to_dict()
+    stored = RunConfig(method="fedsgt", task="digits-mlp").with_keys({"chains.groups": 3, "chains.budget": 2}).to_dict()
     assert non_default_config(stored) == {"chains.groups": 3, "chains.budget": 2}
 
 

@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import load_file
 from torch.nn import functional as F
 
-from fedforget.core.config import RunConfig
+from fedforget.core.config import HfConfig, RunConfig
 from fedforget.tasks.base import Backbone, Examples, TaskData
 from fedforget.tasks.effnet import FMNIST_EFFNET, LORA_TARGETS, lite0_weights_path
 from fedforget.tasks.hf_generic import HF_GENERIC, load_hf_splits
@@ -207,7 +207,8 @@ def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_hf_text_task_loads_a_local_csv_data_set_deterministically(tmp_path: Path, tiny_bert: Path) -> None:
     write_text_csv(tmp_path / "data", {"train": 30, "test": 9})
-    cfg = RunConfig(task="hf", hf_dataset=str(tmp_path / "data"), hf_model=str(tiny_bert), hf_label_column="sentiment")
+    cfg = RunConfig(task="hf", tables=(HfConfig(dataset=str(tmp_path / "data"), model=str(tiny_bert),
+                                                label_column="sentiment"),))
     data = HF_GENERIC.load_data(cfg)
     load_hf_splits.cache_clear()  # load from disk again, not from the per-process cache
     again = HF_GENERIC.load_data(cfg)
@@ -225,7 +226,8 @@ def test_hf_text_task_loads_a_local_csv_data_set_deterministically(tmp_path: Pat
 def test_hf_task_carves_a_fixed_disjoint_test_split_when_the_data_set_has_none(tmp_path: Path,
                                                                                  tiny_bert: Path) -> None:
     write_text_csv(tmp_path / "data", {"train": 40})
-    cfg = RunConfig(task="hf", hf_dataset=str(tmp_path / "data"), hf_model=str(tiny_bert), hf_label_column="sentiment")
+    cfg = RunConfig(task="hf", tables=(HfConfig(dataset=str(tmp_path / "data"), model=str(tiny_bert),
+                                                label_column="sentiment"),))
     data = HF_GENERIC.load_data(cfg)
     assert (len(data.train), len(data.test)) == (32, 8)
     assert_ids_unique(data)
@@ -239,7 +241,8 @@ def test_hf_task_carves_a_fixed_disjoint_test_split_when_the_data_set_has_none(t
 
 def test_hf_text_backbone_loads_the_saved_weights_and_trains_with_lora(tmp_path: Path, tiny_bert: Path) -> None:
     write_text_csv(tmp_path / "data", {"train": 12, "test": 4})
-    cfg = RunConfig(task="hf", hf_dataset=str(tmp_path / "data"), hf_model=str(tiny_bert), hf_label_column="sentiment")
+    cfg = RunConfig(task="hf", tables=(HfConfig(dataset=str(tmp_path / "data"), model=str(tiny_bert),
+                                                label_column="sentiment"),))
     backbone = HF_GENERIC.load_backbone(cfg, 1)
     stored = load_file(str(tiny_bert / "model.safetensors"))
     key = next(k for k in stored if k.endswith("encoder.layer.1.attention.self.value.weight"))
@@ -269,7 +272,8 @@ def test_hf_image_task_runs_a_local_timm_model(tmp_path: Path) -> None:
         net = timm.create_model("test_vit", pretrained=False, num_classes=0)
     save_for_hf(net, str(tmp_path / "vit"), safe_serialization=True)
 
-    cfg = RunConfig(task="hf", hf_dataset=str(tmp_path / "images"), hf_model=f"timm:local-dir:{tmp_path / 'vit'}")
+    cfg = RunConfig(task="hf", tables=(HfConfig(dataset=str(tmp_path / "images"),
+                                                model=f"timm:local-dir:{tmp_path / 'vit'}"),))
     data = HF_GENERIC.load_data(cfg)
     assert (len(data.train), len(data.test), data.num_classes) == (12, 4, 2)
     assert data.train.inputs[0].dtype == torch.uint8 and data.train.inputs[0].shape[1:] == (3, 20, 20)

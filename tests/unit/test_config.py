@@ -100,16 +100,16 @@ def test_a_dotted_command_line_key_parses_like_flowers_run_config():
 
     overrides = parse_config_args(["method='safe' safe.coarse=8 hosfl.client-lr=0.0"])
     assert overrides == {"method": "safe", "safe.coarse": 8, "hosfl.client-lr": 0.0}
-    assert parse_run_config({**default_run_config(), "method": "safe", "safe.coarse": 8}).coarse == 8
+    assert parse_run_config({**default_run_config(), "method": "safe", "safe.coarse": 8}).safe.coarse == 8
 
 
-def test_grouped_keys_parse_into_the_run_config_attributes():
-    """Grouped keys fill the flat-named attributes the strategies read."""
+def test_grouped_keys_parse_into_their_groups_typed_objects():
+    """Grouped keys fill the typed object of their group (``cfg.safe``), which the strategies read."""
     cfg = parse_run_config({**default_run_config(), "method": "safe", "safe.dp": True, "safe.schedule": "constant",
                             "safe.shard": 0, "safe.fine": 2})
-    assert (cfg.safe_dp, cfg.safe_schedule, cfg.fine) == (True, "constant", 2)
+    assert (cfg.safe.dp, cfg.safe.schedule, cfg.safe.fine) == (True, "constant", 2)
     cfg = parse_run_config({**default_run_config(), "method": "fedshard", "fedshard.fanout": 3})
-    assert cfg.fanout == 3
+    assert cfg.fedshard.fanout == 3
 
 
 @pytest.mark.parametrize(
@@ -155,7 +155,7 @@ def test_a_flat_key_is_accepted_under_its_grouped_name_with_one_warning_line(cap
 
     config._WARNED.discard("coarse")
     cfg = parse_run_config({**default_run_config(), "method": "safe", "coarse": 2})
-    assert cfg.coarse == 2
+    assert cfg.safe.coarse == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'coarse' is now 'safe.coarse'" in err[0]
 
@@ -178,7 +178,7 @@ def test_a_stored_flat_key_manifest_loads_with_its_values():
     """Stores written with flat keys must still load for status, forget, retrain and verify."""
     from fedforget.core.config import stored_run_config
 
-    trained = RunConfig(method="fedsgt", task="digits-mlp", groups=4, budget=3)
+    trained = RunConfig(method="fedsgt", task="digits-mlp").with_keys({"chains.groups": 4, "chains.budget": 3})
     upgraded = stored_run_config(_flat_manifest_config(trained))
     assert upgraded["chains.groups"] == 4 and "groups" not in upgraded
     assert not any(k.startswith(("safe.", "hosfl.", "fedshard.", "hf.")) for k in upgraded)
@@ -191,19 +191,34 @@ def test_a_stored_key_the_method_never_read_is_dropped_on_load():
     from fedforget.core.config import stored_run_config
 
     stored = {**_flat_manifest_config(RunConfig(method="fedavg", task="digits-mlp")), "groups": 7}
-    assert parse_run_config(stored_run_config(stored)).groups == 10
+    assert parse_run_config(stored_run_config(stored)).chains.groups == 10
 
 
-def test_every_attribute_has_one_key_and_every_renamed_key_names_an_attribute():
-    """The flat → grouped table is the only place names change; it must cover each grouped key once."""
-    from dataclasses import fields
+def test_every_key_is_declared_once_and_every_renamed_key_names_a_grouped_key():
+    """Each key is one field of one table; the old flat names, declared on the fields, cover each grouped key
+    once."""
+    from fedforget.core.config import CONFIG_GROUPS, RENAMED, TABLES, declared_defaults
 
-    from fedforget.core.config import CONFIG_GROUPS, RENAMED, field_key
-
-    keys = [field_key(f.name) for f in fields(RunConfig)]
-    assert len(keys) == len(set(keys))
+    keys = [cls.key(f.name) for cls in (RunConfig, *TABLES.values()) for f in cls.options()]
+    assert len(keys) == len(set(keys)) == len(declared_defaults())
     assert sorted(RENAMED.values()) == sorted(k for group in CONFIG_GROUPS.values() for k in group)
     assert set(RENAMED.values()) <= set(keys)
+    assert len(RENAMED) == len(set(RENAMED.values()))
+
+
+def test_a_config_holds_every_groups_typed_object_and_nothing_else_by_name():
+    """``cfg.<group>`` is that group's object, at its defaults when not given; a flat method attribute
+    is no longer there."""
+    from fedforget.core.config import TABLES
+
+    cfg = RunConfig(method="fedavg", task="digits-mlp")
+    assert [t.group for t in cfg.tables] == list(TABLES)
+    assert all(isinstance(getattr(cfg, g), cls) for g, cls in TABLES.items())
+    assert cfg.value("safe.coarse") == cfg.safe.coarse == 4
+    with pytest.raises(AttributeError):
+        _ = cfg.coarse
+    changed = cfg.with_keys({"safe.coarse": 8, "num-rounds": 3})
+    assert (changed.safe.coarse, changed.num_rounds, cfg.safe.coarse) == (8, 3, 4)
 
 
 def test_method_groups_cover_every_method():

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
 from flwr.app import Context, RecordDict
 
 from fedforget.core import run_footprint
-from fedforget.core.config import METHODS, TASKS, ConfigError, RunConfig, field_key, parse_run_config
+from fedforget.core.config import METHODS, TASKS, ConfigError, RunConfig, declared_types, parse_run_config
 from fedforget.core.run_footprint import TASK_DIMS, fit_refusal, largest_fitting, total_bytes
 from fedforget.inprocess import default_run_config
 from fedforget.methods.chains import sequences
@@ -85,11 +84,11 @@ def test_plain_flwr_run_refuses_each_reported_value_in_the_server_app_before_the
     assert not store.exists()
 
 
-@pytest.mark.parametrize("name", [f.name for f in fields(RunConfig) if f.type == "float"])
+@pytest.mark.parametrize("key", [k for k, kind in declared_types().items() if kind == "float"])
 @pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
-def test_every_float_key_refuses_infinite_and_nan_values_naming_the_key(name, value):
-    with pytest.raises(ConfigError, match=f"'{field_key(name)}' must be a finite number"):
-        parse(**{field_key(name): value})
+def test_every_float_key_refuses_infinite_and_nan_values_naming_the_key(key, value):
+    with pytest.raises(ConfigError, match=f"'{key}' must be a finite number"):
+        parse(**{key: value})
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -102,29 +101,31 @@ def test_every_methods_defaults_are_accepted_on_this_machine(method):
 @pytest.mark.parametrize("task", [t for t in TASKS if t != "hf"])
 def test_every_tasks_defaults_fit_well_within_a_small_machine(task):
     cfg = parse(task=task)
-    assert fit_refusal(cfg, 2 * GiB, field_key) is None
+    assert fit_refusal(cfg, 2 * GiB) is None
 
 
 def test_a_large_but_feasible_config_is_accepted():
     """100,000 chain modules (a tenth of the order bound) of digits-mlp: about 2 GiB on disk and in the ledger."""
     cfg = parse(method="fedsgt", task="digits-mlp", lora_r=8, slices_per_client=10,
                 **{"chains.groups": 100, "chains.budget": 1000})
-    assert cfg.groups * cfg.budget == 100_000 and 1 * GiB < total_bytes(cfg) < 4 * GiB
+    assert cfg.chains.groups * cfg.chains.budget == 100_000 and 1 * GiB < total_bytes(cfg) < 4 * GiB
     assert parse(task="digits-mlp", slices_per_client=1437).slices_per_client == 1437  # one slice per row
 
 
 def test_the_largest_value_a_refusal_names_fits_and_one_more_does_not():
     cfg = RunConfig(task="rt-smollm", lora_r=60_000)
-    line = fit_refusal(cfg, 8 * GiB, field_key, frozenset({"lora_r"}))
+    line = fit_refusal(cfg, 8 * GiB, frozenset({"lora-r"}))
     assert line is not None and "'lora-r' to at most" in line and "8.0 GiB available" in line
     largest = int(line.split("to at most ")[1].split()[0])
-    assert largest == largest_fitting(cfg, "lora_r", 8 * GiB)
-    assert total_bytes(replace(cfg, lora_r=largest)) <= 8 * GiB < total_bytes(replace(cfg, lora_r=largest + 1))
+    assert largest == largest_fitting(cfg, "lora-r", 8 * GiB)
+    fits, one_more = cfg.with_keys({"lora-r": largest}), cfg.with_keys({"lora-r": largest + 1})
+    assert total_bytes(fits) <= 8 * GiB < total_bytes(one_more)
 
 
 def test_a_refusal_names_the_key_the_user_set_not_a_default_one():
-    cfg = RunConfig(method="s3t", task="fmnist-cnn", groups=100, budget=1000, shards=100)
-    line = fit_refusal(cfg, 8 * GiB, field_key, frozenset({"shards"}))
+    cfg = RunConfig(method="s3t", task="fmnist-cnn").with_keys({"chains.groups": 100, "chains.budget": 1000,
+                                                                "chains.shards": 100})
+    line = fit_refusal(cfg, 8 * GiB, frozenset({"chains.shards"}))
     assert line is not None and "set run-config 'chains.shards' to at most" in line
 
 

@@ -12,7 +12,7 @@ METHOD = Method(
     serving="fedforget.methods.chains.serve:chain_probabilities",
     serving_rules={"chains": "fedforget.methods.chains.plan:serving_from_json"},
     forget_message=FORGET,
-    config_group="chains",
+    config="fedforget.methods.chains.config:ChainsConfig",
     planning=("fedforget.methods.chains.plan", "fedforget.methods.chains.grouping",
               "fedforget.methods.chains.sequences", "fedforget.methods.chains.serving",
               "fedforget.methods.chains.theory", "fedforget.methods.chains.config"),
@@ -20,6 +20,5 @@ METHOD = Method(
     plan_artifacts="fedforget.methods.chains.coordinator:plan_artifacts",
     status="fedforget.methods.chains.coordinator:status",
     print_status="fedforget.methods.chains.coordinator:print_status",
-    config_check="fedforget.methods.chains.config:check_config",
     commands="fedforget.methods.chains.cli:add_commands",
 )

@@ -68,7 +68,8 @@ def theory_sequences(
     """The group orders trained: cyclic rotations (S3T tree for B > L), or BMS for a non-uniform prior."""
     import sys
 
-    from fedforget.core.config import ConfigError, parse_prior
+    from fedforget.core.config_keys import ConfigError
+    from fedforget.methods.chains.config import parse_prior
     from fedforget.methods.chains.sequences import select_sequences
     from fedforget.methods.chains.theory import selection_refusal
 

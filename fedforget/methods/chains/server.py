@@ -20,7 +20,7 @@ from flwr.app import Array, ArrayRecord, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedforget.core.config import ConfigError, RunConfig, parse_prior
+from fedforget.core.config import ConfigError, RunConfig
 from fedforget.core.seeds import derive_seed, derive_seed32
 from fedforget.core.slicing import UnitId
 from fedforget.core.weighted_mean import weighted_mean
@@ -45,6 +45,7 @@ from fedforget.federation.module_shipping import (
 from fedforget.federation.module_stack import default_module_init, fresh_module, initial_head, slot_name, split_state
 from fedforget.federation.run_setup import ServerRun
 from fedforget.federation.serve import load_tensors
+from fedforget.methods.chains.config import parse_prior
 from fedforget.methods.chains.grouping import group_units
 from fedforget.methods.chains.plan import Chain, ChainPlan, layer_blocks, rebuild_from
 from fedforget.methods.chains.sequences import select_sequences
@@ -81,10 +82,11 @@ def refuse_groups_without_data(cfg: RunConfig, partitions: int) -> None:
     is not in the run config) and before the store exists."""
     if cfg.method == "fedcio":  # groups are clusters of partitions, formed from the data
         return
-    shards = 1 if cfg.method == "fedsgt" else cfg.shards
+    shards = 1 if cfg.method == "fedsgt" else cfg.chains.shards
     slices = partitions * cfg.slices_per_client
-    if slices < shards * cfg.groups:
-        raise ConfigError(f"'chains.groups'={cfg.groups} x {shards} shard(s) needs at least {shards * cfg.groups} "
+    if slices < shards * cfg.chains.groups:
+        raise ConfigError(f"'chains.groups'={cfg.chains.groups} x {shards} shard(s) needs at least "
+                          f"{shards * cfg.chains.groups} "
                           f"client slices, and {partitions} partitions x 'slices-per-client'="
                           f"{cfg.slices_per_client} give {slices}; lower 'chains.groups' or raise "
                           "'slices-per-client'")
@@ -93,25 +95,25 @@ def refuse_groups_without_data(cfg: RunConfig, partitions: int) -> None:
 def build_chain_plan(cfg: RunConfig, run: ServerRun) -> ChainPlan:
     """Groups, sequences, stacking and placement of ``cfg.method`` over this run's units."""
     units = data_units(run.plan)
-    prior = parse_prior(cfg.prior, cfg.groups) if cfg.prior else None
+    prior = parse_prior(cfg.chains.prior, cfg.chains.groups) if cfg.chains.prior else None
     seq_seed = derive_seed(cfg.seed, cfg.method, "sequences")
     if cfg.method == "fedcio":
         labels = {p: run.data.train.by_ids(run.plan.partition_ids(p)).labels.numpy() for p in run.plan.slices}
-        clusters = cluster_partitions(labels, run.data.num_classes, cfg.clusters, cfg.seed)
+        clusters = cluster_partitions(labels, run.data.num_classes, cfg.chains.clusters, cfg.seed)
         groups = [[[u for u in units if UnitId.parse(u).partition in members]] for members in clusters]
         return ChainPlan("fedcio", groups, [[(0,)] for _ in groups], "continue", "additive", cfg.num_rounds,
-                         cfg.serving)
-    shards = 1 if cfg.method == "fedsgt" else cfg.shards
-    flat = group_units(units, shards * cfg.groups, derive_seed(cfg.seed, cfg.method, "grouping"))
-    groups = [flat[s * cfg.groups : (s + 1) * cfg.groups] for s in range(shards)]
+                         cfg.chains.serving)
+    shards = 1 if cfg.method == "fedsgt" else cfg.chains.shards
+    flat = group_units(units, shards * cfg.chains.groups, derive_seed(cfg.seed, cfg.method, "grouping"))
+    groups = [flat[s * cfg.chains.groups : (s + 1) * cfg.chains.groups] for s in range(shards)]
     if cfg.method == "sisa":
-        return ChainPlan("sisa", groups, [[tuple(range(cfg.groups))] for _ in groups], "continue", "additive",
-                         cfg.rounds_per_phase, cfg.serving)
-    orders = select_sequences(cfg.groups, cfg.budget, prior, seed=seq_seed)
+        return ChainPlan("sisa", groups, [[tuple(range(cfg.chains.groups))] for _ in groups], "continue", "additive",
+                         cfg.chains.rounds_per_phase, cfg.chains.serving)
+    orders = select_sequences(cfg.chains.groups, cfg.chains.budget, prior, seed=seq_seed)
     default_placement = "layer" if cfg.method == "s3t" else "additive"
-    placement = default_placement if cfg.placement == "auto" else cfg.placement
-    return ChainPlan(cfg.method, groups, [list(orders) for _ in groups], "new", placement, cfg.rounds_per_phase,
-                     cfg.serving)
+    placement = default_placement if cfg.chains.placement == "auto" else cfg.chains.placement
+    return ChainPlan(cfg.method, groups, [list(orders) for _ in groups], "new", placement, cfg.chains.rounds_per_phase,
+                     cfg.chains.serving)
 
 
 def position_targets(plan: ChainPlan, run: ServerRun) -> list[list[str] | None]:

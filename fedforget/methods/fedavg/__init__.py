@@ -15,5 +15,5 @@ METHOD = Method(
     serving=LORA_SERVING,
     serving_rules={"single": SINGLE_RULE},
     forget_message=FORGET,
-    config_group=None,
+    config=None,
 )

@@ -218,16 +218,16 @@ def plan_next_stage(cfg: RunConfig, stage: Sequence[ShardNode], signed: Sequence
                     costs: Sequence[float]) -> list[ShardNode]:
     """A1 (or seeded random merging) and A2 (or constant rounds) for the stage after ``stage``."""
     p = stage[0].stage + 1
-    if cfg.merge == "a1":
+    if cfg.fedshard.merge == "a1":
         children = [Child(s.index, signed[i], s.clients, costs[i]) for i, s in enumerate(stage)]
-        groups = merge_a1(children, cfg.fanout)
+        groups = merge_a1(children, cfg.fedshard.fanout)
     else:
-        groups = merge_random(len(stage), cfg.fanout, derive_seed(cfg.seed, "fedshard", "merge", p))
-    if p <= CALIBRATION_STAGES or cfg.rounds_rule == "constant":
-        rounds = [cfg.rounds_max] * len(groups)
+        groups = merge_random(len(stage), cfg.fedshard.fanout, derive_seed(cfg.seed, "fedshard", "merge", p))
+    if p <= CALIBRATION_STAGES or cfg.fedshard.rounds_rule == "constant":
+        rounds = [cfg.fedshard.rounds_max] * len(groups)
     else:
         variances = [variance([signed[j] for j in g]) for g in groups]
-        rounds = allocate_rounds(variances, cfg.rounds_min, cfg.rounds_max, cfg.rounds_rule)
+        rounds = allocate_rounds(variances, cfg.fedshard.rounds_min, cfg.fedshard.rounds_max, cfg.fedshard.rounds_rule)
     return merged_stage(stage, groups, rounds)
 
 
@@ -238,9 +238,10 @@ def load_plan_file(path: str) -> ShardTree:
 
 def _train_tree(trainer: ShardTrainer, cfg: RunConfig, partitions: list[int], replay: ShardTree | None) -> ShardTree:
     stage = replay.stages[0] if replay else first_stage(
-        partitions, cfg.fanout, derive_seed(cfg.seed, "fedshard", "stage-1"),
-        cfg.rounds_max * (num_stages(len(partitions), cfg.fanout) if cfg.flat else 1))
-    total = len(replay.stages) if replay else 1 if cfg.flat else num_stages(len(partitions), cfg.fanout)
+        partitions, cfg.fedshard.fanout, derive_seed(cfg.seed, "fedshard", "stage-1"),
+        cfg.fedshard.rounds_max * (num_stages(len(partitions), cfg.fedshard.fanout) if cfg.fedshard.flat else 1))
+    total = (len(replay.stages) if replay else 1 if cfg.fedshard.flat
+             else num_stages(len(partitions), cfg.fedshard.fanout))
     stages: list[list[ShardNode]] = []
     previous: dict[int, ShardResult] = {}
     path_cost = {c: 0.0 for c in partitions}
@@ -257,14 +258,15 @@ def _train_tree(trainer: ShardTrainer, cfg: RunConfig, partitions: list[int], re
         log(INFO, "fedforget: FedShard stage %d/%d: %d shard(s) trained (%s rounds)", stage[0].stage, total,
             len(stage), ",".join(str(s.rounds) for s in stage))
         previous = results
-        if cfg.flat or len(stage) == 1:
+        if cfg.fedshard.flat or len(stage) == 1:
             break
         if replay:
             stage = replay.stages[len(stages)]
         else:
             costs = [float(np.mean([path_cost[c] for c in s.clients])) for s in stage]
             stage = plan_next_stage(cfg, stage, signed, costs)
-    tree = ShardTree(cfg.fanout if not replay else replay.fanout, stages, cfg.flat if not replay else replay.flat)
+    tree = ShardTree(cfg.fedshard.fanout if not replay else replay.fanout, stages,
+                     cfg.fedshard.flat if not replay else replay.flat)
     check_tree(tree)
     return tree
 
@@ -278,7 +280,7 @@ def _inits(trainer: ShardTrainer, stage: Sequence[ShardNode], below: Sequence[Sh
     out = {}
     for s in stage:
         kids = [results[j] for j in s.children if results[j].weight > 0]
-        out[s.index] = (merge_lora([k.state for k in kids], [k.weight for k in kids], trainer.cfg.lora_merge)
+        out[s.index] = (merge_lora([k.state for k in kids], [k.weight for k in kids], trainer.cfg.fedshard.lora_merge)
                         if kids else dict(trainer.theta0))
     return out
 
@@ -294,13 +296,14 @@ class FedShardServer(MethodServer):
 
     def train(self, run: ServerRun, ledger: Ledger) -> Built:
         cfg = self.cfg
-        replay = load_plan_file(cfg.plan_file) if cfg.plan_file else None
+        replay = load_plan_file(cfg.fedshard.plan_file) if cfg.fedshard.plan_file else None
         if replay and sorted(c for s in replay.stages[0] for c in s.clients) != sorted(run.nodes):
-            raise ValueError(f"plan-file {cfg.plan_file} covers other clients than the {len(run.nodes)} connected")
+            raise ValueError(f"plan-file {cfg.fedshard.plan_file} covers other clients than the {len(run.nodes)} "
+                             "connected")
         ledger.load_samples(run.plan.slices)
         trainer = ShardTrainer(self.grid, run, ledger, watermark=0)
         tree = _train_tree(trainer, cfg, sorted(run.nodes), replay)
-        ledger.set_plan(tree.serving_json(cfg.fallback))
+        ledger.set_plan(tree.serving_json(cfg.fedshard.fallback))
         ledger.set_meta("client-angles", {str(c): a for c, a in trainer.client_angles.items()})
         run.store.update_manifest(plan=tree.to_json(), **{"rounds-done": sum(
             max(s.rounds for s in stage) for stage in tree.stages)})

@@ -16,8 +16,8 @@ METHOD = Method(
     serving="fedforget.methods.hosfl.serve:split_probabilities",  # one [θ_c; θ_s] artifact
     serving_rules={"split": SINGLE_RULE},
     forget_message=FORGET,
-    config_group="hosfl",
-    planning=("fedforget.methods.hosfl.plan",),
+    config="fedforget.methods.hosfl.config:HosflConfig",
+    planning=("fedforget.methods.hosfl.config", "fedforget.methods.hosfl.plan",),
     status="fedforget.methods.hosfl.coordinator:status",
     print_status="fedforget.methods.hosfl.coordinator:print_status",
 )

@@ -131,7 +131,7 @@ class _Round:
         self.labels = batch.labels
         #: the ZO subspace (``hosfl.zo-params``; None = all of θ_c)
         self.index = zo.subspace_index(self.split.client_names, [p.numel() for _, p in self.split.client_params],
-                                       self.cfg.zo_params) if self.cfg.method == "hosfl" else None
+                                       self.cfg.hosfl.zo_params) if self.cfg.method == "hosfl" else None
 
     def forward(self, theta: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The client part at θ (on views of θ, moved to the device): (z, *aux)."""
@@ -177,13 +177,13 @@ def forward(msg: Message, context: Context) -> Message:
         replay = ReplayForward.from_record(msg.content)
         rnd = _Round(site, replay.head, context)
         theta, version = load_state(rnd.path, rnd.split.initial_client)
-        momentum = rnd.cfg.client_momentum
+        momentum = rnd.cfg.hosfl.client_momentum
         buf = load_momentum(rnd.path, zo.subspace_dim(theta, rnd.index)) if momentum > 0 else None
         history_from = replay.history_from
         seeds, vbar = replay.history_seeds, replay.history_vbar
         for i in entries_to_apply(version, history_from, len(seeds)):
-            theta = zo.apply_update(theta, seeds[i].tolist(), vbar[i].tolist(), rnd.cfg.mu, rnd.cfg.client_lr,
-                                    rnd.index, momentum, buf)
+            theta = zo.apply_update(theta, seeds[i].tolist(), vbar[i].tolist(), rnd.cfg.hosfl.mu,
+                                    rnd.cfg.hosfl.client_lr, rnd.index, momentum, buf)
         if history_from + len(seeds) != rnd.round:
             raise RuntimeError(f"history ends at {history_from + len(seeds)}, expected round {rnd.round}")
         out = rnd.forward(theta)
@@ -209,8 +209,8 @@ def forward(msg: Message, context: Context) -> Message:
             if request.seed is None:
                 raise MalformedMessage("a zo-sfl train.forward carries no round seed")
             u = zo.direction(request.seed, theta.numel())
-            cut = rnd.cut(rnd.forward(theta + rnd.cfg.mu * u))
-            minus = rnd.cut(rnd.forward(theta - rnd.cfg.mu * u))
+            cut = rnd.cut(rnd.forward(theta + rnd.cfg.hosfl.mu * u))
+            minus = rnd.cut(rnd.forward(theta - rnd.cfg.hosfl.mu * u))
     reply = Activations(rnd.head(), rnd.round, rnd.labels.contiguous(), cut, minus, steps)
     return Message(reply.to_record(), reply_to=msg)
 
@@ -223,7 +223,7 @@ def zo_phase(msg: Message, context: Context) -> Message:
         rnd = _Round(site, spsa.head, context)
         theta = rnd.load_round_state()
         u = zo.direction(spsa.seed, theta.numel())
-        new = theta - (rnd.cfg.client_lr * spsa.g) * u
+        new = theta - (rnd.cfg.hosfl.client_lr * spsa.g) * u
         return Message(ClientTheta(rnd.head(), new).to_record(), reply_to=msg)
     request = LambdaZo.from_record(msg.content)
     rnd = _Round(site, request.head, context)
@@ -235,10 +235,10 @@ def zo_phase(msg: Message, context: Context) -> Message:
     if IN_PLACE_PERTURBATION:  # negative control: the live parameters are perturbed and restored
         rnd.split.load_client_vector(theta)
         v = zo.perturbed_outputs_in_place(rnd.split.client, [p for _, p in rnd.split.client_params], rnd.inputs,
-                                          z, lam, seeds, cfg.mu)
+                                          z, lam, seeds, cfg.hosfl.mu)
         save_state(rnd.path, rnd.split.client_vector(), rnd.round)
     else:
-        v = zo.scalars(lambda th: rnd.forward(th)[0], theta, z, lam, seeds, cfg.mu, rnd.index)
+        v = zo.scalars(lambda th: rnd.forward(th)[0], theta, z, lam, seeds, cfg.hosfl.mu, rnd.index)
     return Message(ZoScalars(rnd.head(), torch.tensor(v, dtype=torch.float32)).to_record(), reply_to=msg)
 
 
@@ -254,6 +254,6 @@ def backprop(msg: Message, context: Context) -> Message:
         params = dict(zip(rnd.split.client_names, _views(theta.to(rnd.device), shapes), strict=True))
         z = functional_call(rnd.split.client, params, rnd.inputs)[0]
         (grad,) = torch.autograd.grad((z * lam).sum(), theta)
-        new = (theta.detach() - rnd.cfg.client_lr * grad).contiguous()
+        new = (theta.detach() - rnd.cfg.hosfl.client_lr * grad).contiguous()
     save_state(rnd.path, new, rnd.round)
     return Message(ClientTheta(rnd.head(), new if request.last_step else None).to_record(), reply_to=msg)

@@ -123,9 +123,9 @@ class SplitRun:
         self.theta_c = self.split.initial_client.clone()  # HO-SFL: the shadow; SFL/ZO-SFL: the global θ_c
         # HO-SFL's opt-in variance reduction: the ZO subspace and the shadow's momentum buffer
         self.zo_index = zo.subspace_index(self.split.client_names, [p.numel() for _, p in self.split.client_params],
-                                          cfg.zo_params) if cfg.method == "hosfl" else None
+                                          cfg.hosfl.zo_params) if cfg.method == "hosfl" else None
         self.zo_buf = (torch.zeros(zo.subspace_dim(self.theta_c, self.zo_index), dtype=torch.float32)
-                       if cfg.method == "hosfl" and cfg.client_momentum > 0 else None)
+                       if cfg.method == "hosfl" and cfg.hosfl.client_momentum > 0 else None)
         self.server_params = [p for _, p in self.split.server_params]
         self.opt = self._optimizer()
         self.history = History()
@@ -207,7 +207,7 @@ class SplitRun:
         client.train(was_training)
         out = out if isinstance(out, tuple) else (out,)
         per_example = sum(int(t.nbytes) for t in out) + 8  # + the int64 label
-        return (2 * self.cfg.batch_size * per_example + 4 * self.split.d_c + 8 * self.cfg.perturbations
+        return (2 * self.cfg.batch_size * per_example + 4 * self.split.d_c + 8 * self.cfg.hosfl.perturbations
                 + 4096 + 8 * FRAMING_PER_TENSOR)
 
     def _message(self, part: int, content: RecordDict, kind: str, server_round: int) -> Message:
@@ -244,12 +244,13 @@ class SplitRun:
     def round_hosfl(self, t: int, chosen: list[int]) -> dict[str, object]:
         # the round's seeds travel with its first message (the paper's latency hiding): the client
         # keeps them with the z it sent and needs only λ in the second exchange
-        seeds = round_seeds(self.cfg.seed, self.cfg.method, t, self.cfg.perturbations)
+        seeds = round_seeds(self.cfg.seed, self.cfg.method, t, self.cfg.hosfl.perturbations)
         msgs = {}
         for part in chosen:
             since = self.history.since(self.version[part])
-            past_seeds = np.array([s for s, _ in since], dtype=np.int64).reshape(len(since), self.cfg.perturbations)
-            vbar = np.array([v for _, v in since], dtype=np.float32).reshape(len(since), self.cfg.perturbations)
+            shape = (len(since), self.cfg.hosfl.perturbations)
+            past_seeds = np.array([s for s, _ in since], dtype=np.int64).reshape(shape)
+            vbar = np.array([v for _, v in since], dtype=np.float32).reshape(shape)
             request = ReplayForward(self._head(t), self.version[part], torch.from_numpy(past_seeds),
                                     torch.from_numpy(vbar), torch.tensor(seeds, dtype=torch.int64))
             msgs[part] = self._message(part, request.to_record(), FORWARD, t)
@@ -259,17 +260,18 @@ class SplitRun:
         lams, loss = self._server_backward({p: self._batch(r) for p, r in fwd.items()})
         zo_msgs = {part: self._message(part, LambdaZo(self._head(t), lam).to_record(), ZO, t)
                    for part, lam in lams.items()}
-        perturbations = self.cfg.perturbations
+        perturbations = self.cfg.hosfl.perturbations
         second: dict[int, ZoScalars] = self._exchange(  # type: ignore[assignment]
             zo_msgs, "zo", lambda part, content: ZoScalars.from_record(content, perturbations))
         if second:
             vs = np.stack([r.v.numpy().astype(np.float64) for r in second.values()])
             vbar = vs.mean(axis=0).astype(np.float32)
         else:
-            vbar = np.zeros(self.cfg.perturbations, dtype=np.float32)
+            vbar = np.zeros(self.cfg.hosfl.perturbations, dtype=np.float32)
         self.history.append(seeds, vbar.tolist())
-        self.theta_c = zo.apply_update(self.theta_c, seeds, self.history.vbar[-1], self.cfg.mu, self.cfg.client_lr,
-                                       self.zo_index, self.cfg.client_momentum, self.zo_buf)
+        self.theta_c = zo.apply_update(self.theta_c, seeds, self.history.vbar[-1], self.cfg.hosfl.mu,
+                                       self.cfg.hosfl.client_lr, self.zo_index, self.cfg.hosfl.client_momentum,
+                                       self.zo_buf)
         return {"forward-ok": sorted(fwd), "second-ok": sorted(second), "train-loss": loss,
                 "samples": sum(len(r.y) for r in fwd.values())}
 
@@ -355,7 +357,7 @@ class SplitRun:
         seed = derive_seed(self.cfg.seed, self.cfg.method, "spsa", t)
         fwd: dict[int, Activations] = self._exchange(  # type: ignore[assignment]
             self._global_theta_messages(t, chosen, seed=seed), "forward", self._activations())
-        mu, lr = self.cfg.mu, self.cfg.client_lr
+        mu, lr = self.cfg.hosfl.mu, self.cfg.hosfl.client_lr
         base = torch.cat([p.detach().reshape(-1) for p in self.server_params]).clone()
         u_s = zo.direction(derive_seed(seed, "server"), base.numel()).to(base.device)
         gs, losses = {}, []
@@ -397,7 +399,7 @@ class SplitRun:
         step = {"hosfl": self.round_hosfl, "sfl": self.round_sfl, "zo-sfl": self.round_zo_sfl}[cfg.method]
         self._log_eval(0, {})
         for t in range(cfg.num_rounds):
-            chosen = sample_round(self.nodes, cfg.clients_per_round, cfg.seed, cfg.method, t)
+            chosen = sample_round(self.nodes, cfg.hosfl.clients_per_round, cfg.seed, cfg.method, t)
             info = step(t, chosen)
             self.participants.update(info["forward-ok"])  # type: ignore[arg-type]
             self.samples += int(info["samples"])  # type: ignore[arg-type]
@@ -411,7 +413,7 @@ class SplitRun:
         cfg = self.cfg
         out = {"round": server_round, "num-rounds": cfg.num_rounds, "artifact": self.artifact,
                "action": cfg.action, **row}
-        if server_round % cfg.eval_every == 0 or server_round == cfg.num_rounds:
+        if server_round % cfg.hosfl.eval_every == 0 or server_round == cfg.num_rounds:
             result = self.evaluate()
             out.update(accuracy=result["accuracy"], loss=result["loss"])
             log(INFO, "round %d/%d: test accuracy %.4f, loss %.4f", server_round, cfg.num_rounds,
@@ -425,22 +427,23 @@ class SplitRun:
         arrays = {f"client.{n}": p.detach().cpu().numpy().copy() for n, p in self.split.client_params}
         arrays.update({f"server.{n}": p.detach().cpu().numpy().copy() for n, p in self.split.server_params})
         sha = store.put_arrays(arrays, {"artifact": self.artifact, "method": cfg.method, "task": cfg.task,
-                                        "cut": str(cfg.cut)})
+                                        "cut": str(cfg.hosfl.cut)})
         split_info: dict[str, object] = {
-            "cut": cfg.cut, "d_c": self.split.d_c, "d_s": self.split.d_s, "perturbations": cfg.perturbations,
-            "mu": cfg.mu, "run-tag": self.tag, "client-versions": {str(p): v for p, v in self.version.items()},
+            "cut": cfg.hosfl.cut, "d_c": self.split.d_c, "d_s": self.split.d_s,
+            "perturbations": cfg.hosfl.perturbations,
+            "mu": cfg.hosfl.mu, "run-tag": self.tag, "client-versions": {str(p): v for p, v in self.version.items()},
         }
-        if cfg.method == "hosfl" and (cfg.zo_params or cfg.client_momentum):  # only when opted into
-            split_info.update({"zo-params": cfg.zo_params, "zo-dim": zo.subspace_dim(self.theta_c, self.zo_index),
-                               "client-momentum": cfg.client_momentum})
+        if cfg.method == "hosfl" and (cfg.hosfl.zo_params or cfg.hosfl.client_momentum):  # only when opted into
+            split_info.update({"zo-params": cfg.hosfl.zo_params, "zo-dim": zo.subspace_dim(self.theta_c, self.zo_index),
+                               "client-momentum": cfg.hosfl.client_momentum})
         if cfg.method == "hosfl":
             split_info["history"] = store.put_arrays(
-                {"seeds": np.array(self.history.seeds, dtype=np.int64).reshape(-1, cfg.perturbations),
-                 "vbar": np.array(self.history.vbar, dtype=np.float32).reshape(-1, cfg.perturbations)},
+                {"seeds": np.array(self.history.seeds, dtype=np.int64).reshape(-1, cfg.hosfl.perturbations),
+                 "vbar": np.array(self.history.vbar, dtype=np.float32).reshape(-1, cfg.hosfl.perturbations)},
                 {"artifact": "hosfl/history"})
         ledger.set_plan({"kind": "split", "artifact": self.artifact})
         ledger.record_artifact(self.artifact, sha, SPLIT_KIND, all_units(self.run, self.participants),
-                               self.watermark, {"cut": cfg.cut, "rounds": cfg.num_rounds})
+                               self.watermark, {"cut": cfg.hosfl.cut, "rounds": cfg.num_rounds})
         return Built([self.artifact], manifest={"rounds-done": cfg.num_rounds, "split": split_info},
                      summary=f"{cfg.method} trained {self.artifact} (sha256 {sha})")
 
@@ -486,8 +489,8 @@ class SplitServer(MethodServer):
 
 
 def _check_clients_per_round(cfg: RunConfig, nodes: dict[int, int]) -> None:
-    if cfg.clients_per_round > len(nodes):
-        raise ConfigError(f"run-config 'hosfl.clients-per-round'={cfg.clients_per_round} is more than the "
+    if cfg.hosfl.clients_per_round > len(nodes):
+        raise ConfigError(f"run-config 'hosfl.clients-per-round'={cfg.hosfl.clients_per_round} is more than the "
                           f"{len(nodes)} nodes of this federation; use 1..{len(nodes)}")
 
 

@@ -20,7 +20,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedforget.core.config import SPLIT_MAX_CUT, ConfigError, RunConfig
+from fedforget.core.config import ConfigError, RunConfig
+from fedforget.methods.hosfl.config import SPLIT_MAX_CUT
 from fedforget.tasks.peft_modules import TaskModel, build_task_model
 from fedforget.tasks.registry import get_task
 
@@ -243,7 +244,7 @@ class Composite(nn.Module):
 
 
 def build_split_model(cfg: RunConfig, num_classes: int, role: str = "server") -> SplitModel:
-    """The task's peft model from its seeded init, cut after ``cfg.cut`` blocks.
+    """The task's peft model from its seeded init, cut after ``cfg.hosfl.cut`` blocks.
 
     ``role='client'`` on rt-smollm reads only the client part's weights (embeddings and the first
     ``cut`` layers); the server part is then an empty shell the client never runs. The LoRA init of
@@ -254,13 +255,13 @@ def build_split_model(cfg: RunConfig, num_classes: int, role: str = "server") ->
     if cfg.task in ("rt-smollm", "rt-smollm-val") and role == "client":
         from fedforget.tasks.smollm import client_backbone
 
-        backbone = client_backbone(cfg.cut)
+        backbone = client_backbone(cfg.hosfl.cut)
     else:
         backbone = get_task(cfg.task).load_backbone(cfg, cfg.seed)
     model = build_task_model(backbone, num_classes, cfg.lora_r, cfg.lora_alpha, cfg.seed)
     model.eval()
     inner = model.body.base_model.model  # the backbone module with LoRA layers injected
-    client_blocks, server_blocks = _blocks(cfg.task, inner, cfg.cut)
+    client_blocks, server_blocks = _blocks(cfg.task, inner, cfg.hosfl.cut)
     return SplitModel(Part(client_blocks), Part(server_blocks, head=model.head), model)
 
 
@@ -271,7 +272,7 @@ def split_device(cfg: RunConfig) -> torch.device:
     so a replica's θ_c has the same bits on every device (the forwards' outputs may differ in the
     last bits, which only changes the v scalars a client sends, never how θ_c is replayed).
     """
-    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
+    if cfg.hosfl.device == "cuda" or (cfg.hosfl.device == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise ConfigError("run-config 'hosfl.device'='cuda' but no CUDA device is visible; use 'auto' or 'cpu'")
         return torch.device("cuda")
@@ -287,7 +288,8 @@ def cached_split_model(cfg: RunConfig, num_classes: int, role: str) -> SplitMode
     ``role`` keeps the server's model apart from the clients' when both run in one process (the
     in-process runtime); a client always loads its persisted θ_c before using the model.
     """
-    key = (role, cfg.task, cfg.cut, cfg.lora_r, cfg.lora_alpha, cfg.seed, num_classes, cfg.hf_model, cfg.device)
+    key = (role, cfg.task, cfg.hosfl.cut, cfg.lora_r, cfg.lora_alpha, cfg.seed, num_classes, cfg.hf.model,
+           cfg.hosfl.device)
     if key not in _CACHE:
         if len(_CACHE) > 4:
             _CACHE.clear()

@@ -52,6 +52,7 @@ class AdapterBudget:
 
 def adapter_budget(cfg: Any) -> AdapterBudget:
     """The run's adapter budget (a :class:`~fedforget.core.config.RunConfig` whose auto keys are resolved)."""
-    return AdapterBudget(steps=int(cfg.adapter_steps), lr=float(cfg.lr), weight_decay=float(cfg.adapter_weight_decay),
-                         width=int(cfg.adapter_width), batch_size=int(cfg.batch_size), schedule=str(cfg.safe_schedule),
+    safe = cfg.safe
+    return AdapterBudget(steps=int(safe.adapter_steps), lr=float(cfg.lr), weight_decay=float(safe.adapter_weight_decay),
+                         width=int(safe.adapter_width), batch_size=int(cfg.batch_size), schedule=str(safe.schedule),
                          rounds=int(cfg.num_rounds))

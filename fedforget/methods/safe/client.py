@@ -35,7 +35,7 @@ PARAM_KEYS = ("queries", "heads", "bias")
 @lru_cache(maxsize=2)
 def frozen_backbone(task: str, hf_model: str, seed: int):  # noqa: ANN201
     """The task's backbone as loaded (no peft wrapper): what tokens are read from."""
-    cfg = RunConfig(task=task, hf_model=hf_model, seed=seed)
+    cfg = RunConfig(task=task, seed=seed).with_keys({"hf.model": hf_model})
     return get_task(task).load_backbone(cfg, seed)
 
 
@@ -66,7 +66,7 @@ def node_cells(site: ClientSite, mode: str, coarse: int, fine: int, group: int |
 
 def node_tokens(site: ClientSite, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
     """Tokens, labels and pooled features of ``ids`` (cached once per node in its state dir)."""
-    backbone = frozen_backbone(site.cfg.task, site.cfg.hf_model, site.cfg.seed)
+    backbone = frozen_backbone(site.cfg.task, site.cfg.hf.model, site.cfg.seed)
     held = sorted(site.slice_examples(None).ids.tolist())
     examples = site.data.train.by_ids(held)
     tokens, pooled = cached_tokens(site.state_dir, f"train-{site.dataset_key}", backbone.weights_sha256, held,
@@ -106,7 +106,7 @@ def train_cliques(msg: Message, context: Context) -> Message:
 
                 settings = AdapterSettings(cfg.local_epochs, cfg.batch_size, cfg.lr, cfg.optimizer,
                                            derive_seed(cfg.seed, cfg.method, clique, server_round, site.partition,
-                                                       "order"), cfg.safe_schedule, server_round, cfg.num_rounds)
+                                                       "order"), cfg.safe.schedule, server_round, cfg.num_rounds)
                 private_seed = secret_seed(node_secret(site.state_dir), "safe-dp", cfg.method, clique, server_round,
                                            site.partition)
                 params, losses[clique] = train_dp_adapter(theta, params, tokens, labels, int(spec.classes[0]),

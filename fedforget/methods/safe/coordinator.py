@@ -42,12 +42,12 @@ def print_status(status: dict[str, Any], console: Console) -> None:
 
 def check_before_submit(cfg: RunConfig) -> None:
     """What the ServerApp checks once it has the task's data, checked before submitting (raises ConfigError)."""
-    if cfg.safe_shard:  # the task's unused rows bound it
+    if cfg.safe.shard:  # the task's unused rows bound it
         from fedforget.methods.safe.shard import safe_shard_ids
 
         safe_shard_ids(cfg)
-    if cfg.method == "safe" and cfg.fine > 1:  # one class per clique
+    if cfg.method == "safe" and cfg.safe.fine > 1:  # one class per clique
         from fedforget.methods.safe.graph import check_clique_classes
         from fedforget.tasks.registry import load_task_data
 
-        check_clique_classes(cfg.method, load_task_data(cfg).num_classes, cfg.fine, cfg.task)
+        check_clique_classes(cfg.method, load_task_data(cfg).num_classes, cfg.safe.fine, cfg.task)

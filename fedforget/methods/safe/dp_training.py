@@ -73,9 +73,9 @@ def train_dp_adapter(theta: FrozenCrossAttention, start: Params, tokens: torch.T
     private = None
     noise, draws = generator(private_seed), generator(private_seed + 1)
     if len(neg) and sampling is not None:
-        sigma = noise_multiplier(cfg.dp_epsilon, cfg.dp_delta, sampling.sample_rate, sampling.composed_steps)
+        sigma = noise_multiplier(cfg.safe.dp_epsilon, cfg.safe.dp_delta, sampling.sample_rate, sampling.composed_steps)
         private = DPOptimizer(torch.optim.SGD(params, lr=settings.lr), noise_multiplier=sigma,
-                              max_grad_norm=cfg.dp_clip, expected_batch_size=sampling.sample_rate * len(neg),
+                              max_grad_norm=cfg.safe.dp_clip, expected_batch_size=sampling.sample_rate * len(neg),
                               loss_reduction="mean", generator=noise)
     losses: list[float] = []
     with deterministic_torch(), warnings.catch_warnings():

@@ -29,7 +29,7 @@ def test_tokens(cfg: RunConfig, store: Store) -> tuple[torch.Tensor, np.ndarray,
     from fedforget.tasks.registry import load_task_data
 
     data = load_task_data(cfg)
-    backbone = frozen_backbone(cfg.task, cfg.hf_model, cfg.seed)
+    backbone = frozen_backbone(cfg.task, cfg.hf.model, cfg.seed)
     ids = data.test.ids.tolist()
     tokens, pooled = cached_tokens(store.root, f"test-{cfg.task}", backbone.weights_sha256, ids, backbone.module,
                                    data.test.inputs)
@@ -108,7 +108,7 @@ def safe_probabilities(cfg: RunConfig, store: Store, plan_json: dict[str, Any], 
     else:
         from fedforget.methods.safe.features import compute_tokens
 
-        raw, pooled = compute_tokens(frozen_backbone(cfg.task, cfg.hf_model, cfg.seed).module, inputs)
+        raw, pooled = compute_tokens(frozen_backbone(cfg.task, cfg.hf.model, cfg.seed).module, inputs)
         tokens, features = torch.from_numpy(raw), normalised(torch.from_numpy(pooled))
     scores = safe_scores(cfg, store, plan_json, serving, artifacts, tokens, features)
     return torch.softmax(torch.from_numpy(scores), dim=1).numpy(), labels

@@ -57,7 +57,7 @@ def token_dim(cfg: RunConfig) -> int:
     from fedforget.tasks.registry import load_task_data
 
     data = load_task_data(cfg)
-    backbone = frozen_backbone(cfg.task, cfg.hf_model, cfg.seed)
+    backbone = frozen_backbone(cfg.task, cfg.hf.model, cfg.seed)
     tokens, _ = compute_tokens(backbone.module, tuple(x[:1] for x in data.train.inputs))
     return int(tokens.shape[-1])
 
@@ -69,11 +69,12 @@ def make_plan(cfg: RunConfig, run: ServerRun, shard: SafeShard | None = None,
     for p in sorted(run.plan.slices):
         ids = run.plan.partition_ids(p)
         labels[p] = dict(zip(ids, run.data.train.by_ids(ids).labels.tolist(), strict=True))
-    mode = "uniform" if cfg.method == "protosisa" else cfg.coarse_by
-    k = request_budget(cfg.dp_epsilon, cfg.dp_delta, cfg.dp_alpha, cfg.dp_beta) if cfg.safe_dp else 0
+    mode = "uniform" if cfg.method == "protosisa" else cfg.safe.coarse_by
+    safe = cfg.safe
+    k = request_budget(safe.dp_epsilon, safe.dp_delta, safe.dp_alpha, safe.dp_beta) if safe.dp else 0
     counts = class_counts(shard.labels.tolist()) if shard is not None else {}
-    return build_safe_plan(cfg.method, labels, run.data.num_classes, cfg.coarse, cfg.fine, mode, cfg.prototypes,
-                           cfg.seed, dp=cfg.safe_dp, dp_k=k, shard=counts)
+    return build_safe_plan(cfg.method, labels, run.data.num_classes, safe.coarse, safe.fine, mode, safe.prototypes,
+                           cfg.seed, dp=safe.dp, dp_k=k, shard=counts)
 
 
 def _group_of(plan: SafePlan, partition: int) -> int | None:
@@ -347,8 +348,8 @@ class SafeServer(MethodServer):
         from fedforget.tasks.registry import load_task_data
 
         cfg = self.cfg
-        check_clique_classes(cfg.method, load_task_data(cfg).num_classes, cfg.fine, cfg.task)
-        self.whole = whole_train_split(cfg) if cfg.safe_shard > 0 else None  # read once: the draw, then the rows
+        check_clique_classes(cfg.method, load_task_data(cfg).num_classes, cfg.safe.fine, cfg.task)
+        self.whole = whole_train_split(cfg) if cfg.safe.shard > 0 else None  # read once: the draw, then the rows
         self.shard_ids = safe_shard_ids(cfg, self.whole)
 
     def train(self, run: ServerRun, ledger: Ledger) -> Built:

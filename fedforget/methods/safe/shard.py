@@ -40,13 +40,13 @@ def safe_shard_ids(cfg: RunConfig, whole: Examples | None = None) -> list[int]:
 
     ``whole``: the task's whole training split when the caller has it loaded already.
     """
-    if cfg.safe_shard <= 0:
+    if cfg.safe.shard <= 0:
         return []
     from fedforget.tasks.registry import load_task_data
 
     used = load_task_data(cfg).train.ids.tolist()
     pool = (whole if whole is not None else whole_train_split(cfg)).ids.tolist()
-    return draw_safe_shard(pool, used, cfg.safe_shard, shard_seed(cfg.seed, cfg.task))
+    return draw_safe_shard(pool, used, cfg.safe.shard, shard_seed(cfg.seed, cfg.task))
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def load_safe_shard(cfg: RunConfig, folder: Path, ids: list[int], whole: Example
     from fedforget.methods.safe.features import cached_tokens
 
     examples = (whole if whole is not None else whole_train_split(cfg)).by_ids(ids)
-    backbone = frozen_backbone(cfg.task, cfg.hf_model, cfg.seed)
+    backbone = frozen_backbone(cfg.task, cfg.hf.model, cfg.seed)
     tokens, pooled = cached_tokens(folder, f"safe-shard-{cfg.task}", backbone.weights_sha256, ids, backbone.module,
                                    examples.inputs)
     return SafeShard(list(ids), torch.from_numpy(tokens), examples.labels, pooled)

@@ -17,7 +17,7 @@ from fedforget.store.secret_files import mkdir_private
 def prepare_scratch(store: Store, cfg: RunConfig, scratch_root: Path, workdir: Path,
                     config: dict[str, Any]) -> set[int]:
     """Give the scratch nodes the store's DP secrets; the partitions whose secret is not here."""
-    if not cfg.safe_dp:
+    if not cfg.safe.dp:
         return set()
     return node_secrets_here(store, scratch_root, int(store.manifest()["num-partitions"]))
 

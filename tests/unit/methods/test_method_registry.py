@@ -36,8 +36,17 @@ def test_every_method_folder_is_registered_and_every_registered_name_is_a_folder
     assert folders == set(METHOD_PACKAGES)
 
 
-def test_each_entry_names_the_config_group_its_methods_read():
-    assert {v: m.config_group for m in FAMILIES for v in m.variants} == METHOD_GROUP
+def test_each_entry_names_the_config_table_its_methods_read():
+    """A method's table is its own code and its group is its package's name, so ``<group>.*`` keys are found
+    in ``fedforget/methods/<group>/``."""
+    from fedforget.core.config_keys import ConfigTable
+
+    for m in FAMILIES:
+        if m.config:
+            assert m.config.startswith(m.package + ".config:")
+            table = resolve(m.config)
+            assert issubclass(table, ConfigTable) and table.group == m.name
+    assert {v: (m.name if m.config else None) for m in FAMILIES for v in m.variants} == METHOD_GROUP
     assert {g for g in METHOD_GROUP.values() if g} <= set(CONFIG_GROUPS)
 
 

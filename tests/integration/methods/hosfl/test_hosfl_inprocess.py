@@ -43,7 +43,7 @@ def _replay_all(store: Store) -> dict[int, tuple[int, bool]]:
     for part in range(manifest["num-partitions"]):
         path = store.root / "clients" / str(part) / f"split-{info['run-tag']}.safetensors"
         theta, version = hosfl_client.load_state(path, split.initial_client)
-        replayed = zo.replay(theta, entries[version:], cfg.mu, cfg.client_lr)
+        replayed = zo.replay(theta, entries[version:], cfg.hosfl.mu, cfg.hosfl.client_lr)
         out[part] = (version, torch.equal(replayed, theta_server))
     return out
 

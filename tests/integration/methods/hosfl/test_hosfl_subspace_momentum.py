@@ -40,7 +40,8 @@ def test_subspace_momentum_replays_bit_for_bit_with_p_scalar_uploads(tmp_path):
         path = store.root / "clients" / str(part) / f"split-{info['run-tag']}.safetensors"
         theta, version = hosfl_client.load_state(path, split.initial_client)
         buf = hosfl_client.load_momentum(path, index.numel())
-        replayed = zo.replay(theta, entries[version:], cfg.mu, cfg.client_lr, index, cfg.client_momentum, buf)
+        hosfl = cfg.hosfl
+        replayed = zo.replay(theta, entries[version:], hosfl.mu, hosfl.client_lr, index, hosfl.client_momentum, buf)
         assert torch.equal(replayed, served), part
         versions.append(version)
     assert len(set(versions)) > 1  # clients were at different versions and caught up by replay

@@ -110,7 +110,7 @@ def test_retrain_starts_every_client_fresh_and_hosfl_clients_replay_to_the_serve
     entries = [(history["seeds"][i].tolist(), history["vbar"][i].tolist()) for i in range(len(history["seeds"]))]
     for part, path in enumerate(paths):
         theta, version = hosfl_client.load_state(path, split.initial_client)
-        assert torch.equal(zo.replay(theta, entries[version:], cfg.mu, cfg.client_lr), served), part
+        assert torch.equal(zo.replay(theta, entries[version:], cfg.hosfl.mu, cfg.hosfl.client_lr), served), part
 
 
 def test_a_retrained_store_serving_the_model_that_saw_the_sample_fails_on_hash_and_outputs(retrained, tmp_path):

@@ -44,7 +44,7 @@ def _fresh_tokens(store: Store, ids: list[int]) -> np.ndarray:
     from fedforget.unlearning.evaluate import stored_config
 
     cfg = stored_config(store)
-    return compute_tokens(frozen_backbone(cfg.task, cfg.hf_model, cfg.seed).module,
+    return compute_tokens(frozen_backbone(cfg.task, cfg.hf.model, cfg.seed).module,
                           load_task_data(cfg).train.by_ids(ids).inputs)[0]
 
 

@@ -179,7 +179,7 @@ def test_safe_defaults_give_every_clique_enough_classes_for_its_one_vs_all_adapt
     from fedforget.unlearning.run_config import check_run_config
 
     check_run_config("method='safe' task='rt-minilm'")
-    assert parse_run_config({"method": "safe", "task": "rt-minilm"}).fine == 1
+    assert parse_run_config({"method": "safe", "task": "rt-minilm"}).safe.fine == 1
     for task in ("digits-mlp", "fmnist-cnn", "fmnist-effnet"):
-        assert parse_run_config({"method": "safe", "task": task}).fine == 2
-    assert parse_run_config({"method": "safe", "task": "fortunes-minilm"}).fine == 4
+        assert parse_run_config({"method": "safe", "task": task}).safe.fine == 2
+    assert parse_run_config({"method": "safe", "task": "fortunes-minilm"}).safe.fine == 4

@@ -103,7 +103,7 @@ def test_prototypes_after_retrain_equal_a_recomputation_without_the_sample(safe_
     data = load_task_data(cfg)
     kept = sorted(set(data.train.ids.tolist()) - set(gone))
     ex = data.train.by_ids(kept)
-    _, pooled = compute_tokens(frozen_backbone(cfg.task, cfg.hf_model, cfg.seed).module, ex.inputs)
+    _, pooled = compute_tokens(frozen_backbone(cfg.task, cfg.hf.model, cfg.seed).module, ex.inputs)
     feats = normalised(torch.from_numpy(pooled))
     served_bank = prototype_bank(plan, store, {a["artifact"]: a["sha256"] for a in arts}, served, feats.shape[1])
     fresh = PrototypeBank(plan.num_classes, feats.shape[1])
@@ -115,7 +115,7 @@ def test_prototypes_after_retrain_equal_a_recomputation_without_the_sample(safe_
     # the paper's O(1) decrement is the same up to float64 rounding
     full = PrototypeBank(plan.num_classes, feats.shape[1])
     ex_all = data.train.by_ids(sorted(data.train.ids.tolist()))
-    _, pooled_all = compute_tokens(frozen_backbone(cfg.task, cfg.hf_model, cfg.seed).module, ex_all.inputs)
+    _, pooled_all = compute_tokens(frozen_backbone(cfg.task, cfg.hf.model, cfg.seed).module, ex_all.inputs)
     all_feats = normalised(torch.from_numpy(pooled_all))
     for k in range(plan.num_classes):
         rows = (ex_all.labels == k).numpy()

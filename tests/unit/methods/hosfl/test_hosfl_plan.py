@@ -103,4 +103,4 @@ def test_split_methods_default_to_enough_rounds_and_sfl_to_one_local_epoch():
     assert parse_run_config({"method": "hosfl", "task": "digits-mlp"}).num_rounds == 150
     assert parse_run_config({"method": "hosfl", "task": "digits-mlp", "num-rounds": 7}).num_rounds == 7
     assert parse_run_config({"method": "sfl", "task": "fmnist-cnn"}).local_epochs == 1
-    assert parse_run_config({"method": "hosfl", "task": "digits-mlp", "hosfl.client-lr": 0.0}).client_lr == 0.0
+    assert parse_run_config({"method": "hosfl", "task": "digits-mlp", "hosfl.client-lr": 0.0}).hosfl.client_lr == 0.0

@@ -86,9 +86,9 @@ def test_momentum_is_heavy_ball_on_the_zo_estimate():
 
 def test_config_keys_default_off_and_momentum_is_bounded():
     cfg = parse_run_config({"method": "hosfl", "task": "digits-mlp"})
-    assert cfg.zo_params == "" and cfg.client_momentum == 0.0
+    assert cfg.hosfl.zo_params == "" and cfg.hosfl.client_momentum == 0.0
     cfg = parse_run_config({"method": "hosfl", "task": "digits-mlp", "hosfl.zo-params": "lora_B",
                             "hosfl.client-momentum": 0.9})
-    assert cfg.zo_params == "lora_B" and cfg.client_momentum == 0.9
+    assert cfg.hosfl.zo_params == "lora_B" and cfg.hosfl.client_momentum == 0.9
     with pytest.raises(ConfigError, match="client-momentum"):
         parse_run_config({"method": "hosfl", "task": "digits-mlp", "hosfl.client-momentum": 1.0})

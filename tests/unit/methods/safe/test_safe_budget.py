@@ -21,8 +21,8 @@ def test_zero_takes_the_tasks_default_and_explicit_values_win():
     auto = adapter_budget(RunConfig(method="safe", task="fmnist-effnet"))
     wanted = tuple(default_for(k, "safe", "fmnist-effnet") for k in ("adapter-steps", "lr", "adapter-width"))
     assert (auto.steps, auto.lr, auto.width) == wanted and auto.weight_decay > 0
-    mine = adapter_budget(RunConfig(method="safe", task="fmnist-effnet", adapter_steps=7, lr=0.3,
-                                    adapter_width=32, adapter_weight_decay=0.0))
+    mine = adapter_budget(RunConfig(method="safe", task="fmnist-effnet", lr=0.3).with_keys(
+        {"safe.adapter-steps": 7, "safe.adapter-width": 32, "safe.adapter-weight-decay": 0.0}))
     assert (mine.steps, mine.lr, mine.width, mine.weight_decay) == (7, 0.3, 32, 0.0)
 
 
@@ -75,7 +75,7 @@ def test_bad_adapter_settings_are_refused_with_the_key_named(key, value):
 
 
 def test_protosisa_left_at_its_defaults_deals_safe_coarse_shards_and_safe_groups_classes():
-    sisa = parse_run_config({"method": "protosisa", "task": "fmnist-effnet", "safe.coarse": 8})
+    sisa = parse_run_config({"method": "protosisa", "task": "fmnist-effnet", "safe.coarse": 8}).safe
     assert (sisa.coarse, sisa.fine) == (8, 1)  # uniform shards are coarse·fine: eight, as the SAFE docs page says
-    safe = parse_run_config({"method": "safe", "task": "fmnist-effnet"})
+    safe = parse_run_config({"method": "safe", "task": "fmnist-effnet"}).safe
     assert (safe.coarse, safe.fine) == (4, 2)

@@ -84,7 +84,8 @@ def test_dp_training_samples_by_poisson_at_the_rate_and_steps_the_accountant_is_
     labels = torch.tensor([0] * 30 + [1] * 20 + [2] * 10)
     theta = FrozenCrossAttention(8, 1, 8)
     start = init_adapters(8, 1, 2, 8)
-    cfg = RunConfig(task="digits-mlp", method="safe", safe_dp=True, dp_epsilon=3.0, dp_delta=1e-5)
+    cfg = RunConfig(task="digits-mlp", method="safe").with_keys({"safe.dp": True, "safe.dp-epsilon": 3.0,
+                                                                 "safe.dp-delta": 1e-5})
     settings = AdapterSettings(2, 8, 0.01, "adam", 5, "constant", 1, 3)
     dp.train_dp_adapter(theta, start, tokens, labels, 0, [0, 1, 2], settings, cfg, num_rounds=3, private_seed=11)
     plan = clique_sampling([30, 20, 10], 8, 3, 2)

@@ -1,0 +1,46 @@
+"""HO-SFL's and the split baselines' run-config keys, ``[tool.flwr.app.config.hosfl]``, and their rules
+(pure: no torch, no flwr), checked whenever a run config is parsed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from fedforget.core.config_keys import ConfigError, ConfigTable, option
+
+if TYPE_CHECKING:
+    from fedforget.core.config import RunConfig
+
+#: Blocks a split model can put on the client: digits-mlp fc1|fc2, fmnist-cnn conv1|conv2|fc1,
+#: rt-minilm transformer layers, rt-smollm decoder layers (the embeddings always stay on the client).
+SPLIT_MAX_CUT = {"digits-mlp": 2, "fmnist-cnn": 3, "rt-minilm": 6, "rt-smollm": 29, "digits-mlp-val": 2,
+                 "rt-smollm-val": 29}
+
+
+@dataclass(frozen=True)
+class HosflConfig(ConfigTable):
+    """hosfl and the split baselines sfl, zo-sfl."""
+
+    group = "hosfl"
+
+    cut: int = option(1, low=1, old="cut")  # blocks on the client; the task bounds it (SPLIT_MAX_CUT)
+    perturbations: int = option(5, low=1, high=10_000, old="perturbations")
+    mu: float = option(0.001, positive=True, old="mu")
+    clients_per_round: int = option(3, low=1, high=100_000, old="clients-per-round")
+    client_lr: float = option(0.01, low=0, old="client-lr")  # 0 freezes the client: HO-SFL's control run
+    eval_every: int = option(1, low=1, high=100_000, old="eval-every")
+    device: str = option("auto", choices=("auto", "cpu", "cuda"), old="device")
+    #: comma-separated substrings of client parameter names the ZO directions perturb ("" = all of θ_c)
+    zo_params: str = option("", old="zo-params")
+    #: heavy-ball momentum β of the client's ZO update (0 = plain ZO-SGD, Algorithm 1)
+    client_momentum: float = option(0.0, low=0, below=1, old="client-momentum")
+
+    def check(self, cfg: RunConfig) -> None:
+        """A split method needs a task with a split model deep enough for ``cut``."""
+        if not cfg.reads(self.group):
+            return
+        if cfg.task not in SPLIT_MAX_CUT:
+            raise ConfigError(f"method {cfg.method!r} needs a split model; use task one of: {', '.join(SPLIT_MAX_CUT)}")
+        if self.cut > SPLIT_MAX_CUT[cfg.task]:
+            raise ConfigError(f"run-config 'hosfl.cut'={self.cut} is too deep for task {cfg.task!r}: "
+                              f"use 1..{SPLIT_MAX_CUT[cfg.task]} (blocks on the client)")
