@@ -178,8 +178,10 @@ class RunConfig(ConfigTable):
             raise ConfigError(f"run-config 'fraction-train' must be in (0, 1], got {self.fraction_train}")
         if not self.store.strip():
             raise ConfigError("run-config 'store' must be a directory path, got an empty string")
-        if self.head_only and self.method != "fedavg":
-            raise ConfigError(f"head-only=true (a linear probe) needs method='fedavg', got {self.method!r}")
+        probes = [v for m in FAMILIES if m.head_only for v in m.variants]  # the methods that declare head_only
+        if self.head_only and self.method not in probes:
+            raise ConfigError(f"head-only=true (a linear probe) needs method={' or '.join(map(repr, probes))}, "
+                              f"got {self.method!r}")
 
 
 #: Run-config key → (its table, its field name).
@@ -257,7 +259,7 @@ def stored_run_config(raw: Mapping[str, object]) -> dict[str, object]:
     """A manifest's config as run-config keys: flat names read as their grouped keys, and grouped keys the
     stored method never read dropped (they took no part in the run)."""
     config = rename_flat_keys(raw, warn=False)
-    groups = applicable_groups(str(config.get("method", "fedavg")), str(config.get("task", "")))
+    groups = applicable_groups(str(config.get("method", declared_defaults()["method"])), str(config.get("task", "")))
     return {k: v for k, v in config.items() if key_group(k) is None or key_group(k) in groups}
 
 

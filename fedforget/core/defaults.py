@@ -3,7 +3,11 @@
 A user who passes only ``method``, ``task`` and ``store`` must get a model worth serving, and the
 settings that get there differ by task (a tiny MLP wants a large step, MiniLM a small one) and by
 method (a chain position sees its data once unless it gets more rounds or epochs). The pyproject
-therefore ships ``0`` for these keys, and this table decides. A value the user passes always wins.
+therefore ships ``0`` for these keys, and these tables decide. A value the user passes always wins.
+
+The tasks' values and the fallback are here; each method's, per variant and per (variant, task), are
+its package's :class:`~fedforget.methods.method.Defaults`, which its declaration names and which this
+module reads through :mod:`fedforget.methods.registry`.
 
 Precedence, most specific first: the user's value, ``(method, task)``, ``method``, ``task``, the
 fallback. ``lora-alpha`` left at auto follows the rank (alpha = 2·r).
@@ -13,7 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-Value = int | float
+from fedforget.methods.method import Defaults, Value
+from fedforget.methods.registry import BY_VARIANT, resolve
+
+NO_DEFAULTS = Defaults()
 
 #: Run-config keys whose default is "the task's and method's value"; 0 selects it.
 AUTO_KEYS: tuple[str, ...] = (
@@ -37,42 +44,17 @@ TASK_DEFAULTS: dict[str, dict[str, Value]] = {
 }
 TASK_DEFAULTS["rt-smollm-val"] = TASK_DEFAULTS["rt-smollm"]  # a validation split tunes what rt-smollm runs
 
-#: Method-wide adjustments (before any task-specific one).
-METHOD_DEFAULTS: dict[str, dict[str, Value]] = {
-    # a chain position trains its module in rounds-per-phase FedAvg rounds on its prefix's data only
-    "fedsgt": {"rounds-per-phase": 3},
-    "s3t": {"rounds-per-phase": 3},
-    "sisa": {"rounds-per-phase": 3},
-    # split methods: one HO-SFL / ZO-SFL round is one mini-batch per sampled client (3 by default), so
-    # they need many more rounds than FedAvg; SFL runs the paper's one local epoch per round
-    "hosfl": {"num-rounds": 150},
-    "zo-sfl": {"num-rounds": 150},
-    "sfl": {"local-epochs": 1},
-    # SAFE's InCA adapters: AdamW steps per adapter on each node, whatever its clique holds (methods/safe/budget.py)
-    "safe": {"num-rounds": 5, "lr": 0.005},
-    # ProtoSISA/SISA: safe.coarse uniform shards (it deals coarse·fine shards of all classes)
-    "protosisa": {"num-rounds": 5, "lr": 0.005, "fine": 1},
-}
 
-#: Method and task together, where the pair needs its own value.
-PAIR_DEFAULTS: dict[tuple[str, str], dict[str, Value]] = {
-    ("hosfl", "rt-smollm"): {"num-rounds": 60},  # about 50 s a round on 2 CPU cores
-    ("zo-sfl", "rt-smollm"): {"num-rounds": 60},
-    **{(m, "rt-smollm-val"): {"num-rounds": 60} for m in ("hosfl", "zo-sfl")},
-    **{(m, "digits-mlp"): {"adapter-width": 64} for m in ("safe", "protosisa")},
-    **{(m, "fmnist-effnet"): {"adapter-width": 1280} for m in ("safe", "protosisa")},
-    **{(m, t): {"adapter-width": 384} for m in ("safe", "protosisa") for t in ("rt-minilm", "fortunes-minilm")},
-}
-#: SAFE's class groups per coarse shard: a clique's one-vs-all adapters need enough other classes as
-#: negatives. Ten classes: two groups of five (n_f = 4 leaves 2–3 a clique and serves 6.3 points below
-#: SISA at 16 cliques, n_f = 2 2.0 above: benchmarks/safe_topology.py). Two classes: both in every clique.
-SAFE_FINE: dict[str, int] = {"digits-mlp": 2, "fmnist-cnn": 2, "fmnist-effnet": 2, "rt-minilm": 1}
-PAIR_DEFAULTS.update({("safe", t): {**PAIR_DEFAULTS.get(("safe", t), {}), "fine": f} for t, f in SAFE_FINE.items()})
+def method_defaults(method: str) -> Defaults:
+    """The auto-key values ``method``'s package declares (none for a method no package runs)."""
+    entry = BY_VARIANT.get(method)
+    return resolve(entry.defaults) if entry is not None and entry.defaults else NO_DEFAULTS
 
 
 def default_for(key: str, method: str, task: str) -> Value:
     """The value ``key`` takes when left at auto for this method and task (lora-alpha: see resolve)."""
-    for table in (PAIR_DEFAULTS.get((method, task), {}), METHOD_DEFAULTS.get(method, {}),
+    declared = method_defaults(method)
+    for table in (declared.pairs.get((method, task), {}), declared.variants.get(method, {}),
                   TASK_DEFAULTS.get(task, {})):
         if key in table:
             return table[key]

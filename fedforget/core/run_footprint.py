@@ -1,11 +1,16 @@
 """How much memory a run config asks for, estimated before anything is trained or written (pure).
 
-Every size a user can type multiplies into memory: ``lora-r`` into each module's LoRA factors, the chain
-keys into the count of modules a method stores, ``slices-per-client`` into the partition plan and the
-ledger's rows. :func:`check_fits` refuses a config whose estimate exceeds the memory this machine has
-available, naming the key to lower and the largest value of it that fits, so a run that cannot finish is
-refused before its store exists. The estimate is an upper bound of what grows with the config
+Every size a user can type multiplies into memory: ``lora-r`` into each module's LoRA factors, a method's
+keys into the count of modules it stores, ``slices-per-client`` into the partition plan and the ledger's
+rows. :func:`fit_refusal` refuses a config whose estimate exceeds the memory this machine has available,
+naming the key to lower and the largest value of it that fits, so a run that cannot finish is refused
+before its store exists. The estimate is an upper bound of what grows with the config
 (docs/configuration.md, "Bounds"); what does not (the interpreter, torch, the task's data) is left out.
+
+Here are the tasks' sizes, the plan's, and the estimate of a method that trains LoRA + head modules
+(:func:`lora_footprint`). A method that stores more modules, or another model, declares its own
+``footprint`` and the keys it grows with (:class:`~fedforget.methods.method.Method`), read through
+:mod:`fedforget.methods.registry`.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from fedforget.methods.registry import BY_VARIANT, resolve
 
 if TYPE_CHECKING:
     from fedforget.core.config import RunConfig
@@ -31,8 +38,11 @@ SLICE_BYTES = 400
 SAMPLE_BYTES = 200
 #: Bytes per (artifact, unit) lineage row of the ledger.
 LINEAGE_BYTES = 64
-#: Bytes per group position of a chain method's orders (a pointer in a tuple), and per order.
-ORDER_CELL_BYTES, ORDER_BYTES = 8, 64
+#: Modules a method without a footprint of its own stores: the final model, and room for a second part
+#: (a model split between client and server stores its two halves).
+FINAL_MODULES = 2
+#: The run-config keys the estimate of a method that declares none grows with, in the order a refusal names them.
+LORA_SIZE_KEYS = ("lora-r", "slices-per-client")
 
 
 @dataclass(frozen=True)
@@ -62,19 +72,6 @@ TASK_DIMS: dict[str, TaskDims] = {
     "hf": TaskDims(36_864, 769_000, 86_000_000, 768, 1000, 1_000_000, 1_000_000),
 }
 
-CHAIN_METHODS = ("fedsgt", "s3t", "sisa", "fedcio")
-SAFE_METHODS = ("safe", "protosisa")
-#: The run-config keys each method's estimate grows with, in the order a refusal names them.
-SIZE_KEYS: dict[str, tuple[str, ...]] = {
-    "fedsgt": ("lora-r", "chains.groups", "chains.budget", "slices-per-client"),
-    "s3t": ("lora-r", "chains.groups", "chains.budget", "chains.shards", "slices-per-client"),
-    "sisa": ("lora-r", "chains.groups", "chains.shards", "slices-per-client"),
-    "fedcio": ("lora-r", "chains.clusters", "slices-per-client"),
-    **{m: ("safe.adapter-width", "safe.coarse", "safe.fine", "num-rounds", "slices-per-client")
-       for m in SAFE_METHODS},
-}
-OTHER_SIZE_KEYS = ("lora-r", "slices-per-client")
-
 
 def task_rows(cfg: RunConfig) -> int:
     """The training rows the run uses: ``train-size`` (0: the task's default), at most the task's pool."""
@@ -82,47 +79,40 @@ def task_rows(cfg: RunConfig) -> int:
     return min(cfg.train_size or dims.default_rows, dims.pool_rows)
 
 
-def stored_modules(cfg: RunConfig) -> int:
-    """Modules (LoRA factors + head) the method stores: one per chain position, one per FedCIO cluster."""
-    chains = cfg.chains
-    if cfg.method == "fedsgt":
-        return chains.budget * chains.groups
-    if cfg.method == "s3t":
-        return chains.shards * chains.budget * chains.groups
-    if cfg.method == "sisa":
-        return chains.shards * chains.groups
-    if cfg.method == "fedcio":
-        return chains.clusters
-    if cfg.method == "fedshard":
-        return 2 * PLANNING_PARTITIONS  # a tree over the clients: at most twice its leaves
-    return 2  # the final model (and a split run's client part)
+def plan_units(cfg: RunConfig, partitions: int = PLANNING_PARTITIONS) -> int:
+    """The (partition, slice) units of the plan: the ledger's unit of lineage."""
+    return partitions * cfg.slices_per_client
+
+
+def plan_bytes(cfg: RunConfig, partitions: int = PLANNING_PARTITIONS) -> int:
+    """The plan's part: its units' lists and ledger rows, and each training sample's row and place."""
+    return plan_units(cfg, partitions) * SLICE_BYTES + task_rows(cfg) * SAMPLE_BYTES
+
+
+def lora_footprint(cfg: RunConfig, modules: int, partitions: int = PLANNING_PARTITIONS,
+                   lineage_units: int | None = None, orders: int = 0) -> dict[str, int]:
+    """The estimate of a method that trains LoRA + head modules and stores ``modules`` of them, each with
+    lineage rows for ``lineage_units`` units (None: every unit of the plan); ``orders``: bytes of anything
+    else it plans (see :func:`footprint` for the parts)."""
+    dims = TASK_DIMS[cfg.task]
+    trainable = cfg.lora_r * dims.lora_per_rank + dims.head
+    training = trainable * OPTIMISER_COPIES.get(cfg.optimizer, 4)
+    units = plan_units(cfg, partitions) if lineage_units is None else lineage_units
+    return {"model": TRAINING_MODELS * (dims.backbone + training) * FLOAT_BYTES,
+            "modules": modules * trainable * FLOAT_BYTES, "plan": plan_bytes(cfg, partitions),
+            "lineage": modules * units * LINEAGE_BYTES, "orders": orders}
 
 
 def footprint(cfg: RunConfig, partitions: int = PLANNING_PARTITIONS) -> dict[str, int]:
     """Bytes the run holds, by part: ``model`` while training, ``modules`` stored, ``plan`` (partitions,
-    slices, samples and their ledger rows), ``lineage`` (which units each module was trained on), ``orders``."""
-    dims = TASK_DIMS[cfg.task]
-    units = partitions * cfg.slices_per_client
-    plan = units * SLICE_BYTES + task_rows(cfg) * SAMPLE_BYTES
-    if cfg.method in SAFE_METHODS:
-        width, dim = cfg.safe.adapter_width, dims.feature_dim
-        # a query and a head per class in each coarse shard (its cliques split the classes between them)
-        per_round = cfg.safe.coarse * dims.classes * (dim + width)
-        attention = 3 * dim * width + width * width  # the frozen cross-attention every node rebuilds
-        return {"model": (dims.backbone + attention + 4 * per_round) * FLOAT_BYTES,
-                "modules": cfg.num_rounds * per_round * FLOAT_BYTES, "plan": plan,
-                # a unit: in at most safe.fine cliques
-                "lineage": cfg.num_rounds * cfg.safe.fine * units * LINEAGE_BYTES, "orders": 0}
-    trainable = cfg.lora_r * dims.lora_per_rank + dims.head
-    training = trainable * OPTIMISER_COPIES.get(cfg.optimizer, 4)
-    modules = stored_modules(cfg)
-    chained = cfg.method in CHAIN_METHODS
-    chains = cfg.chains
-    orders = chains.budget * (chains.groups * ORDER_CELL_BYTES + ORDER_BYTES) if cfg.method in ("fedsgt", "s3t") else 0
-    return {"model": TRAINING_MODELS * (dims.backbone + training) * FLOAT_BYTES,
-            "modules": modules * trainable * FLOAT_BYTES, "plan": plan,
-            "lineage": modules * (units // 2 + 1) * LINEAGE_BYTES if chained else modules * units * LINEAGE_BYTES,
-            "orders": orders}
+    slices, samples and their ledger rows), ``lineage`` (which units each module was trained on), ``orders``.
+
+    The method's own ``footprint`` hook where it declares one; otherwise :func:`lora_footprint` with
+    :data:`FINAL_MODULES`."""
+    entry = BY_VARIANT.get(cfg.method)
+    if entry is not None and entry.footprint:
+        return dict(resolve(entry.footprint)(cfg, partitions))
+    return lora_footprint(cfg, FINAL_MODULES, partitions)
 
 
 def total_bytes(cfg: RunConfig, partitions: int = PLANNING_PARTITIONS) -> int:
@@ -130,8 +120,9 @@ def total_bytes(cfg: RunConfig, partitions: int = PLANNING_PARTITIONS) -> int:
 
 
 def size_keys(cfg: RunConfig) -> tuple[str, ...]:
-    """The run-config keys whose size this method's estimate grows with."""
-    return SIZE_KEYS.get(cfg.method, OTHER_SIZE_KEYS)
+    """The run-config keys whose size this method's estimate grows with (its declaration's ``size_keys``)."""
+    entry = BY_VARIANT.get(cfg.method)
+    return entry.size_keys.get(cfg.method, LORA_SIZE_KEYS) if entry is not None else LORA_SIZE_KEYS
 
 
 def largest_fitting(cfg: RunConfig, key: str, limit: int, low: int = 1) -> int | None:

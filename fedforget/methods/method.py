@@ -10,8 +10,21 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+Value = int | float
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """What a method's auto keys (run-config keys left at 0, :data:`fedforget.core.defaults.AUTO_KEYS`)
+    take: ``variants`` per ``method=`` value, ``pairs`` per (``method=`` value, task) where the pair needs
+    its own. ``core/defaults.py`` reads them after the user's value (pair first, then variant) and before
+    the task's and the fallback."""
+
+    variants: Mapping[str, Mapping[str, Value]] = field(default_factory=dict)
+    pairs: Mapping[tuple[str, str], Mapping[str, Value]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,17 @@ class Method:
     feature_caches: tuple[str, ...] = ()
     #: "function(app)": adds its own commands to the ``fedforget`` CLI
     commands: str | None = None
+    #: "module:NAME" of its :class:`Defaults` in a planning module (None: the task's and the fallback's)
+    defaults: str | None = None
+    #: "function(cfg, partitions)" in a planning module → the bytes its run holds, by part (``model``,
+    #: ``modules``, ``plan``, ``lineage``, ``orders``; ``fedforget.core.run_footprint``). None: the shared
+    #: LoRA-model estimate of a method that stores its final model (``run_footprint.FINAL_MODULES``)
+    footprint: str | None = None
+    #: variant → the run-config keys its footprint grows with, in the order a memory refusal names them
+    #: (a variant not listed: ``run_footprint.LORA_SIZE_KEYS``)
+    size_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: it can train the head alone on the frozen backbone (``head-only=true``, a linear probe)
+    head_only: bool = False
 
     @property
     def package(self) -> str:
@@ -62,7 +86,7 @@ class Method:
         named = [self.driver, *self.handlers.values(), self.serving, *self.serving_rules.values(),
                  *(h for h in (self.forget_detail, self.forget_check, self.plan_artifacts, self.status,
                                self.print_status, self.submit_check, self.prepare_scratch,
-                               self.dp_exposure, self.commands) if h),
+                               self.dp_exposure, self.commands, self.footprint) if h),
                  *self.ledger_rules]
         return tuple(dict.fromkeys(named))
 

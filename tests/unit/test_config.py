@@ -26,10 +26,28 @@ def test_a_users_value_overrides_the_task_default_and_alpha_follows_a_given_rank
 
 
 def test_method_defaults_take_precedence_over_task_defaults():
-    from fedforget.core.defaults import METHOD_DEFAULTS, default_for
+    from fedforget.core.defaults import default_for, method_defaults
 
-    key, value = next(iter(METHOD_DEFAULTS["fedsgt"].items()))
+    key, value = next(iter(method_defaults("fedsgt").variants["fedsgt"].items()))
     assert default_for(key, "fedsgt", "digits-mlp") == value
+
+
+def test_pair_defaults_take_precedence_over_method_defaults():
+    """The split methods' pair on rt-smollm runs fewer rounds than the method elsewhere; SAFE's per-task
+    class groups come from its package."""
+    from fedforget.core.defaults import default_for
+
+    assert default_for("num-rounds", "hosfl", "digits-mlp") == 150
+    assert default_for("num-rounds", "hosfl", "rt-smollm") == 60
+    assert (default_for("fine", "safe", "rt-minilm"), default_for("adapter-width", "safe", "rt-minilm")) == (1, 384)
+    assert default_for("fine", "protosisa", "rt-minilm") == 1
+
+
+def test_a_method_without_defaults_takes_the_tasks():
+    from fedforget.core.defaults import TASK_DEFAULTS, default_for
+
+    assert default_for("lr", "fedavg", "digits-mlp") == TASK_DEFAULTS["digits-mlp"]["lr"]
+    assert default_for("lr", "no-such-method", "digits-mlp") == TASK_DEFAULTS["digits-mlp"]["lr"]
 
 
 @pytest.mark.parametrize(
@@ -50,6 +68,17 @@ def test_method_defaults_take_precedence_over_task_defaults():
 def test_bad_values_raise_a_config_error_naming_the_key(override, message):
     with pytest.raises(ConfigError, match=message):
         parse_run_config({**default_run_config(), **override})
+
+
+def test_head_only_needs_a_method_that_declares_it():
+    """A linear probe is what a method declares it can run (``Method.head_only``); the refusal names it."""
+    from fedforget.methods.registry import FAMILIES
+
+    assert [v for m in FAMILIES if m.head_only for v in m.variants] == ["fedavg"]
+    assert parse_run_config({"method": "fedavg", "task": "digits-mlp", "head-only": True}).head_only
+    with pytest.raises(ConfigError) as refused:
+        parse_run_config({"method": "sisa", "task": "digits-mlp", "head-only": True})
+    assert str(refused.value) == "head-only=true (a linear probe) needs method='fedavg', got 'sisa'"
 
 
 def test_ints_are_accepted_for_floats():

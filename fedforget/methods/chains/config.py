@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fedforget.core.config_keys import ConfigError, ConfigTable, option
+from fedforget.methods.method import Defaults
 
 if TYPE_CHECKING:
     from fedforget.core.config import RunConfig
@@ -15,6 +16,11 @@ if TYPE_CHECKING:
 SERVING = ("allseq", "minseq", "longseq")
 PLACEMENTS = ("auto", "additive", "layer")
 ORDERED = ("fedsgt", "s3t")  # the variants that select group orders (SISA keeps one, FedCIO clusters)
+
+#: What their auto keys take before the task's (core/defaults.py): a chain position trains its module in
+#: rounds-per-phase FedAvg rounds on its prefix's data only
+DEFAULTS = Defaults(variants={"fedsgt": {"rounds-per-phase": 3}, "s3t": {"rounds-per-phase": 3},
+                              "sisa": {"rounds-per-phase": 3}})
 
 
 @dataclass(frozen=True)
@@ -25,7 +31,7 @@ class ChainsConfig(ConfigTable):
 
     groups: int = option(10, low=1, high=1000, old="groups")
     budget: int = option(10, low=1, high=10_000, old="budget")
-    #: 0 = auto: the method's default (core/defaults.py)
+    #: 0 = auto: the method's default (DEFAULTS)
     rounds_per_phase: int = option(0, low=1, high=10_000, old="rounds-per-phase")
     serving: str = option("allseq", choices=SERVING, old="serving")
     shards: int = option(1, low=1, high=1000, old="shards")

@@ -16,4 +16,5 @@ METHOD = Method(
     serving_rules={"single": SINGLE_RULE},
     forget_message=FORGET,
     config=None,
+    head_only=True,  # head-only=true trains the head alone on the frozen backbone: a linear probe
 )

@@ -17,6 +17,7 @@ METHOD = Method(
     serving_rules={"split": SINGLE_RULE},
     forget_message=FORGET,
     config="fedforget.methods.hosfl.config:HosflConfig",
+    defaults="fedforget.methods.hosfl.config:DEFAULTS",
     planning=("fedforget.methods.hosfl.config", "fedforget.methods.hosfl.plan",),
     status="fedforget.methods.hosfl.coordinator:status",
     print_status="fedforget.methods.hosfl.coordinator:print_status",

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fedforget.core.config_keys import ConfigError, ConfigTable, option
+from fedforget.methods.method import Defaults
 
 if TYPE_CHECKING:
     from fedforget.core.config import RunConfig
@@ -15,6 +16,16 @@ if TYPE_CHECKING:
 #: rt-minilm transformer layers, rt-smollm decoder layers (the embeddings always stay on the client).
 SPLIT_MAX_CUT = {"digits-mlp": 2, "fmnist-cnn": 3, "rt-minilm": 6, "rt-smollm": 29, "digits-mlp-val": 2,
                  "rt-smollm-val": 29}
+
+#: What their auto keys take before the task's (core/defaults.py). One HO-SFL / ZO-SFL round is one
+#: mini-batch per sampled client (3 by default), so they need many more rounds than FedAvg; SFL runs the
+#: paper's one local epoch per round.
+DEFAULTS = Defaults(
+    variants={"hosfl": {"num-rounds": 150}, "zo-sfl": {"num-rounds": 150}, "sfl": {"local-epochs": 1}},
+    pairs={("hosfl", "rt-smollm"): {"num-rounds": 60},  # about 50 s a round on 2 CPU cores
+           ("zo-sfl", "rt-smollm"): {"num-rounds": 60},
+           **{(m, "rt-smollm-val"): {"num-rounds": 60} for m in ("hosfl", "zo-sfl")}},
+)
 
 
 @dataclass(frozen=True)

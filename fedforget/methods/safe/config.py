@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fedforget.core.config_keys import ConfigError, ConfigTable, option
+from fedforget.methods.method import Defaults
 
 if TYPE_CHECKING:
     from fedforget.core.config import RunConfig
@@ -14,6 +15,29 @@ if TYPE_CHECKING:
 COARSE_BY = ("sample", "client")
 #: Upper bound of 'safe.shard' (server-held samples); the task's unused rows bound it further at run time.
 SAFE_SHARD_MAX = 1_000_000
+
+#: SAFE's class groups per coarse shard: a clique's one-vs-all adapters need enough other classes as
+#: negatives. Ten classes: two groups of five (n_f = 4 leaves 2–3 a clique and serves 6.3 points below
+#: SISA at 16 cliques, n_f = 2 2.0 above: benchmarks/safe_topology.py). Two classes: both in every clique.
+SAFE_FINE: dict[str, int] = {"digits-mlp": 2, "fmnist-cnn": 2, "fmnist-effnet": 2, "rt-minilm": 1}
+#: The adapter width per task (elsewhere the fallback's 128).
+ADAPTER_WIDTH: dict[str, int] = {"digits-mlp": 64, "fmnist-effnet": 1280, "rt-minilm": 384, "fortunes-minilm": 384}
+
+
+def _per_task(method: str, task: str) -> dict[str, int]:
+    """A variant's values on one task: the adapter width, and SAFE's class groups."""
+    width = {"adapter-width": ADAPTER_WIDTH[task]} if task in ADAPTER_WIDTH else {}
+    return width | ({"fine": SAFE_FINE[task]} if method == "safe" and task in SAFE_FINE else {})
+
+
+#: What their auto keys take before the task's (core/defaults.py). SAFE's InCA adapters: adapter-steps is
+#: AdamW steps per adapter on each node, whatever its clique holds (budget.py). ProtoSISA/SISA:
+#: safe.coarse uniform shards (it deals coarse·fine shards of all classes), hence fine 1.
+DEFAULTS = Defaults(
+    variants={"safe": {"num-rounds": 5, "lr": 0.005}, "protosisa": {"num-rounds": 5, "lr": 0.005, "fine": 1}},
+    pairs={(m, t): _per_task(m, t) for m in ("safe", "protosisa") for t in (*ADAPTER_WIDTH, *SAFE_FINE)
+           if _per_task(m, t)},
+)
 
 
 @dataclass(frozen=True)
@@ -23,7 +47,7 @@ class SafeConfig(ConfigTable):
     group = "safe"
 
     coarse: int = option(4, low=1, high=10_000, old="coarse")
-    #: 0 = auto: class groups per coarse group (core/defaults.py)
+    #: 0 = auto: class groups per coarse group (SAFE_FINE)
     fine: int = option(0, low=1, high=10_000, old="fine")
     coarse_by: str = option("sample", choices=COARSE_BY, old="coarse-by")
     prototypes: bool = option(True, old="prototypes")
@@ -34,7 +58,7 @@ class SafeConfig(ConfigTable):
     dp_beta: float = option(1.0, old="dp-beta")
     dp_clip: float = option(1.0, positive=True, old="dp-clip")
     schedule: str = option("cosine", choices=("cosine", "constant"), old="safe-schedule")
-    #: 0 = auto, as for adapter-width: the task's default (core/defaults.py); checked >= 0 below
+    #: 0 = auto, as for adapter-width: the method's and task's default (DEFAULTS); checked >= 0 below
     adapter_steps: int = option(0, high=1_000_000, old="adapter-steps")
     adapter_width: int = option(0, high=16_384, old="adapter-width")
     adapter_weight_decay: float = option(1e-4, old="adapter-weight-decay")

@@ -117,3 +117,27 @@ def test_safe_declares_the_feature_cache_its_nodes_write():
     from fedforget.methods.safe.features import CACHE_PREFIX
 
     assert METHOD.feature_caches == (f"{CACHE_PREFIX}*",)
+
+
+def test_defaults_and_footprints_are_the_methods_own_pure_code():
+    """A method's auto-key defaults and memory estimate live in its planning modules, speak only of its
+    own variants, and name real run-config keys (the auto keys; the keys its estimate grows with)."""
+    from fedforget.core.config import RunConfig
+    from fedforget.core.defaults import AUTO_KEYS
+    from fedforget.methods.method import Defaults
+
+    keys = set(RunConfig().to_dict())
+    for m in FAMILIES:
+        for target in (m.defaults, m.footprint):
+            if target:
+                assert target.partition(":")[0] in m.planning, (m.name, target)
+        if m.defaults:
+            declared = resolve(m.defaults)
+            assert isinstance(declared, Defaults)
+            assert set(declared.variants) <= set(m.variants)
+            assert {v for v, _ in declared.pairs} <= set(m.variants)
+            for values in (*declared.variants.values(), *declared.pairs.values()):
+                assert values and set(values) <= set(AUTO_KEYS), (m.name, values)
+        assert set(m.size_keys) <= set(m.variants)
+        for variant_keys in m.size_keys.values():
+            assert set(variant_keys) <= keys, (m.name, variant_keys)
