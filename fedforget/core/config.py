@@ -11,7 +11,8 @@ from typing import Any
 from fedforget.core.defaults import AUTO_KEYS, resolve_defaults
 
 TASKS = ("digits-mlp", "fmnist-cnn", "fmnist-effnet", "rt-minilm", "hf", "rt-smollm", "fortunes-minilm",
-         "digits-mlp-val")  # the last: HO-SFL's validation split of digits-mlp (tasks/digits_validation.py)
+         "digits-mlp-val", "digits-mlp-perm", "digits-mlp-perm-val")  # HO-SFL's validation split of digits-mlp
+# (tasks/digits_validation.py) and its pixel-permuted positive control (tasks/digits_permuted.py)
 METHODS = ("fedavg", "fedsgt", "s3t", "sisa", "fedcio", "hosfl", "sfl", "zo-sfl", "fedshard", "safe", "protosisa")
 SERVING = ("allseq", "minseq", "longseq")
 PLACEMENTS = ("auto", "additive", "layer")
@@ -433,7 +434,8 @@ def parse_prior(text: str, groups: int) -> list[float]:
 SPLIT_METHODS = ("hosfl", "sfl", "zo-sfl")
 #: Blocks a split model can put on the client: digits-mlp fc1|fc2, fmnist-cnn conv1|conv2|fc1,
 #: rt-minilm transformer layers, rt-smollm decoder layers (the embeddings always stay on the client).
-SPLIT_MAX_CUT = {"digits-mlp": 2, "fmnist-cnn": 3, "rt-minilm": 6, "rt-smollm": 29, "digits-mlp-val": 2}
+SPLIT_MAX_CUT = {"digits-mlp": 2, "fmnist-cnn": 3, "rt-minilm": 6, "rt-smollm": 29, "digits-mlp-val": 2,
+                 "digits-mlp-perm": 2, "digits-mlp-perm-val": 2}
 
 
 def _check_split(cfg: RunConfig) -> None:
