@@ -14,14 +14,14 @@ the final runs, after every choice is made:
    no part in this choice.
 2. ``tune`` (on the chosen control's ``-val`` task): the same budget for every method, 9 settings x 2
    seeds: hosfl over P ∈ {20, 50, 100} perturbations x 3 client steps scaled with P (lr = c P / 50,
-   c ∈ {0.05, 0.1, 0.2}: a P-direction estimate's noise shrinks like 1/P, so its stable step grows with P;
+   c ∈ {0.05, 0.1, 0.2}: a P-direction estimate's noise shrinks like 1/P, so its stable step may grow with P;
    at P = 50 the grid reaches 0.2, twice the old grid's top), sfl and zo-sfl over 9 step sizes each (sfl's
    3 from step 1 count towards its 9). Best validation mean wins; ties go to the cheaper setting.
 3. ``final``: the chosen settings on the control's test task, seeds 1..5, arms hosfl, the frozen client
    (``hosfl.client-lr=0``, same P), sfl (local epochs, the same number of training samples) and zo-sfl;
    paired differences per seed with a 95 % t-interval (n - 1 degrees of freedom).
 
-    python benchmarks/hosfl_learns.py all     # about 110 runs of 15-35 s: 45-60 min on 2 loaded cores
+    python benchmarks/hosfl_learns.py all     # 100 runs of 15-50 s: about 35 min on 2 loaded cores
 
 ``control``, ``tune`` and ``final`` run one step each (each needs the ones before it in the JSON).
 Writes ``docs/results/hosfl_learns.json`` (rewritten after every run, ``partial`` until done) and ``.png``.
