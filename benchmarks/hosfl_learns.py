@@ -1,26 +1,29 @@
-"""Does the HO-SFL client learn without backprop? A positive control, honest tuning, paired seeds.
+"""Does the HO-SFL client learn without backprop? A positive control, every choice made on validation.
 
-Set-up (the positive control): ``digits-mlp`` cut after block 2, so the client holds the whole
-pretrained MLP body (fc1 and fc2 with their LoRA, d_c = 1,536) and the server only the linear head. A
-frozen client is then a linear probe on MNIST-pretrained features; training the client's layers matters.
-10 clients (IID), 3 per round, batch 32, server Adam lr 0.02, μ = 1e-3, HO-SFL P = 50 perturbations.
+Fixed a priori (not searched; the earlier set-up and the budget): 10 clients (IID), 3 per round, batch 32,
+server Adam lr 0.02, LoRA rank 4 (the default), 100 rounds, μ = 1e-3 (HO-SFL's and ZO-SFL's default).
+Everything else is chosen on a *validation* split carved from the clients' training data (digits'
+training split cut 4:1, ``fedforget/tasks/digits_validation.py``); the 360 test images are read only by
+the final runs, after every choice is made:
 
-1. ``tune``: every client step size (and HO-SFL's momentum) is picked on ``digits-mlp-val`` (the digits
-   training split cut 4:1 into client data and a validation split; the test split is never read), with
-   the same search budget for hosfl, zo-sfl and sfl: 6 settings x 2 validation seeds each.
-2. ``final``: the chosen settings on ``digits-mlp`` (all training rows, the 360 test rows), seeds 1..5,
-   arms hosfl, the frozen client (``hosfl.client-lr=0``), sfl (local epochs, the same number of training
-   samples) and zo-sfl; paired differences per seed with a 95 % t-interval (n - 1 degrees of freedom).
+1. ``control`` (which task and cut make the positive control): candidates ``digits-mlp`` and
+   ``digits-mlp-perm`` (the same digits under a fixed, seeded pixel permutation,
+   ``fedforget/tasks/digits_permuted.py``) x cut after block 1 or 2. On each candidate's ``-val`` task:
+   the frozen client (``hosfl.client-lr=0``) and first-order SFL at 3 of its step sizes, 2 seeds each. The
+   candidate with the largest validation gap (best SFL mean - frozen mean) is the control; HO-SFL plays
+   no part in this choice.
+2. ``tune`` (on the chosen control's ``-val`` task): the same budget for every method, 9 settings x 2
+   seeds: hosfl over P ∈ {20, 50, 100} perturbations x 3 client steps scaled with P (lr = c P / 50,
+   c ∈ {0.05, 0.1, 0.2}: a P-direction estimate's noise shrinks like 1/P, so its stable step may grow with P;
+   at P = 50 the grid reaches 0.2, twice the old grid's top), sfl and zo-sfl over 9 step sizes each (sfl's
+   3 from step 1 count towards its 9). Best validation mean wins; ties go to the cheaper setting.
+3. ``final``: the chosen settings on the control's test task, seeds 1..5, arms hosfl, the frozen client
+   (``hosfl.client-lr=0``, same P), sfl (local epochs, the same number of training samples) and zo-sfl;
+   paired differences per seed with a 95 % t-interval (n - 1 degrees of freedom).
 
-    python benchmarks/hosfl_learns.py all        # about 25 min on 2 loaded cores
-    python benchmarks/hosfl_learns.py llm        # rt-smollm, reduced: hosfl vs frozen, seed 1 (CPU, ~30 min)
+    python benchmarks/hosfl_learns.py all     # 100 runs of 15-50 s: about 35 min on 2 loaded cores
 
-``llm`` is the language-model check at a size 2 CPU cores allow (SmolLM2-135M cut 3, 240 / 200 snippets,
-batch 16, 40 rounds, IID): hosfl with P = 20 directions in the LoRA B factors of the client's three layers
-(``hosfl.zo-params=lora_B``, 18,432 of d_c = 46,080) at the method's default client step 0.01, against
-the frozen client. **Not tuned** (no validation split of rt-smollm here); it writes
-``docs/results/hosfl_learns_llm.json``.
-
+``control``, ``tune`` and ``final`` run one step each (each needs the ones before it in the JSON).
 Writes ``docs/results/hosfl_learns.json`` (rewritten after every run, ``partial`` until done) and ``.png``.
 """
 
@@ -53,15 +56,23 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "results"
 CLIENTS = 10
 ROUNDS = int(os.environ.get("HOSFL_LEARNS_ROUNDS", "100"))
-BASE: dict[str, Any] = {"task": "digits-mlp", "hosfl.cut": 2, "partitioner": "iid", "lr": 0.02, "optimizer": "adam",
-                        "hosfl.clients-per-round": 3, "batch-size": 32, "hosfl.mu": 1e-3}
-P = 50
-#: The search space, 6 settings per method (the same budget): (client-lr, client-momentum).
-GRID: dict[str, list[tuple[float, float]]] = {
-    "hosfl": [(0.003, 0.9), (0.006, 0.9), (0.01, 0.9), (0.02, 0.9), (0.03, 0.0), (0.1, 0.0)],
-    "sfl": [(0.01, 0.0), (0.03, 0.0), (0.1, 0.0), (0.3, 0.0), (0.6, 0.0), (1.0, 0.0)],
-    "zo-sfl": [(1e-5, 0.0), (3e-5, 0.0), (1e-4, 0.0), (3e-4, 0.0), (1e-3, 0.0), (3e-3, 0.0)],
+BASE: dict[str, Any] = {"partitioner": "iid", "lr": 0.02, "optimizer": "adam", "hosfl.clients-per-round": 3,
+                        "batch-size": 32, "hosfl.mu": 1e-3, "lora-r": 4}
+#: Positive-control candidates: (test task, cut); each tunes on its "-val" twin.
+CONTROLS: list[tuple[str, int]] = [("digits-mlp", 1), ("digits-mlp", 2), ("digits-mlp-perm", 1),
+                                   ("digits-mlp-perm", 2)]
+#: Training rows the clients hold: the -val tasks hold 4/5 of digits' 1,437 training rows.
+ROWS = {"val": 1150, "test": 1437}
+#: The search space, 9 settings per method (the same budget); a setting is (P, client-lr), P = 0 if unused.
+GRID: dict[str, list[tuple[int, float]]] = {
+    "hosfl": [(p, round(c * p / 50, 4)) for p in (20, 50, 100) for c in (0.05, 0.1, 0.2)],
+    "sfl": [(0, lr) for lr in (0.01, 0.02, 0.03, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5)],
+    "zo-sfl": [(0, lr) for lr in (1e-5, 3e-5, 1e-4, 2e-4, 5e-4, 1e-3, 1.5e-3, 2e-3, 3e-3)],
 }
+#: SFL's steps in the control search (a subset of its grid, so they count towards its tuning budget).
+CONTROL_SFL = (0.03, 0.1, 0.2)
+#: The frozen client's P in the control search (θ_c never moves, so P changes only the client's forwards).
+CONTROL_FROZEN_P = 20
 VAL_SEEDS = (11, 12)
 SEEDS = tuple(range(1, 1 + int(os.environ.get("HOSFL_LEARNS_SEEDS", "5"))))
 
@@ -72,12 +83,14 @@ def _t975(df: int) -> float:
     return float(t.ppf(0.975, df))
 
 
-def _overrides(method: str, lr: float, beta: float, rounds: int, per_client: int) -> dict[str, Any]:
-    o: dict[str, Any] = {"method": method, "hosfl.client-lr": lr, "local-epochs": 1}
+def _overrides(task: str, cut: int, method: str, p: int, lr: float, rows: int) -> dict[str, Any]:
+    o: dict[str, Any] = {"task": task, "hosfl.cut": cut, "method": method, "hosfl.client-lr": lr,
+                         "local-epochs": 1}
     if method == "hosfl":
-        o.update({"hosfl.perturbations": P, "hosfl.client-momentum": beta})
-    # SFL makes a local epoch per round: give it the samples of ``rounds`` one-batch rounds
-    n = max(1, round(rounds * BASE["batch-size"] / per_client)) if method == "sfl" else rounds
+        o["hosfl.perturbations"] = p
+    # SFL makes a local epoch per round: give it the samples of ROUNDS one-batch rounds
+    per_client = rows // CLIENTS
+    n = max(1, round(ROUNDS * BASE["batch-size"] / per_client)) if method == "sfl" else ROUNDS
     o.update({"num-rounds": n, "hosfl.eval-every": n})
     return o
 
@@ -94,13 +107,14 @@ def _run(store: Path, cfg: dict[str, Any]) -> dict[str, Any]:
     method = cfg["method"]
     steps = sum(int(r.get("local-steps", 0)) * len(r.get("forward-ok", [])) for r in rows) if method == "sfl" else 0
     # client passes: hosfl 1 + P forwards per client-round; zo-sfl 2; sfl one forward + one backward per local step
-    forwards = {"hosfl": client_rounds * (1 + int(cfg.get("hosfl.perturbations", 5))), "zo-sfl": 2 * client_rounds,
+    forwards = {"hosfl": client_rounds * (1 + int(cfg.get("hosfl.perturbations", 0))), "zo-sfl": 2 * client_rounds,
                 "sfl": steps}[method]
     total = traffic["total"]
     return {"accuracy": final["accuracy"], "rounds": cfg["num-rounds"], "samples": final.get("samples-total", 0),
             "client-rounds": client_rounds, "client-forwards": forwards,
             "client-backwards": steps, "bytes-up": sum(total["up"].values()), "bytes-down": sum(total["down"].values()),
-            "bytes-up-aggregation": total["up"]["aggregation"], "seconds": round(time.monotonic() - t0, 1)}
+            "bytes-up-aggregation": total["up"]["aggregation"], "d_c": s.manifest()["split"]["d_c"],
+            "seconds": round(time.monotonic() - t0, 1)}
 
 
 def _save(res: dict[str, Any], partial: bool) -> None:
@@ -108,29 +122,46 @@ def _save(res: dict[str, Any], partial: bool) -> None:
                                                       indent=1) + "\n", encoding="utf-8")
 
 
+def _validate(res: dict[str, Any], tmp: Path, task: str, cut: int, method: str, p: int, lr: float) -> float:
+    """Mean validation accuracy of one setting over VAL_SEEDS (cached in the JSON by its key)."""
+    key = f"{task}-val/cut={cut}/{method}/P={p}/lr={lr}"
+    runs = res.setdefault("validation-runs", {})
+    if key not in runs or len(runs[key]["per-seed"]) != len(VAL_SEEDS):
+        accs, secs = [], 0.0
+        for seed in VAL_SEEDS:
+            cfg = {**_overrides(f"{task}-val", cut, method, p, lr, ROWS["val"]), "seed": seed}
+            r = _run(tmp / f"val-{task}-{cut}-{method}-{p}-{lr}-{seed}", cfg)
+            accs.append(r["accuracy"])
+            secs += r["seconds"]
+            print(f"validation {key} seed {seed}: {r['accuracy']:.4f} ({r['seconds']:.0f} s)", flush=True)
+        runs[key] = {"task": f"{task}-val", "cut": cut, "method": method, "P": p, "client-lr": lr,
+                     "per-seed": accs, "mean": round(statistics.mean(accs), 4), "seconds": round(secs, 1)}
+        _save(res, True)
+    return runs[key]["mean"]
+
+
+def control(res: dict[str, Any], tmp: Path) -> None:
+    cands = {}
+    for task, cut in CONTROLS:
+        frozen = _validate(res, tmp, task, cut, "hosfl", CONTROL_FROZEN_P, 0.0)
+        sfl = {lr: _validate(res, tmp, task, cut, "sfl", 0, lr) for lr in CONTROL_SFL}
+        best = max(sfl, key=lambda lr: (sfl[lr], -lr))
+        cands[f"{task}/cut={cut}"] = {"task": task, "cut": cut, "frozen": frozen, "sfl-best": sfl[best],
+                                      "sfl-best-lr": best, "gap-points": round(100 * (sfl[best] - frozen), 2)}
+    res["control-search"] = cands
+    pick = max(cands.values(), key=lambda c: c["gap-points"])
+    res["control"] = {"task": pick["task"], "cut": pick["cut"], "validation-task": f"{pick['task']}-val",
+                      "rule": "largest validation gap: best SFL (of its control steps) - frozen client"}
+    _save(res, True)
+
+
 def tune(res: dict[str, Any], tmp: Path) -> None:
-    per_client = 1150 // CLIENTS
-    tuning = res.setdefault("tuning", {})
-    for method, grid in GRID.items():
-        for lr, beta in grid:
-            key = f"{method}/lr={lr}/beta={beta}"
-            if key in tuning and len(tuning[key]["per-seed"]) == len(VAL_SEEDS):
-                continue
-            accs = []
-            for seed in VAL_SEEDS:
-                cfg = {**_overrides(method, lr, beta, ROUNDS, per_client), "task": "digits-mlp-val", "seed": seed}
-                r = _run(tmp / f"tune-{method}-{lr}-{beta}-{seed}", cfg)
-                accs.append(r["accuracy"])
-                print(f"tune {key} seed {seed}: validation {r['accuracy']:.4f} ({r['seconds']:.0f} s)", flush=True)
-            tuning[key] = {"method": method, "client-lr": lr, "client-momentum": beta, "per-seed": accs,
-                           "mean": round(statistics.mean(accs), 4)}
-            _save(res, True)
+    task, cut = res["control"]["task"], res["control"]["cut"]
     chosen = {}
-    for method in GRID:
-        rows = [v for v in tuning.values() if v["method"] == method]
-        best = max(rows, key=lambda v: (v["mean"], -v["client-lr"]))  # ties: the smaller step
-        chosen[method] = {"client-lr": best["client-lr"], "client-momentum": best["client-momentum"],
-                          "validation": best["mean"]}
+    for method, grid in GRID.items():
+        means = {(p, lr): _validate(res, tmp, task, cut, method, p, lr) for p, lr in grid}
+        (p, lr) = max(means, key=lambda s: (means[s], -s[0], -s[1]))  # ties: fewer forwards, smaller step
+        chosen[method] = {"P": p, "client-lr": lr, "validation": means[(p, lr)]}
     res["chosen"] = chosen
     _save(res, True)
 
@@ -144,30 +175,34 @@ def _ci(diffs: list[float]) -> dict[str, Any]:
             "ci95": [round(mean - half, 2), round(mean + half, 2)], "n": n, "interval": "t, n-1 df"}
 
 
-def final(res: dict[str, Any], tmp: Path) -> None:
-    per_client = 1437 // CLIENTS
+def _arms(res: dict[str, Any]) -> dict[str, tuple[str, int, float]]:
     chosen = res["chosen"]
-    arms = {"hosfl": ("hosfl", chosen["hosfl"]["client-lr"], chosen["hosfl"]["client-momentum"]),
-            "hosfl-frozen": ("hosfl", 0.0, chosen["hosfl"]["client-momentum"]),
-            "sfl": ("sfl", chosen["sfl"]["client-lr"], 0.0),
-            "zo-sfl": ("zo-sfl", chosen["zo-sfl"]["client-lr"], 0.0)}
+    return {"hosfl": ("hosfl", chosen["hosfl"]["P"], chosen["hosfl"]["client-lr"]),
+            "hosfl-frozen": ("hosfl", chosen["hosfl"]["P"], 0.0),
+            "sfl": ("sfl", 0, chosen["sfl"]["client-lr"]),
+            "zo-sfl": ("zo-sfl", 0, chosen["zo-sfl"]["client-lr"])}
+
+
+def final(res: dict[str, Any], tmp: Path) -> None:
+    task, cut = res["control"]["task"], res["control"]["cut"]
+    arms = _arms(res)
     runs = res.setdefault("runs", {})
     for seed in SEEDS:  # seed-major: every finished seed gives a complete paired row
-        for arm, (method, lr, beta) in arms.items():
+        for arm, (method, p, lr) in arms.items():
             key = f"{arm}/{seed}"
             if key in runs:
                 continue
-            cfg = {**_overrides(method, lr, beta, ROUNDS, per_client), "seed": seed}
+            cfg = {**_overrides(task, cut, method, p, lr, ROWS["test"]), "seed": seed}
             runs[key] = {**_run(tmp / f"final-{arm}-{seed}", cfg), "config": cfg}
             print(f"final {arm} seed {seed}: test {runs[key]['accuracy']:.4f} ({runs[key]['seconds']:.0f} s)",
                   flush=True)
-            _summarise(res, list(arms))
+            _summarise(res)
             _save(res, True)
-    _summarise(res, list(arms))
+    _summarise(res)
 
 
-def _summarise(res: dict[str, Any], arms: list[str]) -> None:
-    runs = res["runs"]
+def _summarise(res: dict[str, Any]) -> None:
+    runs, arms = res["runs"], list(_arms(res))
     seeds = [s for s in SEEDS if all(f"{a}/{s}" in runs for a in arms)]
     res["seeds-complete"] = seeds
     res["arms"] = {}
@@ -179,7 +214,7 @@ def _summarise(res: dict[str, Any], arms: list[str]) -> None:
                                 "budget-per-run": {k: first[k] for k in ("rounds", "samples", "client-rounds",
                                                                          "client-forwards", "client-backwards",
                                                                          "bytes-up", "bytes-down",
-                                                                         "bytes-up-aggregation")}}
+                                                                         "bytes-up-aggregation", "d_c")}}
     pairs = {"hosfl-minus-frozen": ("hosfl", "hosfl-frozen"), "sfl-minus-frozen": ("sfl", "hosfl-frozen"),
              "hosfl-minus-sfl": ("hosfl", "sfl"), "zo-sfl-minus-frozen": ("zo-sfl", "hosfl-frozen")}
     res["paired-points"] = {name: _ci([100 * (runs[f"{a}/{s}"]["accuracy"] - runs[f"{b}/{s}"]["accuracy"])
@@ -187,91 +222,61 @@ def _summarise(res: dict[str, Any], arms: list[str]) -> None:
 
 
 def plot(res: dict[str, Any]) -> None:
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    cands = res["control-search"]
+    names = list(cands)
+    axes[0].bar(range(len(names)), [c["gap-points"] for c in cands.values()], 0.6)
+    axes[0].set_xticks(range(len(names)), names, fontsize=7, rotation=15)
+    axes[0].set_ylabel("validation: best SFL - frozen client, points")
+    axes[0].set_title("control search (validation)", fontsize=9)
     arms = list(res["arms"])
     for i, arm in enumerate(arms):
         accs = [res["runs"][f"{arm}/{s}"]["accuracy"] for s in res["seeds-complete"]]
-        axes[0].scatter([i] * len(accs), accs, s=14, alpha=0.7)
-        axes[0].bar(i, res["arms"][arm]["mean"], 0.6, alpha=0.35)
-    axes[0].set_xticks(range(len(arms)), arms, fontsize=8)
-    axes[0].set_ylabel("test accuracy (bars: mean; dots: seeds)")
-    axes[0].set_ylim(0, 1)
-    names = list(res["paired-points"])
-    for i, name in enumerate(names):
+        axes[1].scatter([i] * len(accs), accs, s=14, alpha=0.7)
+        axes[1].bar(i, res["arms"][arm]["mean"], 0.6, alpha=0.35)
+    axes[1].set_xticks(range(len(arms)), arms, fontsize=8)
+    axes[1].set_ylabel("test accuracy (bars: mean; dots: seeds)")
+    axes[1].set_ylim(0, 1)
+    axes[1].set_title("final runs (test)", fontsize=9)
+    pairs = list(res["paired-points"])
+    for i, name in enumerate(pairs):
         d = res["paired-points"][name]
-        axes[1].errorbar(i, d["mean"], yerr=[[d["mean"] - d["ci95"][0]], [d["ci95"][1] - d["mean"]]], fmt="o",
+        axes[2].errorbar(i, d["mean"], yerr=[[d["mean"] - d["ci95"][0]], [d["ci95"][1] - d["mean"]]], fmt="o",
                          capsize=4)
-    axes[1].axhline(0, color="grey", lw=0.8)
-    axes[1].axhline(3, color="green", lw=0.8, ls="--", label="+3 points (target for hosfl - frozen)")
-    axes[1].set_xticks(range(len(names)), names, fontsize=7, rotation=15)
-    axes[1].set_ylabel("paired difference, points (95 % t-interval)")
-    axes[1].legend(fontsize=7)
-    fig.suptitle(f"digits-mlp cut 2 (client: fc1+fc2 LoRA, server: head), {ROUNDS} rounds, "
-                 f"seeds {res['seeds-complete']}; step sizes tuned on validation", fontsize=9)
+    axes[2].axhline(0, color="grey", lw=0.8)
+    axes[2].axhline(3, color="green", lw=0.8, ls="--", label="+3 (target: hosfl - frozen)")
+    axes[2].axhline(5, color="orange", lw=0.8, ls=":", label="+5 (target: sfl - frozen)")
+    axes[2].set_xticks(range(len(pairs)), pairs, fontsize=7, rotation=15)
+    axes[2].set_ylabel("paired difference, points (95 % t-interval)")
+    axes[2].legend(fontsize=7)
+    c, ch = res["control"], res["chosen"]
+    fig.suptitle(f"{c['task']} cut {c['cut']}, {ROUNDS} rounds, seeds {res['seeds-complete']}; chosen on "
+                 f"{c['validation-task']}: hosfl P={ch['hosfl']['P']} lr={ch['hosfl']['client-lr']}, "
+                 f"sfl lr={ch['sfl']['client-lr']}, zo-sfl lr={ch['zo-sfl']['client-lr']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(OUT / "hosfl_learns.png", dpi=110)
 
 
-LLM_BASE: dict[str, Any] = {"task": "rt-smollm", "hosfl.cut": 3, "partitioner": "iid", "hosfl.clients-per-round": 3,
-                            "batch-size": 16, "hosfl.mu": 1e-3, "train-size": 240, "test-size": 200,
-                            "method": "hosfl", "hosfl.perturbations": 20, "hosfl.zo-params": "lora_B"}
-LLM_ARMS = {"hosfl": 0.01, "hosfl-frozen": 0.0}
-
-
-def llm() -> None:
-    rounds = int(os.environ.get("HOSFL_LEARNS_LLM_ROUNDS", "40"))
-    seeds = tuple(int(s) for s in os.environ.get("HOSFL_LEARNS_LLM_SEEDS", "1").split(","))
-    path = OUT / "hosfl_learns_llm.json"
-    res: dict[str, Any] = {"benchmark": "hosfl_learns_llm", "partial": True, "machine": machine_info(),
-                           "config": {**LLM_BASE, "rounds": rounds, "clients": CLIENTS}, "seeds": list(seeds),
-                           "tuned": False, "runs": {}}
-    with tempfile.TemporaryDirectory(prefix="hosfl-learns-llm-") as tmp:
-        for seed in seeds:
-            for arm, lr in LLM_ARMS.items():
-                cfg = {"hosfl.client-lr": lr, "num-rounds": rounds, "hosfl.eval-every": rounds, "seed": seed}
-                t0 = time.monotonic()
-                with quiet_flower():
-                    run_in_process({**LLM_BASE, **cfg, "store": str(Path(tmp) / f"{arm}-{seed}")}, CLIENTS)
-                s = Store.open(Path(tmp) / f"{arm}-{seed}")
-                rows = s.metrics()
-                traffic = summarize_traffic(rows)
-                res["runs"][f"{arm}/{seed}"] = {
-                    "accuracy": [r for r in rows if "accuracy" in r][-1]["accuracy"], "rounds": rounds,
-                    "client-rounds": traffic["client-rounds"],
-                    "client-forwards": traffic["client-rounds"] * (1 + LLM_BASE["hosfl.perturbations"]),
-                    "bytes-up": sum(traffic["total"]["up"].values()),
-                    "bytes-down": sum(traffic["total"]["down"].values()),
-                    "bytes-up-aggregation": traffic["total"]["up"]["aggregation"],
-                    "d_c": s.manifest()["split"]["d_c"], "zo-dim": s.manifest()["split"].get("zo-dim"),
-                    "seconds": round(time.monotonic() - t0, 1)}
-                print(f"llm {arm} seed {seed}: {res['runs'][f'{arm}/{seed}']['accuracy']:.4f} "
-                      f"({time.monotonic() - t0:.0f} s)", flush=True)
-                path.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
-            diffs = [100 * (res["runs"][f"hosfl/{x}"]["accuracy"] - res["runs"][f"hosfl-frozen/{x}"]["accuracy"])
-                     for x in seeds if f"hosfl-frozen/{x}" in res["runs"]]
-            res["paired-points"] = {"hosfl-minus-frozen": [round(d, 2) for d in diffs]}
-    res["partial"] = False
-    path.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("part", choices=["tune", "final", "all", "llm"])
+    parser.add_argument("part", choices=["control", "tune", "final", "all"])
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
-    if args.part == "llm":
-        llm()
-        return
+    config = {**BASE, "clients": CLIENTS, "rounds": ROUNDS, "controls": [list(c) for c in CONTROLS],
+              "control-sfl-steps": list(CONTROL_SFL), "control-frozen-P": CONTROL_FROZEN_P,
+              "grid": {m: [list(g) for g in grid] for m, grid in GRID.items()}, "validation-seeds": list(VAL_SEEDS),
+              "seeds": list(SEEDS)}
     path = OUT / "hosfl_learns.json"
     res: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    if res.get("config") != config:  # another design's file: start afresh
+        res = {}
     res.pop("benchmark", None)
     res.pop("partial", None)
-    res.update({"machine": machine_info(), "config": {**BASE, "clients": CLIENTS, "hosfl.perturbations": P,
-                                                      "rounds": ROUNDS},
-                "grid": {m: [list(g) for g in grid] for m, grid in GRID.items()}, "validation-seeds": list(VAL_SEEDS),
-                "seeds": list(SEEDS), "validation-task": "digits-mlp-val"})
+    res.update({"machine": machine_info(), "config": config})
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="hosfl-learns-") as tmp:
+        if args.part in ("control", "all"):
+            control(res, Path(tmp))
         if args.part in ("tune", "all"):
             tune(res, Path(tmp))
         if args.part in ("final", "all"):
@@ -279,7 +284,7 @@ def main() -> None:
             plot(res)
     res["seconds-this-invocation"] = round(time.monotonic() - t0, 1)
     _save(res, args.part != "all" and "paired-points" not in res)
-    print(json.dumps({k: res.get(k) for k in ("chosen", "arms", "paired-points")}, indent=1), flush=True)
+    print(json.dumps({k: res.get(k) for k in ("control", "chosen", "arms", "paired-points")}, indent=1), flush=True)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,10 @@ from fedforget.core.config_keys import ConfigError, ConfigTable, option
 from fedforget.core.defaults import AUTO_KEYS, resolve_defaults
 from fedforget.methods.registry import BY_VARIANT, FAMILIES, resolve
 
+#: The last four serve HO-SFL's benchmarks: validation splits (tasks/digits_validation.py, tasks/smollm.py)
+#: and the pixel-permuted positive control (tasks/digits_permuted.py).
 TASKS = ("digits-mlp", "fmnist-cnn", "fmnist-effnet", "rt-minilm", "hf", "rt-smollm", "fortunes-minilm",
-         "digits-mlp-val", "rt-smollm-val")  # the last two: HO-SFL's validation splits (tasks/*validation*)
+         "digits-mlp-val", "rt-smollm-val", "digits-mlp-perm", "digits-mlp-perm-val")
 METHODS: tuple[str, ...] = tuple(BY_VARIANT)  # each method package's variants, in registry order
 ACTIONS = ("train", "retrain", "propagate")
 PARTITIONERS = ("iid", "dirichlet")

@@ -61,6 +61,8 @@ class TaskDims:
 TASK_DIMS: dict[str, TaskDims] = {
     "digits-mlp": TaskDims(384, 650, 16_576, 64, 10, 1437, 1437),
     "digits-mlp-val": TaskDims(384, 650, 16_576, 64, 10, 1150, 1150),  # HO-SFL tuning split
+    "digits-mlp-perm": TaskDims(384, 650, 16_576, 64, 10, 1437, 1437),  # pixel-permuted digits-mlp
+    "digits-mlp-perm-val": TaskDims(384, 650, 16_576, 64, 10, 1150, 1150),  # its tuning split
     "fmnist-cnn": TaskDims(1897, 1290, 205_632, 128, 10, 12_000, 60_000),
     "fmnist-effnet": TaskDims(21_184, 12_810, 3_371_008, 1280, 10, 3000, 60_000),
     "rt-minilm": TaskDims(9216, 770, 22_565_376, 384, 2, 4000, 10_246),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fedforget.core.config import RunConfig
 from fedforget.tasks.base import TaskData, TaskSpec
 from fedforget.tasks.builtin_vision import DIGITS_MLP, FMNIST_CNN
+from fedforget.tasks.digits_permuted import DIGITS_MLP_PERM, DIGITS_MLP_PERM_VAL
 from fedforget.tasks.digits_validation import DIGITS_MLP_VAL
 from fedforget.tasks.effnet import FMNIST_EFFNET
 from fedforget.tasks.fortunes import FORTUNES_MINILM
@@ -16,7 +17,7 @@ from fedforget.tasks.text import RT_MINILM
 TASKS: dict[str, TaskSpec] = {
     spec.name: spec
     for spec in (DIGITS_MLP, FMNIST_CNN, FMNIST_EFFNET, RT_MINILM, HF_GENERIC, RT_SMOLLM, FORTUNES_MINILM,
-                 DIGITS_MLP_VAL, RT_SMOLLM_VAL)
+                 DIGITS_MLP_VAL, RT_SMOLLM_VAL, DIGITS_MLP_PERM, DIGITS_MLP_PERM_VAL)
 }
 
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 #: Blocks a split model can put on the client: digits-mlp fc1|fc2, fmnist-cnn conv1|conv2|fc1,
 #: rt-minilm transformer layers, rt-smollm decoder layers (the embeddings always stay on the client).
 SPLIT_MAX_CUT = {"digits-mlp": 2, "fmnist-cnn": 3, "rt-minilm": 6, "rt-smollm": 29, "digits-mlp-val": 2,
+                 "digits-mlp-perm": 2, "digits-mlp-perm-val": 2,
                  "rt-smollm-val": 29}
 
 #: What their auto keys take before the task's (core/defaults.py). One HO-SFL / ZO-SFL round is one

@@ -134,7 +134,7 @@ def _decoder_blocks(wrapper: nn.Module) -> list[Block]:
 
 
 def _blocks(task: str, backbone: nn.Module, cut: int) -> tuple[list[Block], list[Block]]:
-    if task in ("digits-mlp", "digits-mlp-val"):  # the validation variant: same model
+    if task in ("digits-mlp", "digits-mlp-val", "digits-mlp-perm", "digits-mlp-perm-val"):  # variants: same model
         blocks = _mlp_blocks(backbone)
         return blocks[:cut], blocks[cut:]
     if task == "fmnist-cnn":
