@@ -127,7 +127,7 @@ class Benchmark:
                        "test-size": args.test_size, "validation-task": "rt-smollm-val",
                        "validation-train-size": args.train_size, "workers": args.workers},
             "grid": {m: [list(g) for g in grid] for m, grid in self.grid.items()},
-            "validation-seeds": list(VAL_SEEDS), "seeds": list(self.seeds), "runs": {}}
+            "validation-seeds": list(VAL_SEEDS), "seeds": list(self.seeds), "final-arms": list(args.arms), "runs": {}}
         if args.resume:  # finished runs of an earlier invocation with the same set-up are kept, not rerun
             earlier = json.loads(Path(args.resume).read_text(encoding="utf-8"))
             if earlier["config"] | {"workers": args.workers} != self.res["config"]:
@@ -181,7 +181,7 @@ class Benchmark:
     def summarise(self) -> None:
         runs = self.res["runs"]
         arms = ("hosfl", "hosfl-frozen", "sfl", "zo-sfl")
-        seeds = [s for s in self.seeds if all(f"final/{a}/{s}" in runs for a in arms)]
+        seeds = [s for s in self.seeds if all(f"final/{a}/{s}" in runs for a in self.args.arms)]
         self.res["seeds-complete"] = seeds
         self.res["arms"] = {}
         for arm in arms:
@@ -222,8 +222,8 @@ def drive(args: argparse.Namespace) -> None:
     bench = Benchmark(args)
     t0 = time.monotonic()
     tuning = bench.tuning_jobs()
-    queue = [job for job in tuning + bench.final_jobs({"hosfl-frozen": ("hosfl", 0.0, 0.0)})  # frozen: no tuning
-             if job[0] not in bench.res["runs"]]
+    frozen = bench.final_jobs({"hosfl-frozen": ("hosfl", 0.0, 0.0)} if "hosfl-frozen" in args.arms else {})
+    queue = [job for job in tuning + frozen if job[0] not in bench.res["runs"]]  # the frozen arm needs no tuning
     threads = max(1, (os.cpu_count() or 2) // max(1, args.workers))
     running: dict[Future[dict[str, Any]], tuple[str, dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="hosfl-llm-jobs-") as scratch, \
@@ -232,7 +232,8 @@ def drive(args: argparse.Namespace) -> None:
             if "chosen" not in bench.res and all(k in bench.res["runs"] for k, _ in tuning):
                 chosen = bench.chosen()
                 bench.res["chosen"] = chosen
-                later = bench.final_jobs({m: (m, c["client-lr"], c["client-momentum"]) for m, c in chosen.items()})
+                later = bench.final_jobs({m: (m, c["client-lr"], c["client-momentum"]) for m, c in chosen.items()
+                                          if m in args.arms})
                 queue.extend(sorted((job for job in later if job[0] not in bench.res["runs"]),
                                     key=lambda job: int(job[0].rsplit("/", 1)[1])))  # seed-major
                 print(f"chosen on validation: {json.dumps(chosen)}", flush=True)
@@ -319,6 +320,9 @@ def main() -> None:
     parser.add_argument("--grid-size", type=int, default=len(GRID["hosfl"]), help="the first N settings per method")
     parser.add_argument("--start-until-s", type=float, default=float("inf"),
                         help="start no run after this many seconds (the JSON then says partial)")
+    parser.add_argument("--arms", type=lambda text: tuple(text.split(",")),
+                        default=("hosfl", "hosfl-frozen", "sfl", "zo-sfl"),
+                        help="the final arms (comma-separated); a complete seed has all of them")
     parser.add_argument("--resume", default="", help="a result JSON whose finished runs to keep")
     parser.add_argument("--commit", default="", help="the commit this copy holds, where it has no .git")
     parser.add_argument("--out", default=str(ROOT / "docs" / "results" / "hosfl_learns_llm.json"))
