@@ -153,3 +153,30 @@ class RoundWatcher(Poller):
             accuracy = float(row.get("accuracy", "nan"))  # a chain method's phase rows carry none
             self.rows.append((int(row.get("round", len(self.rows))), now, accuracy))
             self.on_round(self.rows[-1][0], accuracy)
+
+
+def paired_interval(diffs: list[float]) -> dict[str, Any]:
+    """Mean, standard deviation and 95 % t-interval (n - 1 degrees of freedom) of paired differences."""
+    import statistics
+
+    from scipy.stats import t
+
+    n, mean = len(diffs), statistics.mean(diffs)
+    sd = statistics.stdev(diffs) if n > 1 else float("nan")
+    half = float(t.ppf(0.975, n - 1)) * sd / n**0.5 if n > 1 else float("nan")
+    return {"per-seed": [round(d, 2) for d in diffs], "mean": round(mean, 2), "sd": round(sd, 2),
+            "ci95": [round(mean - half, 2), round(mean + half, 2)], "n": n, "interval": "t, n-1 df"}
+
+
+def plot_paired(ax: Any, paired: dict[str, dict[str, Any]], targets: dict[float, str]) -> None:
+    """Each paired difference as its mean with its 95 % interval, beside zero and the ``targets`` lines."""
+    names = list(paired)
+    for i, name in enumerate(names):
+        d = paired[name]
+        ax.errorbar(i, d["mean"], yerr=[[d["mean"] - d["ci95"][0]], [d["ci95"][1] - d["mean"]]], fmt="o", capsize=4)
+    ax.axhline(0, color="grey", lw=0.8)
+    for (level, label), style in zip(targets.items(), (("green", "--"), ("orange", ":")), strict=False):
+        ax.axhline(level, color=style[0], lw=0.8, ls=style[1], label=label)
+    ax.set_xticks(range(len(names)), names, fontsize=7, rotation=15)
+    ax.set_ylabel("paired difference, points (95 % t-interval)")
+    ax.legend(fontsize=7)

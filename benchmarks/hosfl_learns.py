@@ -46,7 +46,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from bench_common import machine_info, quiet_flower  # noqa: E402
+from bench_common import machine_info, paired_interval, plot_paired, quiet_flower  # noqa: E402
 
 from fedforget.inprocess import run_in_process  # noqa: E402
 from fedforget.methods.hosfl.plan import summarize_traffic  # noqa: E402
@@ -75,12 +75,6 @@ CONTROL_SFL = (0.03, 0.1, 0.2)
 CONTROL_FROZEN_P = 20
 VAL_SEEDS = (11, 12)
 SEEDS = tuple(range(1, 1 + int(os.environ.get("HOSFL_LEARNS_SEEDS", "5"))))
-
-
-def _t975(df: int) -> float:
-    from scipy.stats import t
-
-    return float(t.ppf(0.975, df))
 
 
 def _overrides(task: str, cut: int, method: str, p: int, lr: float, rows: int) -> dict[str, Any]:
@@ -166,15 +160,6 @@ def tune(res: dict[str, Any], tmp: Path) -> None:
     _save(res, True)
 
 
-def _ci(diffs: list[float]) -> dict[str, Any]:
-    n = len(diffs)
-    mean = statistics.mean(diffs)
-    sd = statistics.stdev(diffs) if n > 1 else float("nan")
-    half = _t975(n - 1) * sd / n**0.5 if n > 1 else float("nan")
-    return {"per-seed": [round(d, 2) for d in diffs], "mean": round(mean, 2), "sd": round(sd, 2),
-            "ci95": [round(mean - half, 2), round(mean + half, 2)], "n": n, "interval": "t, n-1 df"}
-
-
 def _arms(res: dict[str, Any]) -> dict[str, tuple[str, int, float]]:
     chosen = res["chosen"]
     return {"hosfl": ("hosfl", chosen["hosfl"]["P"], chosen["hosfl"]["client-lr"]),
@@ -217,7 +202,8 @@ def _summarise(res: dict[str, Any]) -> None:
                                                                          "bytes-up-aggregation", "d_c")}}
     pairs = {"hosfl-minus-frozen": ("hosfl", "hosfl-frozen"), "sfl-minus-frozen": ("sfl", "hosfl-frozen"),
              "hosfl-minus-sfl": ("hosfl", "sfl"), "zo-sfl-minus-frozen": ("zo-sfl", "hosfl-frozen")}
-    res["paired-points"] = {name: _ci([100 * (runs[f"{a}/{s}"]["accuracy"] - runs[f"{b}/{s}"]["accuracy"])
+    res["paired-points"] = {name: paired_interval([100 * (runs[f"{a}/{s}"]["accuracy"]
+                                                           - runs[f"{b}/{s}"]["accuracy"])
                                        for s in seeds]) for name, (a, b) in pairs.items() if len(seeds) > 1}
 
 
@@ -238,16 +224,7 @@ def plot(res: dict[str, Any]) -> None:
     axes[1].set_ylabel("test accuracy (bars: mean; dots: seeds)")
     axes[1].set_ylim(0, 1)
     axes[1].set_title("final runs (test)", fontsize=9)
-    pairs = list(res["paired-points"])
-    for i, name in enumerate(pairs):
-        d = res["paired-points"][name]
-        axes[2].errorbar(i, d["mean"], yerr=[[d["mean"] - d["ci95"][0]], [d["ci95"][1] - d["mean"]]], fmt="o",
-                         capsize=4)
-    axes[2].axhline(0, color="grey", lw=0.8)
-    axes[2].axhline(3, color="green", lw=0.8, ls="--", label="+3 (target: hosfl - frozen)")
-    axes[2].axhline(5, color="orange", lw=0.8, ls=":", label="+5 (target: sfl - frozen)")
-    axes[2].set_xticks(range(len(pairs)), pairs, fontsize=7, rotation=15)
-    axes[2].set_ylabel("paired difference, points (95 % t-interval)")
+    plot_paired(axes[2], res["paired-points"], {3: "+3 (target: hosfl - frozen)", 5: "+5 (target: sfl - frozen)"})
     axes[2].legend(fontsize=7)
     c, ch = res["control"], res["chosen"]
     fig.suptitle(f"{c['task']} cut {c['cut']}, {ROUNDS} rounds, seeds {res['seeds-complete']}; chosen on "

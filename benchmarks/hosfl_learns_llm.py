@@ -41,6 +41,8 @@ from typing import Any
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from bench_common import machine_info, paired_interval, plot_paired, quiet_flower  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 CLIENTS = 10
 BASE: dict[str, Any] = {"task": "rt-smollm", "hosfl.cut": 3, "partitioner": "iid", "hosfl.clients-per-round": 3,
@@ -73,9 +75,6 @@ def one(config: dict[str, Any], result: Path) -> None:
     from fedforget.methods.hosfl.plan import summarize_traffic
     from fedforget.store import Store
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_common import quiet_flower
-
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="hosfl-llm-") as tmp:
         with quiet_flower():
@@ -95,21 +94,6 @@ def one(config: dict[str, Any], result: Path) -> None:
         "bytes-up": sum(total["up"].values()), "bytes-down": sum(total["down"].values()),
         "bytes-up-aggregation": total["up"]["aggregation"], "d_c": split["d_c"], "zo-dim": split.get("zo-dim"),
         "seconds": round(time.monotonic() - t0, 1)}) + "\n", encoding="utf-8")
-
-
-def _t975(df: int) -> float:
-    from scipy.stats import t
-
-    return float(t.ppf(0.975, df))
-
-
-def paired(diffs: list[float]) -> dict[str, Any]:
-    """Mean, standard deviation and 95 % t-interval of paired differences (points)."""
-    n, mean = len(diffs), statistics.mean(diffs)
-    sd = statistics.stdev(diffs) if n > 1 else float("nan")
-    half = _t975(n - 1) * sd / n**0.5 if n > 1 else float("nan")
-    return {"per-seed": [round(d, 2) for d in diffs], "mean": round(mean, 2), "sd": round(sd, 2),
-            "ci95": [round(mean - half, 2), round(mean + half, 2)], "n": n, "interval": "t, n-1 df"}
 
 
 class Benchmark:
@@ -137,9 +121,7 @@ class Benchmark:
             self.res["earlier-machines"] = [*earlier.get("earlier-machines", []), earlier["machine"]]
 
     def _machine(self) -> dict[str, Any]:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         import torch
-        from bench_common import machine_info
 
         info = machine_info()
         if self.args.commit:  # a copy of the checkout without git (a lent GPU machine) names its commit here
@@ -198,7 +180,7 @@ class Benchmark:
         for name, (a, b) in PAIRS.items():
             both = [s for s in self.seeds if f"final/{a}/{s}" in runs and f"final/{b}/{s}" in runs]
             if len(both) > 1:
-                self.res["paired-points"][name] = paired(
+                self.res["paired-points"][name] = paired_interval(
                     [100 * (runs[f"final/{a}/{s}"]["accuracy"] - runs[f"final/{b}/{s}"]["accuracy"]) for s in both])
 
     def save(self) -> None:
@@ -285,17 +267,8 @@ def plot(res: dict[str, Any], path: Path) -> None:
     axes[1].set_xticks(range(len(arms)), arms, fontsize=8)
     axes[1].set_ylabel("test accuracy (bars: mean; dots: seeds)")
     axes[1].set_ylim(0.4, 1)
-    names = list(res.get("paired-points", {}))
-    for i, name in enumerate(names):
-        d = res["paired-points"][name]
-        axes[2].errorbar(i, d["mean"], yerr=[[d["mean"] - d["ci95"][0]], [d["ci95"][1] - d["mean"]]], fmt="o",
-                         capsize=4)
-    axes[2].axhline(0, color="grey", lw=0.8)
-    axes[2].axhline(3, color="green", lw=0.8, ls="--", label="+3 points (target for hosfl - frozen)")
-    axes[2].set_xticks(range(len(names)), names, fontsize=7, rotation=15)
-    axes[2].set_ylabel("paired difference, points (95 % t-interval)")
-    axes[2].legend(fontsize=7)
-    if not names:
+    plot_paired(axes[2], res.get("paired-points", {}), {3: "+3 points (target for hosfl - frozen)"})
+    if not res.get("paired-points"):
         axes[2].set_title("no paired seeds yet", fontsize=8)
     cfg = res["config"]
     fig.suptitle(f"rt-smollm cut {cfg['hosfl.cut']}, {cfg['rounds']} rounds, train {cfg['train-size']} / test "
