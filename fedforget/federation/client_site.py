@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.app import Context, Message
 
 from fedforget.core.config import RunConfig, parse_run_config
-from fedforget.federation.messaging import PARTITION_KEY
+from fedforget.federation.control_messages import PartitionInfo
 from fedforget.store.store import resolve_store_path
 from fedforget.store.tombstones import load_tombstones
 from fedforget.tasks.plan_memory import remembered_plan
@@ -40,7 +40,7 @@ def node_partition(context: Context) -> tuple[int, int]:
 def describe(msg: Message, context: Context) -> Message:
     """Answer the server's discovery query with this node's partition."""
     pid, num = node_partition(context)
-    return Message(RecordDict({"info": ConfigRecord({PARTITION_KEY: pid, "num-partitions": num})}), reply_to=msg)
+    return Message(PartitionInfo(pid, num).to_record(), reply_to=msg)
 
 
 def dataset_key(cfg: RunConfig) -> str:

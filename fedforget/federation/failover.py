@@ -26,11 +26,12 @@ from collections.abc import Callable, Iterable, Sequence
 from logging import WARNING
 
 import numpy as np
-from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import Message, MessageType
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
+from fedforget.federation.control_messages import MalformedMessage, PartitionInfo, partition_queries
 from fedforget.federation.messaging import PARTITION_KEY, NodeFailure, ReliableGrid, send_slots
 
 REJOIN_ENV = "FEDFORGET_NODE_REJOIN_S"
@@ -70,13 +71,14 @@ def find_partition_nodes(grid: Grid, nodes: dict[int, int], wanted: set[int], ti
     ask = sorted(n for n in grid.get_node_ids() if n not in known or n in rejoined)
     if not ask or not wanted:
         return {}
-    query = [Message(RecordDict({"config": ConfigRecord({"ask": "partition"})}), dst_node_id=n,
-                     message_type=MessageType.QUERY) for n in ask]
     found = {}
-    for reply in send_slots(grid, query, timeout):
+    for reply in send_slots(grid, partition_queries(ask), timeout):
         if reply is None or reply.has_error():
             continue
-        pid = int(reply.content["info"][PARTITION_KEY])
+        try:
+            pid = PartitionInfo.from_record(reply.content).partition
+        except MalformedMessage:
+            continue
         if pid in wanted:
             found[pid] = reply.metadata.src_node_id
     return found

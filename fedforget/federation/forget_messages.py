@@ -12,13 +12,13 @@ from __future__ import annotations
 from logging import INFO
 from typing import TYPE_CHECKING
 
-import numpy as np
-from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.app import Message
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
+from fedforget.federation.control_messages import ForgetAck, ForgetSamples, MalformedMessage
 from fedforget.federation.failover import exchange_redo_or_exclude
-from fedforget.federation.messaging import PARTITION_KEY, NodeFailure, to_record
+from fedforget.federation.messaging import NodeFailure
 from fedforget.methods.registry import method_entry
 
 if TYPE_CHECKING:
@@ -26,11 +26,20 @@ if TYPE_CHECKING:
     from fedforget.store.ledger import Ledger
 
 
+def malformed_ack(reply: Message, _: int) -> str | None:
+    """Why a forget reply is not an acknowledgement (None when it is one): it is then redone like a lost one."""
+    try:
+        ForgetAck.from_record(reply.content)
+    except MalformedMessage as exc:
+        return f"malformed acknowledgement: {exc}"
+    return None
+
+
 def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> dict[int, int]:
     """The method's forget message to every client holding forgotten samples; they delete them for good."""
     if not forgotten:
         return {}
-    from fedforget.store.purge import PURGE_KEY, PURGE_RECORD, purge_mark, purged_sha_list
+    from fedforget.store.purge import purge_mark, purged_sha_list
 
     ledger = run.store.ledger()
     try:
@@ -39,20 +48,19 @@ def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> 
         ledger.close()
     shas = purged_sha_list(run.store)  # the clients drop their own copies of purged artifacts too
     messages = [
-        Message(RecordDict({"arrays": to_record({"samples": np.asarray(ids, dtype=np.int64)}),
-                            **({PURGE_RECORD: ConfigRecord({PURGE_KEY: shas})} if shas else {})}),
-                dst_node_id=run.nodes[p], message_type=method_entry(run.cfg.method).forget_message)
+        Message(ForgetSamples(tuple(ids), tuple(shas)).to_record(), dst_node_id=run.nodes[p],
+                message_type=method_entry(run.cfg.method).forget_message)
         for p, ids in sorted(forgotten.items())
     ]
     deleted = {}
     parts = sorted(forgotten)
-    replies, lost = exchange_redo_or_exclude(grid, run.nodes, messages, parts, run.cfg.round_timeout)
+    replies, lost = exchange_redo_or_exclude(grid, run.nodes, messages, parts, run.cfg.round_timeout, malformed_ack)
     if lost:
         raise NodeFailure(f"partition(s) {sorted(lost)} did not confirm deleting their forgotten samples; the "
                           "retrain stops (nothing half-done is served); run `fedforget retrain` when they are back")
     for reply in replies:
-        info = reply.content["info"]
-        deleted[int(info[PARTITION_KEY])] = int(info["deleted"])
+        ack = ForgetAck.from_record(reply.content)
+        deleted[ack.partition] = ack.deleted
     from fedforget.store.acks import record_acks  # the acknowledgements `status` and `receipt` show
 
     ledger = run.store.ledger()

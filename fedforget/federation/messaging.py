@@ -13,15 +13,16 @@ from collections.abc import Iterable, Sequence
 from logging import WARNING
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
+from fedforget.federation.control_messages import PARTITION_KEY as PARTITION_KEY  # re-exported: replies name it
+from fedforget.federation.control_messages import MalformedMessage, PartitionInfo, partition_queries
 from fedforget.federation.message_types import CHAIN, FORGET
 
 POLL_SECONDS = 0.05
-PARTITION_KEY = "partition-id"
 CHAIN_MESSAGE = CHAIN  # train one LoRA module on given slices (chains, FedShard)
 FORGET_MESSAGE = FORGET  # delete forgotten samples for good (every LoRA-family method)
 #: Prefix of a train reply's metrics about the model it received (evaluation folded into training).
@@ -183,14 +184,14 @@ def discover_partitions(grid: Grid, timeout: float) -> dict[int, int]:
     while True:
         new_nodes = [n for n in grid.get_node_ids() if n not in asked]
         if new_nodes:
-            query = [
-                Message(RecordDict({"config": ConfigRecord({"ask": "partition"})}), dst_node_id=n,
-                        message_type=MessageType.QUERY)
-                for n in sorted(new_nodes)
-            ]
+            query = partition_queries(sorted(new_nodes))
             for reply in exchange(grid, query, max(1.0, deadline - time.monotonic())):
-                info = reply.content["info"]
-                pid, num = int(info[PARTITION_KEY]), int(info["num-partitions"])
+                try:
+                    info = PartitionInfo.from_record(reply.content)
+                except MalformedMessage as exc:
+                    raise NodeFailure(f"node {reply.metadata.src_node_id} answered the partition query "
+                                      f"with a malformed reply: {exc}") from None
+                pid, num = info.partition, info.num_partitions
                 if expected is not None and num != expected:
                     raise NodeFailure(f"nodes disagree on num-partitions ({expected} vs {num})")
                 expected = num

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 from flwr.app import Message
 
-from fedforget.federation.messaging import PARTITION_KEY
+from fedforget.federation.control_messages import MalformedMessage, ModuleNeed
 from fedforget.store.module_cache import is_sha256
 from fedforget.store.store import Store
 
@@ -29,7 +29,6 @@ MODULES_KEY = "modules"  # ArrayRecord of a message: sha256 -> the artifact's by
 PREFIX_KEY = "prefix-sha256"  # config: the artifact sha256 of each frozen module, in slot order
 INIT_SEED_KEY = "init-seed"  # config: rebuild the new module from this seed (no "arrays" sent)
 KEEP_KEY = "keep-modules"  # config: whether the node may cache the modules it receives
-NEED_KEY = "need"  # ConfigRecord of a reply: the sha256s the node lacks
 
 
 def client_cache_enabled() -> bool:
@@ -67,19 +66,19 @@ class ModuleShipping:
 
 def need_of(reply: Message) -> list[str] | None:
     """The sha256s a node asks for, or None when the reply is not a ``need``."""
-    if reply.has_error() or NEED_KEY not in reply.content:
+    if reply.has_error() or not ModuleNeed.in_record(reply.content):
         return None
-    return [str(s) for s in reply.content[NEED_KEY]["sha256"]]
+    return list(ModuleNeed.from_record(reply.content).sha256)
 
 
 def check_need_reply(reply: Message, partition: int, named: Sequence[str]) -> str | None:
     """Why a ``need`` reply is unacceptable (None if it is fine): it must come from the partition
     asked and name only modules the message named."""
-    record = reply.content[NEED_KEY]
     try:
-        pid, shas = int(record[PARTITION_KEY]), [str(s) for s in record["sha256"]]
-    except (KeyError, TypeError, ValueError):
+        need = ModuleNeed.from_record(reply.content)
+    except MalformedMessage:
         return "malformed need"
+    pid, shas = need.partition, list(need.sha256)
     if pid != partition:
         return f"need claims partition {pid}, not {partition}"
     if not shas or not all(is_sha256(s) for s in shas) or not set(shas) <= set(named):

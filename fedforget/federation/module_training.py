@@ -7,14 +7,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from safetensors.numpy import load as st_load
 
 from fedforget.core.seeds import derive_seed
 from fedforget.federation.client_site import ClientSite
+from fedforget.federation.control_messages import ModuleNeed
 from fedforget.federation.messaging import PARTITION_KEY, to_numpy
 from fedforget.federation.module_messages import Slot, TrainModule
-from fedforget.federation.module_shipping import INIT_SEED_KEY, KEEP_KEY, MODULES_KEY, NEED_KEY, PREFIX_KEY
+from fedforget.federation.module_shipping import INIT_SEED_KEY, KEEP_KEY, MODULES_KEY, PREFIX_KEY
 from fedforget.federation.module_stack import Module, assemble, fresh_module, initial_head, split_state
 from fedforget.store.module_cache import cached_module, keep_module
 from fedforget.training.supervised import TrainSettings, train_supervised
@@ -74,8 +75,7 @@ def train_chain_position(msg: Message, context: Context) -> Message:
     slices = list(request.slices)
     frozen, missing = frozen_modules(msg, site.state_dir)
     if missing:  # not cached here (fresh state dir, corrupt file): ask for the bytes
-        need = ConfigRecord({PARTITION_KEY: site.partition, "sha256": missing})
-        return Message(RecordDict({NEED_KEY: need}), reply_to=msg)
+        return Message(ModuleNeed(site.partition, tuple(missing)).to_record(), reply_to=msg)
     if len(frozen) != len(slots) - 1:
         raise ValueError(f"the message names {len(frozen)} frozen module(s) for {len(slots)} slot(s)")
     trainable = start_state(site, msg, slots[-1], frozen)

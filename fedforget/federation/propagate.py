@@ -14,24 +14,23 @@ from __future__ import annotations
 
 from logging import INFO, WARNING
 
-import numpy as np
-from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.app import Message
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedforget.core.config import RunConfig
-from fedforget.federation.messaging import FORGET_MESSAGE, PARTITION_KEY, send_with_retries, to_record
+from fedforget.federation.control_messages import (
+    ForgetAck,
+    ForgetSamples,
+    MalformedMessage,
+    PartitionInfo,
+    partition_queries,
+)
+from fedforget.federation.messaging import FORGET_MESSAGE, send_with_retries
 from fedforget.methods.registry import entry_for_plan
 from fedforget.store import Store
 from fedforget.store.acks import record_acks
-from fedforget.store.purge import (
-    PURGE_KEY,
-    PURGE_RECORD,
-    purge_mark,
-    purged_sha_list,
-    unconfirmed_copies,
-    visible_partitions,
-)
+from fedforget.store.purge import purge_mark, purged_sha_list, unconfirmed_copies, visible_partitions
 
 
 def forget_message_type(plan_kind: str | None) -> str:
@@ -42,14 +41,15 @@ def forget_message_type(plan_kind: str | None) -> str:
 
 def reachable_partitions(grid: Grid, timeout: float) -> dict[int, int]:
     """partition → node id of the nodes that answer a ``query`` within ``timeout`` (absent ones are left out)."""
-    from flwr.app import MessageType
-
-    query = [Message(RecordDict({"config": ConfigRecord({"ask": "partition"})}), dst_node_id=n,
-                     message_type=MessageType.QUERY) for n in sorted(grid.get_node_ids())]
     found = {}
-    for reply in send_with_retries(grid, query, timeout):
-        if not reply.has_error():
-            found[int(reply.content["info"][PARTITION_KEY])] = reply.metadata.src_node_id
+    for reply in send_with_retries(grid, partition_queries(sorted(grid.get_node_ids())), timeout):
+        if reply.has_error():
+            continue
+        try:
+            found[PartitionInfo.from_record(reply.content).partition] = reply.metadata.src_node_id
+        except MalformedMessage as exc:
+            log(WARNING, "fedforget: node %s answered the partition query with a malformed reply (%s)",
+                reply.metadata.src_node_id, exc)
     return found
 
 
@@ -67,16 +67,19 @@ def run_propagation(grid: Grid, cfg: RunConfig) -> dict[int, int]:
         ledger.close()
     nodes = reachable_partitions(grid, cfg.round_timeout)
     shas = purged_sha_list(store)  # the clients drop their own copies of purged artifacts too
-    extra = {PURGE_RECORD: ConfigRecord({PURGE_KEY: shas})} if shas else {}
-    messages = [Message(RecordDict({"arrays": to_record({"samples": np.asarray(ids, dtype=np.int64)}), **extra}),
+    messages = [Message(ForgetSamples(tuple(ids), tuple(shas)).to_record(),
                         dst_node_id=nodes[p], message_type=forget_message_type(kind))
                 for p, ids in sorted({**forgotten, **holders}.items()) if p in nodes]
     deleted = {}
     for reply in send_with_retries(grid, messages, cfg.round_timeout) if messages else []:
         if reply.has_error():
             continue
-        info = reply.content["info"]
-        deleted[int(info[PARTITION_KEY])] = int(info["deleted"])
+        try:
+            ack = ForgetAck.from_record(reply.content)
+        except MalformedMessage as exc:  # not an acknowledgement: the partition stays pending
+            log(WARNING, "fedforget: node %s acknowledged with a malformed reply (%s)", reply.metadata.src_node_id, exc)
+            continue
+        deleted[ack.partition] = ack.deleted
     ledger = store.ledger()
     try:
         record_acks(ledger, deleted, copies_up_to=mark)

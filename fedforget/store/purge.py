@@ -91,9 +91,6 @@ def purged_shas(db: sqlite3.Connection) -> set[str]:
     return {r["sha256"] for r in purged_rows(db)} - kept_shas(db)
 
 
-PURGE_RECORD, PURGE_KEY = "purge", "purged-sha256"  # carried by query.forget: clients drop such files too
-
-
 def purged_sha_list(store: Any) -> list[str]:
     """The purged sha256s no valid artifact holds, for the clients' own copies (sorted)."""
     ledger = store.ledger()
@@ -110,13 +107,6 @@ def delete_files_named_by(folder: Path, shas: list[str]) -> int:
         path.unlink(missing_ok=True)
         gone += 1
     return gone
-
-
-def drop_purged_copies(msg: Any, state_dir: Path) -> int:
-    """In a ``query.forget`` handler: delete the node's files named by the purged sha256s the message carries."""
-    if PURGE_RECORD not in msg.content:
-        return 0
-    return delete_files_named_by(state_dir, [str(s) for s in msg.content[PURGE_RECORD][PURGE_KEY]])
 
 
 def files_named_by(root: Path, shas: set[str], subfolders: tuple[str, ...] = ("artifacts", "clients")) -> list[Path]:

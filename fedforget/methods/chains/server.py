@@ -24,6 +24,7 @@ from fedforget.core.config import ConfigError, RunConfig
 from fedforget.core.seeds import derive_seed, derive_seed32
 from fedforget.core.slicing import UnitId
 from fedforget.core.weighted_mean import weighted_mean
+from fedforget.federation.control_messages import ModuleNeed
 from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import check_chain_reply, exchange_redo_or_exclude
 from fedforget.federation.messaging import (
@@ -36,7 +37,6 @@ from fedforget.federation.messaging import (
 from fedforget.federation.module_messages import DEFAULT_SLOTS, Slot, TrainModule
 from fedforget.federation.module_shipping import (
     MODULES_KEY,
-    NEED_KEY,
     PREFIX_KEY,
     ModuleShipping,
     check_need_reply,
@@ -271,7 +271,7 @@ class ChainTrainer:
             return check_chain_reply(reply, partitions[i], shapes[i], len(self.run.plan.partition_ids(partitions[i])))
 
         def valid_or_need(reply: Message, i: int) -> str | None:
-            if not reply.has_error() and NEED_KEY in reply.content:
+            if not reply.has_error() and ModuleNeed.in_record(reply.content):
                 return check_need_reply(reply, partitions[i], list(messages[i].content["config"][PREFIX_KEY]))
             return valid_reply(reply, i)
 

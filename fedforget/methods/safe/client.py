@@ -11,11 +11,12 @@ from functools import lru_cache
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 
 from fedforget.core.config import RunConfig
 from fedforget.core.seeds import derive_seed
 from fedforget.federation.client_site import ClientSite
+from fedforget.federation.control_messages import ForgetAck, ForgetSamples
 from fedforget.federation.messaging import PARTITION_KEY, to_numpy
 from fedforget.methods.safe.adapters import AdapterSettings, FrozenCrossAttention, normalised, train_adapters
 from fedforget.methods.safe.budget import adapter_budget
@@ -24,7 +25,7 @@ from fedforget.methods.safe.features import cached_tokens, purge_tokens
 from fedforget.methods.safe.graph import bilevel_cells
 from fedforget.methods.safe.messages import CliqueResults, PlanKeys, PrototypeQuery, TrainCliques
 from fedforget.methods.safe.node_secret import node_secret
-from fedforget.store.purge import drop_purged_copies
+from fedforget.store.purge import delete_files_named_by
 from fedforget.store.tombstones import add_tombstones
 from fedforget.tasks.registry import get_task, partition_plan
 
@@ -147,14 +148,14 @@ def prototype_sums(msg: Message, context: Context) -> Message:
 def forget_samples(msg: Message, context: Context) -> Message:
     """``query.safeforget``: delete samples for good (tombstones) and every cached token file with them."""
     site = ClientSite.from_context(context)
-    ids = [int(i) for i in np.asarray(to_numpy(msg.content["arrays"])["samples"]).ravel()]
+    request = ForgetSamples.from_record(msg.content)
+    ids = list(request.samples)
     held = set(partition_plan(site.cfg, site.num_partitions).partition_ids(site.partition))
     foreign = sorted(set(ids) - held)
     if foreign:
         raise ValueError(f"partition {site.partition} does not hold sample(s) {foreign[:5]}")
     new = add_tombstones(site.state_dir, site.dataset_key, ids)
-    drop_purged_copies(msg, site.state_dir)
+    delete_files_named_by(site.state_dir, list(request.purged))
     purged = purge_tokens(site.state_dir)
-    info = ConfigRecord({PARTITION_KEY: site.partition, "deleted": new, "requested": len(ids),
-                         "purged-token-files": purged})
-    return Message(RecordDict({"info": info}), reply_to=msg)
+    ack = ForgetAck(site.partition, new, len(ids), {"purged-token-files": purged})
+    return Message(ack.to_record(), reply_to=msg)
