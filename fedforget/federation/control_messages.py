@@ -39,10 +39,11 @@ SHA256_KEY = "sha256"
 
 
 class MalformedMessage(ValueError):
-    """A control message's records do not carry what its type needs."""
+    """A message's records do not carry what its type needs (every typed message raises this one)."""
 
 
-def _record(content: RecordDict, name: str, kind: type) -> ArrayRecord | ConfigRecord:
+def required_record(content: RecordDict, name: str, kind: type) -> ArrayRecord | ConfigRecord:
+    """The record ``name`` of ``content``, which must be a ``kind``; otherwise :class:`MalformedMessage`."""
     record = content[name] if name in content else None
     if not isinstance(record, kind):
         raise MalformedMessage(f"no {kind.__name__} {name!r}")
@@ -50,7 +51,7 @@ def _record(content: RecordDict, name: str, kind: type) -> ArrayRecord | ConfigR
 
 
 def _config(content: RecordDict, name: str) -> ConfigRecord:
-    return _record(content, name, ConfigRecord)  # type: ignore[return-value]
+    return required_record(content, name, ConfigRecord)  # type: ignore[return-value]
 
 
 def _int(config: ConfigRecord, key: str) -> int:
@@ -127,7 +128,7 @@ class ForgetSamples:
 
     @classmethod
     def from_record(cls, content: RecordDict) -> ForgetSamples:
-        arrays = _record(content, ARRAYS, ArrayRecord)
+        arrays = required_record(content, ARRAYS, ArrayRecord)
         if SAMPLES_KEY not in arrays:
             raise MalformedMessage(f"no {SAMPLES_KEY}")
         ids = np.asarray(arrays[SAMPLES_KEY].numpy()).ravel()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from fedforget.core.config import RunConfig
 from fedforget.tasks.base import Backbone, TaskData, TaskSpec
 from fedforget.tasks.pretrained import load_pretrained
@@ -9,7 +11,12 @@ from fedforget.tasks.vision_data import digits_arrays, fashion_mnist_data, make_
 
 
 def _digits_data(cfg: RunConfig) -> TaskData:
-    xtr, ytr, xte, yte = digits_arrays()
+    return digits_task_data(cfg, digits_arrays())
+
+
+def digits_task_data(cfg: RunConfig, arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> TaskData:
+    """digits' rows (or a fixed transform of their pixels) as a task's data: the same subsets, the same ids."""
+    xtr, ytr, xte, yte = arrays
     return TaskData(
         train=make_examples(xtr, ytr, take_subset(len(ytr), cfg.train_size, "digits-train")),
         test=make_examples(xte, yte, take_subset(len(yte), cfg.test_size, "digits-test")),

@@ -22,9 +22,9 @@ import numpy as np
 from fedforget.core.config import RunConfig
 from fedforget.core.seeds import derive_seed
 from fedforget.tasks.base import TaskData, TaskSpec
-from fedforget.tasks.builtin_vision import _digits_backbone
+from fedforget.tasks.builtin_vision import _digits_backbone, digits_task_data
 from fedforget.tasks.digits_validation import validation_rows
-from fedforget.tasks.vision_data import digits_arrays, make_examples, take_subset
+from fedforget.tasks.vision_data import digits_arrays, make_examples
 
 PIXELS = 64
 
@@ -42,12 +42,7 @@ def permuted_digits_arrays() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
 
 
 def _perm_data(cfg: RunConfig) -> TaskData:
-    xtr, ytr, xte, yte = permuted_digits_arrays()
-    return TaskData(
-        train=make_examples(xtr, ytr, take_subset(len(ytr), cfg.train_size, "digits-train")),
-        test=make_examples(xte, yte, take_subset(len(yte), cfg.test_size, "digits-test")),
-        num_classes=10,
-    )
+    return digits_task_data(cfg, permuted_digits_arrays())
 
 
 def _perm_val_data(cfg: RunConfig) -> TaskData:

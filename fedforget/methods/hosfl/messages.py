@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
+from fedforget.federation.control_messages import MalformedMessage, required_record
 from fedforget.federation.messaging import PARTITION_KEY
 
 FORWARD = "train.forward"
@@ -60,23 +61,12 @@ PLUS_Z, PLUS_MASK = "plus-z", "plus-mask"
 MINUS_Z, MINUS_MASK = "minus-z", "minus-mask"
 
 
-class MalformedMessage(ValueError):
-    """A message's records do not carry what its type needs."""
-
-
-def _record(content: RecordDict, name: str, kind: type) -> ArrayRecord | ConfigRecord:
-    record = content[name] if name in content else None
-    if not isinstance(record, kind):
-        raise MalformedMessage(f"no {name}")
-    return record
-
-
 def _arrays(content: RecordDict, name: str) -> ArrayRecord:
-    return _record(content, name, ArrayRecord)  # type: ignore[return-value]
+    return required_record(content, name, ArrayRecord)  # type: ignore[return-value]
 
 
 def _config(content: RecordDict) -> ConfigRecord:
-    return _record(content, CONTROL, ConfigRecord)  # type: ignore[return-value]
+    return required_record(content, CONTROL, ConfigRecord)  # type: ignore[return-value]
 
 
 def _tensor(record: ArrayRecord, key: str) -> torch.Tensor:

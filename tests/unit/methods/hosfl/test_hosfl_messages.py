@@ -132,11 +132,11 @@ def test_a_forward_reply_missing_what_it_needs_is_malformed(record, key, expect)
 
 
 def test_replies_that_do_not_fit_are_malformed():
-    with pytest.raises(MalformedMessage, match="no aggregation"):
+    with pytest.raises(MalformedMessage, match="no ArrayRecord .aggregation."):
         ZoScalars.from_record(_without(ZoScalars(REPLY, torch.randn(P)).to_record(), "aggregation"), P)
     with pytest.raises(MalformedMessage, match="shape"):
         ZoScalars.from_record(ZoScalars(REPLY, torch.randn(P + 1)).to_record(), P)
-    with pytest.raises(MalformedMessage, match="no aggregation"):
+    with pytest.raises(MalformedMessage, match="no ArrayRecord .aggregation."):
         ClientTheta.from_record(ClientTheta(REPLY).to_record())  # θ_c is due
     with pytest.raises(MalformedMessage, match="shape"):
         ClientTheta.from_record(ClientTheta(REPLY, torch.randn(10)).to_record(), size=11)
@@ -153,7 +153,7 @@ def test_replies_that_do_not_fit_are_malformed():
     with pytest.raises(MalformedMessage, match="peak-rss-mb"):
         Activations.from_record(bad)
     swapped = RecordDict({"activations": ConfigRecord({"z": 1}), "control": REPLIES[0][0].to_record()["control"]})
-    with pytest.raises(MalformedMessage, match="no activations"):
+    with pytest.raises(MalformedMessage, match="no ArrayRecord .activations."):
         Activations.from_record(swapped)
 
 
