@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Annotated
 
 import typer
@@ -10,11 +9,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from fedforget.store import Store, StoreError
-from fedforget.store.check import corrupt_ledger
 from fedforget.store.ledger import LedgerUsageError
 from fedforget.store.store import resolve_store_path
-from fedforget.unlearning.cli_support import JsonOpt, StoreOpt, console, emit, from_cwd, open_store
-from fedforget.unlearning.errors import BROKEN_STORE_EXIT, fail
+from fedforget.unlearning.cli_support import JsonOpt, StoreOpt, console, emit, from_cwd, open_store, store_errors
+from fedforget.unlearning.errors import fail
 from fedforget.unlearning.flwr_runner import flwr_run
 from fedforget.unlearning.status import print_status, store_status
 
@@ -69,12 +67,8 @@ def status(
 ) -> None:
     """Serving plan, sequences and active prefixes, δ left, requests; --artifacts lists artifacts and sha256s."""
     handle = open_store(store)
-    try:
+    with store_errors():
         info = store_status(handle)
-    except (StoreError, LedgerUsageError) as exc:
-        fail(str(exc))
-    except sqlite3.DatabaseError as exc:  # a page of the sample index (not checked up front)
-        fail(corrupt_ledger(exc), code=BROKEN_STORE_EXIT)
     if as_json:
         emit(info, True)
     else:
@@ -94,12 +88,8 @@ def samples(
     from fedforget.unlearning.samples import client_samples
 
     handle = open_store(store)
-    try:
+    with store_errors():
         data = client_samples(handle, client, slice_)
-    except (StoreError, LedgerUsageError) as exc:
-        fail(str(exc))
-    except sqlite3.DatabaseError as exc:  # a page of the sample index (not checked up front)
-        fail(corrupt_ledger(exc), code=BROKEN_STORE_EXIT)
     if as_json:
         emit(data, True)
         return
@@ -122,12 +112,8 @@ def locate(
     from fedforget.unlearning.samples import locate_sample
 
     handle = open_store(store)
-    try:
+    with store_errors():
         data = locate_sample(handle, sample)
-    except (StoreError, LedgerUsageError) as exc:
-        fail(str(exc))
-    except sqlite3.DatabaseError as exc:  # a page of the sample index (not checked up front)
-        fail(corrupt_ledger(exc), code=BROKEN_STORE_EXIT)
     if as_json:
         emit(data, True)
         return
@@ -211,14 +197,11 @@ def evaluate(store: StoreOpt, as_json: JsonOpt = False) -> None:
     from fedforget.unlearning.evaluate import evaluate_store
 
     handle = open_store(store)
-    try:
-        result = evaluate_store(handle)
-    except ServingError as exc:
-        fail(str(exc), code=1)
-    except (StoreError, LedgerUsageError) as exc:
-        fail(str(exc))
-    except sqlite3.DatabaseError as exc:  # a page of the sample index (not checked up front)
-        fail(corrupt_ledger(exc), code=BROKEN_STORE_EXIT)
+    with store_errors():
+        try:
+            result = evaluate_store(handle)
+        except ServingError as exc:
+            fail(str(exc), code=1)
     if as_json:
         emit(result, True)
     else:
@@ -307,12 +290,8 @@ def audit(store: StoreOpt, as_json: JsonOpt = False) -> None:
     from fedforget.unlearning.audit import audit_store
 
     handle = open_store(store)
-    try:
+    with store_errors():
         result = audit_store(handle)
-    except (StoreError, LedgerUsageError) as exc:
-        fail(str(exc))
-    except sqlite3.DatabaseError as exc:  # a page of the sample index (not checked up front)
-        fail(corrupt_ledger(exc), code=BROKEN_STORE_EXIT)
     if as_json:
         emit(result, True)
         return

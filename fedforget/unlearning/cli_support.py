@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from fedforget.store import Store, StoreError
-from fedforget.store.check import check_store
+from fedforget.store.check import check_store, corrupt_ledger
+from fedforget.store.ledger import LedgerUsageError
 from fedforget.unlearning.errors import BROKEN_STORE_EXIT, fail
 
 console = Console()
@@ -44,3 +48,15 @@ def open_store(path: str) -> Store:
 
 def emit(data: dict, as_json: bool) -> None:
     print(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+@contextmanager
+def store_errors(*also: type[Exception]) -> Iterator[None]:
+    """A store command's errors as one-line exits: a store or ledger the user must fix (and ``also``) exits 2;
+    a damaged page of the sample index, which is not checked up front, exits as a broken store."""
+    try:
+        yield
+    except (StoreError, LedgerUsageError, *also) as exc:
+        fail(str(exc))
+    except sqlite3.DatabaseError as exc:
+        fail(corrupt_ledger(exc), code=BROKEN_STORE_EXIT)

@@ -56,13 +56,18 @@ def finished_store(proc, store: Path) -> Store:  # noqa: ANN001
     return Store.open(store)
 
 
-def artifact_shas(store: Store) -> dict[str, str]:
-    """Every recorded artifact id → its sha256."""
+def artifact_rows(store: Store) -> dict[str, dict]:
+    """Every recorded artifact id → its ledger row."""
     ledger = store.ledger()
     try:
-        return {a["artifact"]: a["sha256"] for a in ledger.artifacts()}
+        return {a["artifact"]: a for a in ledger.artifacts()}
     finally:
         ledger.close()
+
+
+def artifact_shas(store: Store) -> dict[str, str]:
+    """Every recorded artifact id → its sha256."""
+    return {a: row["sha256"] for a, row in artifact_rows(store).items()}
 
 
 def copy_store(src: Path, parent: Path, name: str = "store") -> Store:

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import typer
 
-from fedforget.store import StoreError
-from fedforget.store.check import corrupt_ledger
-from fedforget.store.ledger import LedgerUsageError
-from fedforget.unlearning.cli_support import JsonOpt, StoreOpt, console, emit, open_store
-from fedforget.unlearning.errors import BROKEN_STORE_EXIT, fail
+from fedforget.unlearning.cli_support import JsonOpt, StoreOpt, console, emit, open_store, store_errors
 
 
 def add_commands(app: typer.Typer) -> None:
@@ -23,12 +17,8 @@ def fairness(store: StoreOpt, as_json: JsonOpt = False) -> None:
     from fedforget.unlearning.errors import UsageError
 
     handle = open_store(store)
-    try:
+    with store_errors(UsageError):
         report = fairness_of_store(handle)
-    except (UsageError, StoreError, LedgerUsageError) as exc:
-        fail(str(exc))
-    except sqlite3.DatabaseError as exc:  # a page of the sample index (not checked up front)
-        fail(corrupt_ledger(exc), code=BROKEN_STORE_EXIT)
     if as_json:
         emit(report, True)
         return

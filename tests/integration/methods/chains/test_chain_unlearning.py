@@ -13,7 +13,7 @@ from fedforget.store import Store
 from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.status import store_status
 from fedforget.unlearning.verify import verify_store
-from tests.integration.helpers import copy_store, train_in_process
+from tests.integration.helpers import artifact_rows, copy_store, train_in_process
 
 NODES = 3
 FEDSGT = {"method": "fedsgt", "chains.groups": 3, "chains.budget": 3, "slices-per-client": 2}
@@ -35,20 +35,12 @@ def _first_sample(store: Store, partition: int, slice_: int = 0) -> int:
     return store.manifest()["partitions"][str(partition)][slice_][0]
 
 
-def _artifacts(store: Store) -> dict[str, dict]:
-    ledger = store.ledger()
-    try:
-        return {a["artifact"]: a for a in ledger.artifacts()}
-    finally:
-        ledger.close()
-
-
 def test_forget_is_exact_at_once_and_every_artifact_that_saw_the_sample_fails_verify(fedsgt_store, tmp_path):
     store = copy_store(fedsgt_store, tmp_path)
-    before = _artifacts(store)
+    before = artifact_rows(store)
     result = forget_request(store, samples=[_first_sample(store, 1)])
     assert result.invalidated and result.serving["available"]
-    after = _artifacts(store)
+    after = artifact_rows(store)
     assert {a: r["sha256"] for a, r in after.items()} == {a: r["sha256"] for a, r in before.items()}  # no training
     report = verify_store(store, include_all=True)
     assert report["exact"] and report["served"] > 0
@@ -63,11 +55,11 @@ def test_retrain_rebuilds_only_invalid_artifacts_and_clients_drop_the_data_for_g
     first = forget_request(store, slices=["0:1"])
     second = forget_request(store, samples=[sample])
     invalid = sorted(set(first.invalidated) | set(second.invalidated))
-    untouched = {a: r["sha256"] for a, r in _artifacts(store).items() if a not in invalid}
+    untouched = {a: r["sha256"] for a, r in artifact_rows(store).items() if a not in invalid}
     _retrain(store)
     final = [m for m in store.metrics() if m.get("final")][-1]
     assert sorted(final["rebuilt"]) == invalid
-    after = _artifacts(store)
+    after = artifact_rows(store)
     assert all(r["valid"] for r in after.values())
     assert {a: after[a]["sha256"] for a in untouched} == untouched
     status = store_status(store, accuracy=False)
@@ -81,7 +73,7 @@ def test_retrain_rebuilds_only_invalid_artifacts_and_clients_drop_the_data_for_g
 
 
 def test_truncating_a_sequence_equals_training_only_its_first_phases(fedsgt_store, tmp_path, monkeypatch):
-    full = _artifacts(Store.open(fedsgt_store))
+    full = artifact_rows(Store.open(fedsgt_store))
     real_plan = chains.build_chain_plan
 
     def first_two_phases(cfg, run):  # noqa: ANN001, ANN202
@@ -90,7 +82,7 @@ def test_truncating_a_sequence_equals_training_only_its_first_phases(fedsgt_stor
                           plan.stacking, plan.placement, plan.rounds_per_phase, plan.serving)
 
     monkeypatch.setattr(chains, "build_chain_plan", first_two_phases)
-    short = _artifacts(train_in_process(tmp_path / "short", NODES, **FEDSGT))
+    short = artifact_rows(train_in_process(tmp_path / "short", NODES, **FEDSGT))
     assert len(short) == 6 and set(short) < set(full)
     assert {a: r["sha256"] for a, r in short.items()} == {a: full[a]["sha256"] for a in short}
 
@@ -105,7 +97,7 @@ def test_each_sequence_sharded_method_forgets_and_retrains_exactly(tmp_path, ove
     result = forget_request(store, samples=[_first_sample(store, 0)])
     assert result.invalidated
     if overrides["method"] == "s3t":
-        metas = [a["meta"] for a in _artifacts(store).values()]
+        metas = [a["meta"] for a in artifact_rows(store).values()]
         assert {tuple(m["targets"]) for m in metas} == {("fc2",), ("fc1",)}  # one layer block per phase
     report = verify_store(store, include_all=True)
     assert report["exact"] == result.serving["available"]

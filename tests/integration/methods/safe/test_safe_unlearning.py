@@ -12,7 +12,7 @@ from fedforget.inprocess import run_in_process
 from fedforget.store import Store
 from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.verify import verify_store
-from tests.integration.helpers import copy_store, train_in_process
+from tests.integration.helpers import artifact_rows, copy_store, train_in_process
 
 NODES = 3
 SAFE = {"method": "safe", "safe.coarse": 2, "safe.fine": 2, "num-rounds": 2, "safe.adapter-steps": 6}
@@ -25,14 +25,6 @@ def safe_store(tmp_path_factory):
     return path
 
 
-def _artifacts(store: Store) -> dict[str, dict]:
-    ledger = store.ledger()
-    try:
-        return {a["artifact"]: a for a in ledger.artifacts()}
-    finally:
-        ledger.close()
-
-
 def _retrain(store: Store, nodes: int = NODES) -> dict:
     run_in_process({**store.manifest()["config"], "store": str(store.root), "action": "retrain"}, nodes)
     return [m for m in store.metrics() if m.get("final")][-1]
@@ -40,7 +32,7 @@ def _retrain(store: Store, nodes: int = NODES) -> dict:
 
 def test_one_forgotten_sample_retrains_exactly_one_clique_and_verify_is_bit_exact(safe_store, tmp_path):
     store = copy_store(safe_store, tmp_path)
-    before = _artifacts(store)
+    before = artifact_rows(store)
     sample = store.manifest()["partitions"]["1"][0][0]
     result = forget_request(store, samples=[sample])
     cliques = [a for a in result.invalidated if "/proto/" not in a]
@@ -50,7 +42,7 @@ def test_one_forgotten_sample_retrains_exactly_one_clique_and_verify_is_bit_exac
     done = _retrain(store)
     assert done["rebuilt"] == cliques
     assert done["samples-visited"] == _step_budget_visits(store, cliques[0], sample)  # steps, not passes
-    after = _artifacts(store)
+    after = artifact_rows(store)
     changed = {a for a in after if after[a]["sha256"] != before[a]["sha256"]}
     assert changed == set(result.invalidated)
     report = verify_store(store, include_all=True)
