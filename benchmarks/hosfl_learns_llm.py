@@ -15,12 +15,13 @@ coordinates) with P = 20 directions a round; P and the subspace are fixed up fro
 
 Runs go to a pool of worker processes (``--workers``), each a real in-process Flower run
 (:func:`fedforget.inprocess.run_in_process`); forwards run on CUDA when one is visible
-(``hosfl.device=auto``). The frozen arm and the tuning runs go first; the result JSON is rewritten
+(``hosfl.device=auto``). The tuning runs go first (only for methods with a final arm), the frozen arm
+fills the workers they leave idle, then the final runs go seed by seed; the result JSON is rewritten
 after every run (``partial`` until done), so a run cut short still reports every finished seed.
 
     python benchmarks/hosfl_learns_llm.py --workers 16 --rounds 150       # a GPU machine, 16 cores
-    python benchmarks/hosfl_learns_llm.py --workers 1 --rounds 40 --train-size 240 --test-size 200 \\
-        --seeds 1 --grid-size 1                                           # 2 CPU cores: hours
+    python benchmarks/hosfl_learns_llm.py --workers 2 --rounds 30 --train-size 1000 --test-size 300 \\
+        --arms hosfl,hosfl-frozen,sfl --out docs/results/hosfl_learns_llm_cpu.json   # 2 CPU cores: ~2 h
 """
 
 from __future__ import annotations
@@ -102,7 +103,10 @@ class Benchmark:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.out = Path(args.out)
-        self.grid = {m: g[: args.grid_size] for m, g in GRID.items()}
+        earlier = json.loads(Path(args.resume).read_text(encoding="utf-8")) if args.resume else None
+        tuned = {key.split("/")[1] for key in (earlier or {}).get("runs", {}) if key.startswith("tune/")}
+        # a method is tuned when it has a final arm (or was tuned by the run this one resumes)
+        self.grid = {m: g[: args.grid_size] for m, g in GRID.items() if m in args.arms or m in tuned}
         self.seeds = tuple(range(1, args.seeds + 1))
         self.lock = threading.Lock()
         self.res: dict[str, Any] = {
@@ -112,8 +116,7 @@ class Benchmark:
                        "validation-train-size": args.train_size, "workers": args.workers},
             "grid": {m: [list(g) for g in grid] for m, grid in self.grid.items()},
             "validation-seeds": list(VAL_SEEDS), "seeds": list(self.seeds), "final-arms": list(args.arms), "runs": {}}
-        if args.resume:  # finished runs of an earlier invocation with the same set-up are kept, not rerun
-            earlier = json.loads(Path(args.resume).read_text(encoding="utf-8"))
+        if earlier is not None:  # finished runs of an earlier invocation with the same set-up are kept, not rerun
             if earlier["config"] | {"workers": args.workers} != self.res["config"]:
                 raise SystemExit(f"--resume {args.resume}: its config differs from this invocation's; "
                                  "pass the same --rounds, --train-size and --test-size")
@@ -205,7 +208,10 @@ def drive(args: argparse.Namespace) -> None:
     t0 = time.monotonic()
     tuning = bench.tuning_jobs()
     frozen = bench.final_jobs({"hosfl-frozen": ("hosfl", 0.0, 0.0)} if "hosfl-frozen" in args.arms else {})
-    queue = [job for job in tuning + frozen if job[0] not in bench.res["runs"]]  # the frozen arm needs no tuning
+    queue = [job for job in tuning if job[0] not in bench.res["runs"]]
+    # the frozen arm needs no tuning: it fills workers the tuning leaves idle, and otherwise runs seed by seed
+    # beside the tuned arms, so a run cut short ends with complete seeds
+    filler = [job for job in frozen if job[0] not in bench.res["runs"]]
     threads = max(1, (os.cpu_count() or 2) // max(1, args.workers))
     running: dict[Future[dict[str, Any]], tuple[str, dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="hosfl-llm-jobs-") as scratch, \
@@ -216,11 +222,12 @@ def drive(args: argparse.Namespace) -> None:
                 bench.res["chosen"] = chosen
                 later = bench.final_jobs({m: (m, c["client-lr"], c["client-momentum"]) for m, c in chosen.items()
                                           if m in args.arms})
-                queue.extend(sorted((job for job in later if job[0] not in bench.res["runs"]),
+                queue.extend(sorted((job for job in later + filler if job[0] not in bench.res["runs"]),
                                     key=lambda job: int(job[0].rsplit("/", 1)[1])))  # seed-major
+                filler = []
                 print(f"chosen on validation: {json.dumps(chosen)}", flush=True)
-            while queue and len(running) < args.workers and time.monotonic() - t0 < args.start_until_s:
-                key, config = queue.pop(0)
+            while (queue or filler) and len(running) < args.workers and time.monotonic() - t0 < args.start_until_s:
+                key, config = (queue or filler).pop(0)
                 running[pool.submit(_launch, key, config, Path(scratch), threads)] = (key, config)
             if not running:
                 break  # all done, or the start window closed
