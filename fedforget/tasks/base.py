@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -77,3 +78,9 @@ class TaskSpec:
     default_train_size: int = 0
     default_test_size: int = 0
     notes: dict[str, str] = field(default_factory=dict)
+    #: strings -> the model's input tensors, tokenized as the loader tokenizes them: a text task the forget
+    #: service's ``predict`` takes strings for
+    encode_text: Callable[[list[str]], tuple[torch.Tensor, ...]] | None = None
+    #: a batch of pixel arrays as the data set stores them -> the model's inputs, by the loader's own code:
+    #: what ``predict`` does with ``raw``
+    scale_raw: Callable[[np.ndarray], np.ndarray] | None = None

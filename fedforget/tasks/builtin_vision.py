@@ -7,7 +7,14 @@ import numpy as np
 from fedforget.core.config import RunConfig
 from fedforget.tasks.base import Backbone, TaskData, TaskSpec
 from fedforget.tasks.pretrained import load_pretrained
-from fedforget.tasks.vision_data import digits_arrays, fashion_mnist_data, make_examples, take_subset
+from fedforget.tasks.vision_data import (
+    digits_arrays,
+    fashion_mnist_data,
+    make_examples,
+    normalise_fmnist,
+    scale_digits,
+    take_subset,
+)
 
 
 def _digits_data(cfg: RunConfig) -> TaskData:
@@ -40,5 +47,14 @@ def _fmnist_cnn_backbone(cfg: RunConfig, seed: int) -> Backbone:
                     project_trained=True)
 
 
-DIGITS_MLP = TaskSpec("digits-mlp", _digits_data, _digits_backbone)
-FMNIST_CNN = TaskSpec("fmnist-cnn", _fmnist_data, _fmnist_cnn_backbone)
+def scale_raw_digits(raw: np.ndarray) -> np.ndarray:
+    """Digits as stored (0..16, 8x8 or 64 values each) -> the 64 model inputs in [0, 1]."""
+    return scale_digits(raw.reshape(len(raw), 64))
+
+
+def _scale_raw_fmnist(raw: np.ndarray) -> np.ndarray:
+    return normalise_fmnist(raw.reshape(len(raw), 28, 28))
+
+
+DIGITS_MLP = TaskSpec("digits-mlp", _digits_data, _digits_backbone, scale_raw=scale_raw_digits)
+FMNIST_CNN = TaskSpec("fmnist-cnn", _fmnist_data, _fmnist_cnn_backbone, scale_raw=_scale_raw_fmnist)

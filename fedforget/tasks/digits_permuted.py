@@ -22,7 +22,7 @@ import numpy as np
 from fedforget.core.config import RunConfig
 from fedforget.core.seeds import derive_seed
 from fedforget.tasks.base import TaskData, TaskSpec
-from fedforget.tasks.builtin_vision import _digits_backbone, digits_task_data
+from fedforget.tasks.builtin_vision import _digits_backbone, digits_task_data, scale_raw_digits
 from fedforget.tasks.digits_validation import validation_rows
 from fedforget.tasks.vision_data import digits_arrays, make_examples
 
@@ -51,5 +51,10 @@ def _perm_val_data(cfg: RunConfig) -> TaskData:
     return TaskData(train=make_examples(xtr, ytr, train), test=make_examples(xtr, ytr, val), num_classes=10)
 
 
-DIGITS_MLP_PERM = TaskSpec("digits-mlp-perm", _perm_data, _digits_backbone)
-DIGITS_MLP_PERM_VAL = TaskSpec("digits-mlp-perm-val", _perm_val_data, _digits_backbone)
+def _scale_raw_permuted(raw: np.ndarray) -> np.ndarray:
+    """Digits as stored (un-permuted, 0..16) -> the task's inputs: scaled, then read in the permuted order."""
+    return np.ascontiguousarray(scale_raw_digits(raw)[:, pixel_permutation()])
+
+
+DIGITS_MLP_PERM = TaskSpec("digits-mlp-perm", _perm_data, _digits_backbone, scale_raw=_scale_raw_permuted)
+DIGITS_MLP_PERM_VAL = TaskSpec("digits-mlp-perm-val", _perm_val_data, _digits_backbone, scale_raw=_scale_raw_permuted)

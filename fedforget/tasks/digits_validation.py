@@ -14,7 +14,7 @@ import numpy as np
 from fedforget.core.config import RunConfig
 from fedforget.core.seeds import derive_seed
 from fedforget.tasks.base import TaskData, TaskSpec
-from fedforget.tasks.builtin_vision import _digits_backbone
+from fedforget.tasks.builtin_vision import _digits_backbone, scale_raw_digits
 from fedforget.tasks.vision_data import digits_arrays, make_examples
 
 #: Share of the training split held out for validation.
@@ -34,4 +34,4 @@ def _digits_val_data(cfg: RunConfig) -> TaskData:
     return TaskData(train=make_examples(xtr, ytr, train), test=make_examples(xtr, ytr, val), num_classes=10)
 
 
-DIGITS_MLP_VAL = TaskSpec("digits-mlp-val", _digits_val_data, _digits_backbone)
+DIGITS_MLP_VAL = TaskSpec("digits-mlp-val", _digits_val_data, _digits_backbone, scale_raw=scale_raw_digits)

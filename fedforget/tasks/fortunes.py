@@ -68,4 +68,9 @@ def _data(cfg: RunConfig) -> TaskData:
     )
 
 
-FORTUNES_MINILM = TaskSpec("fortunes-minilm", _data, _backbone, default_train_size=4000, default_test_size=1000)
+def _encode(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    return tokenize(texts, str(minilm_path()), MAX_LENGTH)
+
+
+FORTUNES_MINILM = TaskSpec("fortunes-minilm", _data, _backbone, default_train_size=4000, default_test_size=1000,
+                           encode_text=_encode)

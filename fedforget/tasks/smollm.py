@@ -200,7 +200,8 @@ def _as_backbone(module: LastTokenDecoder) -> Backbone:
                     "to float32), last-token features")
 
 
-RT_SMOLLM = TaskSpec("rt-smollm", _data, _backbone, default_train_size=2000, default_test_size=500)
+RT_SMOLLM = TaskSpec("rt-smollm", _data, _backbone, default_train_size=2000, default_test_size=500,
+                     encode_text=tokenize)
 
 
 def _validation_data(cfg: RunConfig) -> TaskData:
@@ -218,4 +219,4 @@ def _validation_data(cfg: RunConfig) -> TaskData:
 
 #: Tuning the split methods on the language model without the test split (benchmarks/hosfl_learns_llm.py).
 RT_SMOLLM_VAL = TaskSpec("rt-smollm-val", _validation_data, _backbone, default_train_size=2000,
-                         default_test_size=400)
+                         default_test_size=400, encode_text=tokenize)

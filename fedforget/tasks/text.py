@@ -157,4 +157,9 @@ def _backbone(cfg: RunConfig, seed: int) -> Backbone:
     )
 
 
-RT_MINILM = TaskSpec("rt-minilm", _data, _backbone, default_train_size=4000, default_test_size=1000)
+def _encode(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    return tokenize(texts, str(minilm_path()))
+
+
+RT_MINILM = TaskSpec("rt-minilm", _data, _backbone, default_train_size=4000, default_test_size=1000,
+                     encode_text=_encode)

@@ -70,6 +70,14 @@ def test_rt_smollm_trains_and_serves_with_fedavg_and_hosfl(tmp_path, method):
     rows = [r for r in store.metrics() if "accuracy" in r]
     assert rows and 0.0 <= rows[-1]["accuracy"] <= 1.0 and rows[-1]["loss"] == rows[-1]["loss"]
     assert store.manifest()["config"]["task"] == "rt-smollm"
+    # the forget service's predict takes strings and tokenizes them as the loader does
+    from fedforget.service.inputs import model_inputs
+    from fedforget.service.predict import ModelCache
+
+    encoded = model_inputs("rt-smollm", None, SENTENCES)
+    assert all(torch.equal(a, b) for a, b in zip(encoded, smollm.tokenize(SENTENCES), strict=True))
+    _, probs = ModelCache(store).predict(encoded)
+    assert probs.shape == (2, 2) and abs(float(probs.sum()) - 2.0) < 1e-4
 
 
 def test_rt_smollm_val_tunes_on_held_out_training_rows_never_the_test_split():

@@ -29,3 +29,31 @@ def test_inputs_in_the_models_scale_pass_unchanged() -> None:
     rows = scale_digits(np.arange(128).reshape(2, 64) % 17)
     (got,) = model_inputs("digits-mlp", (64,), rows.tolist())
     assert torch.equal(got, torch.from_numpy(rows))
+
+
+def test_raw_digits_for_the_permuted_task_become_its_own_test_rows() -> None:
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    from fedforget.core.config import parse_run_config
+    from fedforget.tasks.registry import get_task
+
+    d = load_digits()
+    _, raw_test, _, _ = train_test_split(d.data, d.target, test_size=0.2, random_state=0, stratify=d.target)
+    (got,) = model_inputs("digits-mlp-perm", (64,), raw_test[:5].reshape(5, 8, 8).tolist(), raw=True)
+    cfg = parse_run_config({"method": "fedavg", "task": "digits-mlp-perm"})
+    (expected,) = get_task("digits-mlp-perm").load_data(cfg).test.by_ids(range(5)).inputs
+    assert torch.equal(got, expected)
+    (plain,) = model_inputs("digits-mlp", (64,), raw_test[:5].tolist(), raw=True)
+    assert not torch.equal(got, plain)  # negative control: the un-permuted task reads other pixels
+
+
+def test_a_task_without_raw_or_text_inputs_names_the_tasks_that_have_them() -> None:
+    import pytest
+
+    from fedforget.service.inputs import InputError
+
+    with pytest.raises(InputError, match="raw: task fmnist-effnet takes inputs in the model's scale only"):
+        model_inputs("fmnist-effnet", (3, 4, 4), [[0.0] * 48], raw=True)
+    with pytest.raises(InputError, match=r"strings for fortunes-minilm, rt-minilm, rt-smollm, rt-smollm-val\)"):
+        model_inputs("hf", None, ["a text"])
