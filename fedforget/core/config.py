@@ -26,10 +26,18 @@ from fedforget.methods.registry import BY_VARIANT, FAMILIES, resolve
 #: and the pixel-permuted positive control (tasks/digits_permuted.py).
 TASKS = ("digits-mlp", "fmnist-cnn", "fmnist-effnet", "rt-minilm", "hf", "rt-smollm", "fortunes-minilm",
          "digits-mlp-val", "rt-smollm-val", "digits-mlp-perm", "digits-mlp-perm-val")
+#: A benchmark variant of a task runs that task's model (the same backbone, blocks and cuts) on other rows.
+MODEL_OF = {"digits-mlp-val": "digits-mlp", "digits-mlp-perm": "digits-mlp", "digits-mlp-perm-val": "digits-mlp",
+            "rt-smollm-val": "rt-smollm"}
 METHODS: tuple[str, ...] = tuple(BY_VARIANT)  # each method package's variants, in registry order
 ACTIONS = ("train", "retrain", "propagate")
 PARTITIONERS = ("iid", "dirichlet")
 OPTIMIZERS = ("sgd", "adam")
+
+
+def model_task(task: str) -> str:
+    """The task whose model ``task`` runs: itself, or the task a benchmark variant was cut from."""
+    return MODEL_OF.get(task, task)
 
 
 @dataclass(frozen=True)

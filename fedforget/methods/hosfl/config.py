@@ -12,11 +12,17 @@ from fedforget.methods.method import Defaults
 if TYPE_CHECKING:
     from fedforget.core.config import RunConfig
 
-#: Blocks a split model can put on the client: digits-mlp fc1|fc2, fmnist-cnn conv1|conv2|fc1,
-#: rt-minilm transformer layers, rt-smollm decoder layers (the embeddings always stay on the client).
-SPLIT_MAX_CUT = {"digits-mlp": 2, "fmnist-cnn": 3, "rt-minilm": 6, "rt-smollm": 29, "digits-mlp-val": 2,
-                 "digits-mlp-perm": 2, "digits-mlp-perm-val": 2,
-                 "rt-smollm-val": 29}
+#: Blocks a split model can put on the client, per model (a task variant runs its model: ``model_task``):
+#: digits-mlp fc1|fc2, fmnist-cnn conv1|conv2|fc1, rt-minilm transformer layers, rt-smollm decoder layers
+#: (the embeddings always stay on the client).
+SPLIT_MAX_CUT = {"digits-mlp": 2, "fmnist-cnn": 3, "rt-minilm": 6, "rt-smollm": 29}
+
+
+def split_tasks() -> list[str]:
+    """Every task a split model runs on, variants included."""
+    from fedforget.core.config import TASKS, model_task
+
+    return [task for task in TASKS if model_task(task) in SPLIT_MAX_CUT]
 
 #: What their auto keys take before the task's (core/defaults.py). One HO-SFL / ZO-SFL round is one
 #: mini-batch per sampled client (3 by default), so they need many more rounds than FedAvg; SFL runs the
@@ -51,8 +57,11 @@ class HosflConfig(ConfigTable):
         """A split method needs a task with a split model deep enough for ``cut``."""
         if not cfg.reads(self.group):
             return
-        if cfg.task not in SPLIT_MAX_CUT:
-            raise ConfigError(f"method {cfg.method!r} needs a split model; use task one of: {', '.join(SPLIT_MAX_CUT)}")
-        if self.cut > SPLIT_MAX_CUT[cfg.task]:
+        from fedforget.core.config import model_task
+
+        deepest = SPLIT_MAX_CUT.get(model_task(cfg.task))
+        if deepest is None:
+            raise ConfigError(f"method {cfg.method!r} needs a split model; use task one of: {', '.join(split_tasks())}")
+        if self.cut > deepest:
             raise ConfigError(f"run-config 'hosfl.cut'={self.cut} is too deep for task {cfg.task!r}: "
-                              f"use 1..{SPLIT_MAX_CUT[cfg.task]} (blocks on the client)")
+                              f"use 1..{deepest} (blocks on the client)")

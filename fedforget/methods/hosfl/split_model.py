@@ -20,8 +20,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedforget.core.config import ConfigError, RunConfig
-from fedforget.methods.hosfl.config import SPLIT_MAX_CUT
+from fedforget.core.config import ConfigError, RunConfig, model_task
+from fedforget.methods.hosfl.config import SPLIT_MAX_CUT, split_tasks
 from fedforget.tasks.peft_modules import TaskModel, build_task_model
 from fedforget.tasks.registry import get_task
 
@@ -134,7 +134,8 @@ def _decoder_blocks(wrapper: nn.Module) -> list[Block]:
 
 
 def _blocks(task: str, backbone: nn.Module, cut: int) -> tuple[list[Block], list[Block]]:
-    if task in ("digits-mlp", "digits-mlp-val", "digits-mlp-perm", "digits-mlp-perm-val"):  # variants: same model
+    task = model_task(task)  # a task variant splits its model the same way
+    if task == "digits-mlp":
         blocks = _mlp_blocks(backbone)
         return blocks[:cut], blocks[cut:]
     if task == "fmnist-cnn":
@@ -143,10 +144,10 @@ def _blocks(task: str, backbone: nn.Module, cut: int) -> tuple[list[Block], list
     if task == "rt-minilm":
         blocks = _minilm_blocks(backbone)  # [embeddings, layer 0..5, pool]
         return blocks[: 1 + cut], blocks[1 + cut :]
-    if task in ("rt-smollm", "rt-smollm-val"):
+    if task == "rt-smollm":
         blocks = _decoder_blocks(backbone)  # [embeddings, layer 0..29, norm + last token]
         return blocks[: 1 + cut], blocks[1 + cut :]
-    raise ConfigError(f"no split model for task {task!r}; use one of: {', '.join(SPLIT_MAX_CUT)}")
+    raise ConfigError(f"no split model for task {task!r}; use one of: {', '.join(split_tasks())}")
 
 
 @dataclass
@@ -250,9 +251,9 @@ def build_split_model(cfg: RunConfig, num_classes: int, role: str = "server") ->
     ``cut`` layers); the server part is then an empty shell the client never runs. The LoRA init of
     the client layers comes first in the seeded stream, so θ_c^0 is the same bits in both roles.
     """
-    if cfg.task not in SPLIT_MAX_CUT:
-        raise ConfigError(f"no split model for task {cfg.task!r}; use one of: {', '.join(SPLIT_MAX_CUT)}")
-    if cfg.task in ("rt-smollm", "rt-smollm-val") and role == "client":
+    if model_task(cfg.task) not in SPLIT_MAX_CUT:
+        raise ConfigError(f"no split model for task {cfg.task!r}; use one of: {', '.join(split_tasks())}")
+    if model_task(cfg.task) == "rt-smollm" and role == "client":
         from fedforget.tasks.smollm import client_backbone
 
         backbone = client_backbone(cfg.hosfl.cut)
