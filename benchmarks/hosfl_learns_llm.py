@@ -90,7 +90,8 @@ def one(config: dict[str, Any], result: Path) -> None:
     final = [r for r in rows if "accuracy" in r][-1]
     total = traffic["total"]
     result.write_text(json.dumps({
-        "accuracy": final["accuracy"], "loss": final.get("loss"), "rounds": config["num-rounds"], "samples": final.get("samples-total", 0),
+        "accuracy": final["accuracy"], "loss": final.get("loss"), "rounds": config["num-rounds"],
+        "samples": final.get("samples-total", 0),
         "client-rounds": client_rounds, "client-forwards": forwards, "client-backwards": steps,
         "bytes-up": sum(total["up"].values()), "bytes-down": sum(total["down"].values()),
         "bytes-up-aggregation": total["up"]["aggregation"], "d_c": split["d_c"], "zo-dim": split.get("zo-dim"),
