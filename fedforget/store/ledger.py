@@ -108,7 +108,9 @@ class Ledger:
         self.path = Path(path)
         self.rules = tuple(rules)
         fresh = not self.path.exists()
-        self.db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+        # a finished store's ledger is never created by opening it: a missing file is an error, not a new ledger
+        target = self.path if create else f"{self.path.absolute().as_uri()}?mode=rw"
+        self.db = sqlite3.connect(target, timeout=60.0, isolation_level=None, uri=not create)
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.execute("PRAGMA foreign_keys=ON")
         if fresh:
