@@ -96,12 +96,11 @@ class Store:
         if ledger_path.exists():
             old = Ledger(ledger_path)
             try:
-                if old.has_requests():
+                if not old.clear_unless_requested():
                     raise StoreError(f"{root} holds forget requests; a new run there would erase their record. "
                                      "Pick a new store= path (or `fedforget retrain` this one)")
             finally:
                 old.close()
-            ledger_path.unlink()
         mkdir_private(root)
         for sub in (ARTIFACTS, CLIENTS):
             (root / sub).mkdir(exist_ok=True, mode=0o700)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from fastapi.testclient import TestClient
 
 from fedforget.service.app import create_app
 from fedforget.service.tokens import create_token
+from fedforget.store.copy import copy_store
 
 from .helpers import train_in_process
 
@@ -21,9 +21,7 @@ def train_service_store(path: Path) -> Path:
 
 
 def private_copy(trained: Path, parent: Path) -> Path:
-    dst = parent / "store"
-    shutil.copytree(trained, dst)
-    return dst
+    return copy_store(trained, parent / "store")
 
 
 def tokens(store: Path) -> dict[str, str]:
