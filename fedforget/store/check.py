@@ -145,6 +145,24 @@ def _check_manifest(store: Store, out: StoreCheck) -> dict[str, Any] | None:
 
 def _check_ledger(store: Store, ledger: Ledger, manifest: dict[str, Any] | None, out: StoreCheck) -> None:
     db = ledger.db
+    problem = sound_tables(db)
+    if problem:
+        out.problems.append(f"{ledger.path.name} is corrupt ({problem})")
+        return
+    if manifest is not None:
+        recorded = ledger.get_meta("manifest-identity")
+        if recorded is not None and recorded != store.manifest_identity(manifest):
+            out.problems.append("manifest.json was edited after training: its task, config, partitions or backbone "
+                                "no longer match what the ledger recorded")
+        _check_backbone(store, manifest, out)
+    check_artifact_rows(store, ledger, out)
+    counts = dict(db.execute("SELECT request, COUNT(*) FROM forgotten GROUP BY request").fetchall())
+    check_requests(db, out, counts)
+    check_serving(store, ledger, out)
+
+
+def sound_tables(db: sqlite3.Connection) -> str | None:
+    """SQLite's own check of every table (the sample index walked instead, see ``UNCHECKED_TABLES``)."""
     tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
     for table in tables:
         if table in UNCHECKED_TABLES:
@@ -154,22 +172,26 @@ def _check_ledger(store: Store, ledger: Ledger, manifest: dict[str, Any] | None,
             said = " ".join(str(sound[0]).split()) if sound else "no answer"
             problem = None if said == "ok" else f"SQLite quick_check of {table}: {said[:200]}"
         if problem:
-            out.problems.append(f"{ledger.path.name} is corrupt ({problem})")
-            return
-    if manifest is not None:
-        recorded = ledger.get_meta("manifest-identity")
-        if recorded is not None and recorded != store.manifest_identity(manifest):
-            out.problems.append("manifest.json was edited after training: its task, config, partitions or backbone "
-                                "no longer match what the ledger recorded")
-        _check_backbone(store, manifest, out)
-    rewritten = db.execute(
+            return problem
+    return None
+
+
+def check_artifact_rows(store: Store, ledger: Ledger, out: StoreCheck) -> None:
+    """Each artifact's sha256 is the one its training wrote last; which recorded files are corrupt."""
+    rewritten = ledger.db.execute(
         "SELECT a.artifact FROM artifacts a WHERE a.sha256 != (SELECT h.sha256 FROM history h "
         "WHERE h.artifact = a.artifact ORDER BY h.rowid DESC LIMIT 1) ORDER BY a.artifact").fetchall()
     out.problems += [f"artifact {a} records a sha256 its training never wrote (its history says otherwise)"
                      for (a,) in rewritten]
     out.corrupt = sorted(corrupt_artifacts(store, ledger))
-    for rid, spec, count in db.execute("SELECT id, spec, samples FROM requests ORDER BY id").fetchall():
-        rows = db.execute("SELECT COUNT(*) FROM forgotten WHERE request=?", (rid,)).fetchone()[0]
+
+
+def check_requests(db: sqlite3.Connection, out: StoreCheck, forgotten_rows: dict[int, int], after: int = 0) -> None:
+    """Every request with an id above ``after`` is whole: its ``forgotten`` rows (``forgotten_rows``, request →
+    rows) number what it recorded, and each sample it names is forgotten by it or an earlier request."""
+    for rid, spec, count in db.execute("SELECT id, spec, samples FROM requests WHERE id > ? ORDER BY id",
+                                       (after,)).fetchall():
+        rows = forgotten_rows.get(rid, 0)
         if rows != count:
             out.problems.append(f"request {rid} is half applied: {rows} forgotten rows, {count} recorded")
         named = json.loads(spec).get("samples", [])
@@ -178,6 +200,12 @@ def _check_ledger(store: Store, ledger: Ledger, manifest: dict[str, Any] | None,
             if hit is None or hit[0] > rid:
                 out.problems.append(f"request {rid} names sample {sample}, which is not forgotten")
                 break
+
+
+def check_serving(store: Store, ledger: Ledger, out: StoreCheck) -> None:
+    """No valid artifact saw data forgotten after it was trained; what is served is valid and intact; every
+    artifact's file is its own; every recorded artifact belongs to the plan."""
+    db = ledger.db
     stale = db.execute(
         "SELECT DISTINCT a.artifact FROM artifacts a JOIN lineage l ON l.artifact = a.artifact "
         "JOIN forgotten f ON f.unit = l.unit WHERE a.valid = 1 AND f.request > a.watermark").fetchall()
