@@ -257,6 +257,8 @@ INDEX_EDITS = {  # each a way to make the sample index disagree with the manifes
     "a forgotten row moved to another unit": ("UPDATE forgotten SET unit='2:0' WHERE request=1",
                                               "is recorded in unit 2:0; the manifest puts it in 1:0"),
 }
+#: edits an older invariant reports first (a valid artifact whose lineage now holds the moved forgotten row)
+FIRST_LINE = {"a forgotten row moved to another unit": "saw forgotten data"}
 
 
 @pytest.mark.parametrize("edit", sorted(INDEX_EDITS))
@@ -265,8 +267,10 @@ def test_a_sample_index_that_disagrees_with_the_manifest_is_refused_by_every_rea
     x = _held_sample(copy, "1")
     statement, needle = INDEX_EDITS[edit]
     sql(copy, statement.format(x=x))
-    assert_reported(copy, needle.format(x=x), reading_commands(copy) + [["forget", "--store", str(copy),
-                                                                         "--sample", str(x)]])
+    problems = check_store(Store.open(copy)).problems
+    assert any(needle.format(x=x) in p for p in problems), problems
+    assert_reported(copy, FIRST_LINE.get(edit, needle).format(x=x),
+                    reading_commands(copy) + [["forget", "--store", str(copy), "--sample", str(x)]])
 
 
 def test_a_sample_moved_then_forgotten_is_refused_everywhere_and_verify_fails_on_its_own_reference(copy):
