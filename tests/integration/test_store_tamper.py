@@ -303,3 +303,19 @@ def test_a_sample_moved_then_forgotten_is_refused_everywhere_and_verify_fails_on
     assert report["forgotten_samples"] == 2  # request 1's sample and x, each in its manifest partition
     assert not next(c for c in report["compared"] if c["artifact"] == served)["equal"], \
         "the reference resolved from the manifest must differ from the served model that saw the sample"
+
+
+def test_a_safe_sample_moved_to_another_partitions_cell_is_refused(safe_every_clique_hit, tmp_path):
+    """SAFE's units are class cells (the manifest's ``cells``, which must split each fingerprinted partition)."""
+    root = tmp_path / "s"
+    shutil.copytree(safe_every_clique_hit, root)
+    cells = Store.open(root).manifest()["cells"]
+    parts = sorted(cells, key=int)
+    home_p, other_p = parts[0], parts[1]
+    home_c = sorted(cells[home_p], key=int)[0]
+    x = cells[home_p][home_c][-1]
+    target = f"{other_p}:{sorted(cells[other_p], key=int)[0]}"
+    sql(root, f"UPDATE samples SET unit='{target}' WHERE sample={x}")
+    assert_reported(root, f"sample {x} is indexed in unit {target}; the manifest puts it in {home_p}:{home_c}",
+                    [["status", "--store", str(root)], ["locate", "--store", str(root), "--sample", str(x)],
+                     ["forget", "--store", str(root), "--sample", str(x)]])
