@@ -9,6 +9,9 @@ edit must never break, checked from the files alone: every command that opens a 
   the sample index, linear in the data set, is walked page by page instead, see ``UNCHECKED_TABLES``);
 - every request is whole: each sample it names is forgotten by it or an earlier request, and its
   recorded sample count matches its ``forgotten`` rows (applied, never half);
+- the sample index (``units``, ``samples``, ``forgotten``) says what the manifest's plan and the requests'
+  specs say (``fedforget.store.index_check``): a sample moved to another unit would make a request
+  invalidate the wrong artifacts while everything else above still holds;
 - no valid artifact has seen data forgotten after it was trained (its watermark);
 - every served artifact is valid and its bytes match its sha256;
 - every artifact's sha256 is the one its training recorded last (``history``), and its file is the
@@ -31,6 +34,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
+from fedforget.store.index_check import index_problems
 from fedforget.store.ledger import LEDGER, Ledger
 from fedforget.store.store import ARTIFACTS, METADATA_KEY, METRICS, Store, StoreError, safetensors_metadata
 
@@ -223,6 +227,8 @@ def check_serving(store: Store, ledger: Ledger, out: StoreCheck) -> None:
     out.problems += damaged
     out.repairable += damaged
     out.problems += _misfiled_artifacts(store, ledger, set(out.corrupt))
+    if manifest is not None:
+        out.problems += index_problems(db, manifest)
     plan = ledger.plan()
     if plan is not None:
         known = _plan_artifacts(plan)
