@@ -17,6 +17,9 @@ import torch
 from fedforget.tasks.registry import TASKS, get_task
 
 MAX_TEXT_CHARS = 10_000
+#: the largest magnitude the model's float32 holds; a value past it would reach the network as inf
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+INPUT_SCALE = "send finite values of the scale of the task's data (pixel values, or the model's scale)"
 
 
 class InputError(ValueError):
@@ -44,17 +47,26 @@ def model_inputs(task: str, example_shape: tuple[int, ...] | None, inputs: list[
     rows = []
     for i, item in enumerate(inputs):
         try:
-            arr = np.asarray(item, dtype=np.float64)
-        except (ValueError, TypeError):
-            raise InputError(f"inputs[{i}]: not an array of numbers of shape {list(example_shape)}") from None
-        if arr.size != size or arr.dtype == object:
+            arr = np.asarray(item)
+        except (ValueError, TypeError, OverflowError):
+            arr = np.asarray(None)
+        if arr.dtype.kind not in "iuf":  # booleans, strings ("1") and objects are refused, never cast
+            raise InputError(f"inputs[{i}]: not an array of JSON numbers of shape {list(example_shape)}")
+        arr = arr.astype(np.float64)
+        if arr.size != size:
             raise InputError(f"inputs[{i}]: {arr.size} values, task {task} takes {size} (shape {list(example_shape)})")
-        if not np.isfinite(arr).all():
-            raise InputError(f"inputs[{i}]: values must be finite numbers")
+        if not np.isfinite(arr).all() or (np.abs(arr) > FLOAT32_MAX).any():
+            raise InputError(f"inputs[{i}]: values must be finite numbers within float32 (|x| <= {FLOAT32_MAX:.4g}); "
+                             f"{INPUT_SCALE}")
         rows.append(arr.reshape(example_shape))
     batch = np.stack(rows)
     if raw:
         if spec.scale_raw is None:
             raise InputError(f"raw: task {task} takes inputs in the model's scale only")
-        batch = spec.scale_raw(batch)
-    return (torch.from_numpy(batch.astype(np.float32)),)
+        with np.errstate(over="ignore", invalid="ignore"):
+            batch = spec.scale_raw(batch)
+    with np.errstate(over="ignore", invalid="ignore"):
+        scaled = batch.astype(np.float32)
+    if not np.isfinite(scaled).all():
+        raise InputError(f"inputs: the values overflow float32 once scaled; {INPUT_SCALE}")
+    return (torch.from_numpy(scaled),)
