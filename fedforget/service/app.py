@@ -13,7 +13,7 @@ from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
 from fastapi.security import HTTPBearer
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, WrapValidator
 
 from fedforget.service.console import console_page, login_page
 from fedforget.service.gate import COOKIE, SESSION_SECONDS, Gate, Sessions
@@ -30,6 +30,7 @@ from fedforget.service.schemas import (
     PredictOut,
     Problem,
     digits_only,
+    url_id,
 )
 from fedforget.service.service import Service, StoreRefused
 from fedforget.service.states import accepted_state, ledger_states
@@ -49,7 +50,8 @@ _WHY = {400: "The body is not JSON the parser can read (not UTF-8, or nested too
         422: "The request breaks the contract (the first problem in detail); nothing was written.",
         503: "The store is refused by its check, or this app serves none."}
 #: an id in a URL (path or query): ASCII digits only, 0 <= id < 2**63
-URL_ID = BeforeValidator(digits_only)
+URL_ID = WrapValidator(url_id)
+DIGITS = BeforeValidator(digits_only)
 
 
 def refusals(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -131,7 +133,7 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
 
     @app.get("/v1/forget-requests", response_model=ForgetRequestList, tags=["forget"],
              responses=refusals(422, *ERRORS), dependencies=[Security(bearer)])
-    def list_requests(limit: Annotated[int, Query(ge=1, le=1000), URL_ID] = 100,
+    def list_requests(limit: Annotated[int, Query(ge=1, le=1000), DIGITS] = 100,
                       after: Annotated[int, Query(ge=0, lt=ID_LIMIT), URL_ID] = 0) -> ForgetRequestList:
         """The service's forget requests in id order (scope status:read); page with ``after``."""
         s = service()

@@ -26,6 +26,18 @@ class InputError(ValueError):
     """The inputs are not in the task's form; the message names what is expected."""
 
 
+def _numbers_only(item: Any) -> bool:
+    """Nested lists of JSON numbers only: a boolean or a string ("1") is refused, never cast to a pixel value."""
+    stack = [item]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+    return True
+
+
 def _serving(kind: str) -> str:
     return ", ".join(sorted(name for name, spec in TASKS.items() if getattr(spec, kind) is not None))
 
@@ -47,10 +59,10 @@ def model_inputs(task: str, example_shape: tuple[int, ...] | None, inputs: list[
     rows = []
     for i, item in enumerate(inputs):
         try:
-            arr = np.asarray(item)
+            arr = np.asarray(item) if _numbers_only(item) else np.asarray(None)
         except (ValueError, TypeError, OverflowError):
             arr = np.asarray(None)
-        if arr.dtype.kind not in "iuf":  # booleans, strings ("1") and objects are refused, never cast
+        if arr.dtype.kind not in "iuf":
             raise InputError(f"inputs[{i}]: not an array of JSON numbers of shape {list(example_shape)}")
         arr = arr.astype(np.float64)
         if arr.size != size:

@@ -50,10 +50,19 @@ def _strict_slice(value: Any, handler: ValidatorFunctionWrapHandler) -> str:
 
 
 def digits_only(value: Any) -> Any:
-    """A path or query id as the URL spells it: ASCII digits only ('1_8', '+1', ' 1' are refused, not read)."""
+    """An integer in a URL as the URL spells it: ASCII digits only ('1_8', '+1', ' 1' are refused, not read)."""
     if isinstance(value, str) and not _DIGITS.fullmatch(value):
-        raise PydanticCustomError("id", f"{ID_EXPECTED}, got {{got}}", {"got": _shown(value)})
+        raise PydanticCustomError("digits", "expected ASCII digits, got {got}", {"got": _shown(value)})
     return value
+
+
+def url_id(value: Any, handler: ValidatorFunctionWrapHandler) -> int:
+    """An id in a URL (path or query): ASCII digits, 0 <= id < 2**63."""
+    try:
+        return handler(digits_only(value))
+    except (ValidationError, PydanticCustomError):
+        raise PydanticCustomError("id", "expected an integer id, 0 <= id < 2**63 in ASCII digits, got {got}",
+                                  {"got": _shown(value)}) from None
 
 
 ID = Annotated[int, Field(strict=True, ge=0, lt=ID_LIMIT), WrapValidator(_strict_id)]

@@ -11,14 +11,12 @@ import os
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-import uvicorn
 
 from fedforget.launch import free_port
 from fedforget.service.app import create_app
@@ -26,7 +24,7 @@ from fedforget.service.requests_db import SERVICE_DB, RequestsDB
 from fedforget.store import Store
 from fedforget.unlearning.forget import forget_request
 
-from .service_helpers import bearer, private_copy, tokens, train_service_store
+from .service_helpers import Running, bearer, private_copy, tokens, train_service_store
 
 
 @pytest.fixture(scope="module")
@@ -38,28 +36,6 @@ def trained(tmp_path_factory):
 def store(trained, tmp_path, monkeypatch):
     monkeypatch.setenv("FEDFORGET_SECRETS", str(tmp_path / "secrets"))
     return private_copy(trained, tmp_path)
-
-
-class Running:
-    """uvicorn serving the app in a thread of this process, stopped on exit."""
-
-    def __init__(self, store) -> None:  # noqa: ANN001
-        self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(create_app(store), host="127.0.0.1", port=self.port,
-                                                    log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        deadline = time.time() + 60
-        while not self.server.started:
-            assert time.time() < deadline and self.thread.is_alive(), "uvicorn did not start"
-            time.sleep(0.05)
-        return f"http://127.0.0.1:{self.port}"
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
 
 
 def samples_of(store, count: int) -> list[int]:  # noqa: ANN001
