@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from urllib.parse import parse_qs
 
 import numpy as np
-from fastapi import FastAPI, HTTPException, Query, Request, Response, Security
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, Security
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
@@ -39,10 +39,10 @@ VERSION = "1"
 bearer = HTTPBearer(auto_error=False, description="A token from `fedforget token create` (scopes: forget:write, "
                                                   "status:read, predict).")
 #: what every route with a token may answer besides its own codes: no/unknown token, missing scope, a body over
-#: the bound (the Gate), the store refused by its check
-ERRORS = (401, 403, 413, 503)
-#: a JSON body: unparseable (400: not UTF-8, nested past the parser's depth), too slow (408, the Gate), invalid (422)
-BODY_ERRORS = (400, 408, 422)
+#: the bound (the Gate), a parameter it does not take, the store refused by its check
+ERRORS = (401, 403, 413, 422, 503)
+#: a JSON body: unparseable (400: not UTF-8, nested past the parser's depth), too slow (408, the Gate)
+BODY_ERRORS = (400, 408)
 _WHY = {400: "The body is not JSON the parser can read (not UTF-8, or nested too deep).",
         401: "No token, or an unknown or revoked one.", 403: "The token lacks the route's scope; nothing was done.",
         404: "No such request.", 408: "The body did not arrive in time; nothing was done.",
@@ -63,11 +63,23 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+def known_query(request: Request) -> None:
+    """Refuse a query parameter the route does not take (a misspelt ``afetr=`` is not silently ignored)."""
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    known = {p.alias for p in dependant.query_params} if dependant is not None else set()
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        takes = f"it takes {', '.join(sorted(known))}" if known else "it takes none"
+        raise HTTPException(422, f"query.{_one_line(unknown[0])[:40]}: unknown query parameter ({takes})")
+
+
 def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
     """The service for the store at ``store_root`` (``None``: the routes alone, to write the OpenAPI schema)."""
     svc = Service(store_root) if store_root is not None else None
     sessions = Sessions()
     app = FastAPI(title="fedforget forget service", version=VERSION, docs_url=None, redoc_url=None,
+                  dependencies=[Depends(known_query)],
                   description="Submit forget requests, poll their state, fetch signed receipts, ask the served model. "
                               "See docs/operations/service.md.")
     app.add_middleware(Gate, tokens=None if svc is None else svc.tokens, sessions=sessions,
@@ -132,7 +144,7 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
         return describe(row, states_of(s, row), receipt=False)
 
     @app.get("/v1/forget-requests", response_model=ForgetRequestList, tags=["forget"],
-             responses=refusals(422, *ERRORS), dependencies=[Security(bearer)])
+             responses=refusals(*ERRORS), dependencies=[Security(bearer)])
     def list_requests(limit: Annotated[int, Query(ge=1, le=1000), DIGITS] = 100,
                       after: Annotated[int, Query(ge=0, lt=ID_LIMIT), URL_ID] = 0) -> ForgetRequestList:
         """The service's forget requests in id order (scope status:read); page with ``after``."""
@@ -141,7 +153,7 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
         return ForgetRequestList(requests=[describe(r, states, receipt=False) for r in s.db.list(limit, after)])
 
     @app.get("/v1/forget-requests/{request_id}", response_model=ForgetRequestOut, tags=["forget"],
-             responses=refusals(404, 422, *ERRORS), dependencies=[Security(bearer)])
+             responses=refusals(404, *ERRORS), dependencies=[Security(bearer)])
     def get_request(request_id: Annotated[int, PathParam(ge=0, lt=ID_LIMIT), URL_ID]) -> ForgetRequestOut:
         """One request: state, timestamps, who asked, and its signed receipt once it is purged."""
         s = service()
@@ -153,7 +165,7 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
     @app.get("/v1/receipts/{ledger_request}", tags=["forget"], dependencies=[Security(bearer)],
              responses={200: {"content": {"application/json": {}}, "description": "The receipt file, byte for byte "
                               "as written (check it with `fedforget receipt --check FILE`)."},
-                        **refusals(404, 409, 422, *ERRORS)})
+                        **refusals(404, 409, *ERRORS)})
     def receipt(ledger_request: Annotated[int, PathParam(ge=0, lt=ID_LIMIT), URL_ID]) -> Response:
         """The signed receipt of a ledger request (issued without `verify` on first use if none was)."""
         s = service()
@@ -195,7 +207,7 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
         """What `fedforget status --json` shows."""
         return JSONResponse(json.loads(json.dumps(service().status(), default=str)))
 
-    @app.get("/healthz", response_model=Health, tags=["status"], responses=refusals(413, 503))
+    @app.get("/healthz", response_model=Health, tags=["status"], responses=refusals(413, 422, 503))
     def healthz() -> Health:
         """200 while the store passes its check (no token needed)."""
         service()

@@ -129,7 +129,7 @@ def test_predict_refuses_what_float32_cannot_hold_and_what_is_not_a_number(store
 
 
 def test_predict_refuses_finite_inputs_the_network_overflows_on(store, tok):
-    big = float(3e38)  # within float32, but a layer's sums pass its maximum
+    big = 3e38  # within float32, but a layer's sums pass its maximum
     response = client(store).post("/v1/predict", json={"inputs": [[big] * 64]}, headers=bearer(tok["predict"]))
     assert "overflow" in one_line_422(response)
     ok = client(store).post("/v1/predict", json={"inputs": [[1.0] * 64]}, headers=bearer(tok["predict"]))
