@@ -51,6 +51,11 @@ def model_inputs(task: str, example_shape: tuple[int, ...] | None, inputs: list[
             raise InputError(f"inputs: task {task} takes strings (one text per example)")
         if any(len(x) > MAX_TEXT_CHARS for x in inputs):
             raise InputError(f"inputs: a text is over {MAX_TEXT_CHARS:,} characters")
+        for i, x in enumerate(inputs):
+            try:
+                x.encode("utf-8")  # JSON may spell lone surrogates ("\ud800"); no tokenizer takes them
+            except UnicodeEncodeError:
+                raise InputError(f"inputs[{i}]: not valid Unicode text (a lone surrogate)") from None
         return tuple(spec.encode_text(list(inputs)))
     if example_shape is None:
         raise InputError(f"inputs: predict does not take inputs for task {task} (it serves pixel arrays for "
