@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import shutil
 import threading
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from fedforget.launch import free_port
 from fedforget.service.app import create_app
 from fedforget.service.server import SERVER_BOUNDS
 from fedforget.service.tokens import create_token
+from fedforget.store.copy import copy_store
 
 from .helpers import train_in_process
 
@@ -28,9 +28,7 @@ def train_service_store(path: Path) -> Path:
 
 
 def private_copy(trained: Path, parent: Path) -> Path:
-    dst = parent / "store"
-    shutil.copytree(trained, dst)
-    return dst
+    return copy_store(trained, parent / "store")
 
 
 def tokens(store: Path) -> dict[str, str]:
