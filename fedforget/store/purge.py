@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fedforget.store.acks import copies_dropped_up_to
+from fedforget.store.content_scan import scan_store
 from fedforget.store.crash import crash_point
 
 PURGE_SCHEMA = """
@@ -138,21 +139,33 @@ class PurgeReport:
     ledger_values: list[str] = field(default_factory=list)
     #: deployed nodes that may still hold a copy of a purged artifact: partition → the request to confirm
     client_copies: dict[int, int] = field(default_factory=dict)
+    #: with ``by_content``: how many files were hashed, and what under the store could not be hashed (links
+    #: out of it, fifos and devices, unreadable paths): none of these can be proven free of purged bytes
+    hashed_files: int = 0
+    outside_links: list[str] = field(default_factory=list)
+    special_files: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
+
+    @property
+    def unprovable(self) -> bool:
+        """Something under the store that a purge must not delete and a check cannot hash."""
+        return bool(self.outside_links or self.special_files or self.unreadable)
 
     @property
     def clean(self) -> bool:
         return not (self.files or self.pending or self.feature_caches or self.metrics_rows or self.training_rows
-                    or self.ledger_values or self.client_copies)
+                    or self.ledger_values or self.client_copies or self.unprovable)
 
     def to_json(self) -> dict[str, Any]:
         return {"files": self.files, "pending": self.pending, "feature-caches": self.feature_caches,
                 "metrics-rows": self.metrics_rows, "training-rows": self.training_rows,
                 "ledger-values": self.ledger_values,
                 "client-copies": [{"partition": p, "request": r} for p, r in sorted(self.client_copies.items())],
-                "clean": self.clean}
+                "hashed-files": self.hashed_files, "outside-links": self.outside_links,
+                "special-files": self.special_files, "unreadable": self.unreadable, "clean": self.clean}
 
 
-def complete_purges(store: Any, check: bool = False) -> PurgeReport:
+def complete_purges(store: Any, check: bool = False, by_content: bool = False) -> PurgeReport:
     """Delete every file a purge names (or only list them with ``check``); mark the purges done.
 
     Covers the store's artifacts, any file under ``clients/<partition>/`` named by a purged sha256
@@ -160,6 +173,11 @@ def complete_purges(store: Any, check: bool = False) -> PurgeReport:
     clients that left, the training values of metrics rows written before the newest request, and
     the audit's measurements. Copies on nodes whose state dir is not under ``clients/`` are reported
     until their node acknowledges. Idempotent: a second call finds nothing.
+
+    ``by_content`` (``fedforget purge``) also hashes every file under the store
+    (:func:`~fedforget.store.content_scan.scan_store`): one holding purged bytes goes whatever its name,
+    and links out of the store and non-files are reported, never followed, opened or deleted. The purge
+    after each ``forget`` goes by name only, so a request stays milliseconds whatever the store's size.
     """
     ledger = store.ledger()
     try:
@@ -167,6 +185,7 @@ def complete_purges(store: Any, check: bool = False) -> PurgeReport:
         rows = purged_rows(db)
         doomed = purged_shas(db)
         pending = sorted({r["artifact"] for r in rows if not r["done"]})
+        seen = [(r["artifact"], r["sha256"]) for r in rows if not r["done"]]
         touched = _partitions_with_forgotten(db, since_done=True)
         gone = set(ledger.exhausted_partitions())
         last = ledger.last_request()
@@ -177,6 +196,12 @@ def complete_purges(store: Any, check: bool = False) -> PurgeReport:
         ledger.close()
     report = PurgeReport(pending=pending, client_copies=copies)
     files = files_named_by(store.root, doomed)
+    if by_content:
+        scan = scan_store(store.root)
+        report.hashed_files = len(scan.hashed)
+        report.outside_links, report.special_files, report.unreadable = (scan.outside_links, scan.special,
+                                                                          scan.unreadable)
+        files = sorted({*files, *(store.root / rel for rel, sha in scan.hashed.items() if sha in doomed)})
     report.files = [str(p.relative_to(store.root)) for p in files]
     caches = [p for part in sorted(touched) for pattern in feature_cache_globs()
               for p in sorted((store.root / "clients" / str(part)).glob(pattern))]
@@ -195,8 +220,8 @@ def complete_purges(store: Any, check: bool = False) -> PurgeReport:
     ledger = store.ledger()
     try:
         with ledger.transaction() as tx:
-            if _has_table(tx):
-                tx.execute("UPDATE purged SET done=1 WHERE done=0")
+            if _has_table(tx):  # only the rows read above: a stale artifact recorded since is still to delete
+                tx.executemany("UPDATE purged SET done=1 WHERE artifact=? AND sha256=? AND done=0", seen)
             ledger._set_meta(tx, "purge-done-request", ledger.last_request())
             if last:
                 ledger._set_meta(tx, METRICS_MARK, {"request": last, "lines": _line_count(store.root)})
@@ -205,6 +230,20 @@ def complete_purges(store: Any, check: bool = False) -> PurgeReport:
     finally:
         ledger.close()
     return report
+
+
+def finish_pending_purges(store: Any) -> PurgeReport | None:
+    """At the end of a training or retrain run: delete what this run built from data a request forgot while
+    it ran (recorded stale and purged by ``Ledger.record_artifact``), and finish a purge a crash left
+    pending. Runs only once the run is recorded, since a stale module can be the base of a later one."""
+    ledger = store.ledger()
+    try:
+        if not _has_table(ledger.db) or ledger.db.execute("SELECT 1 FROM purged WHERE done=0 LIMIT 1").fetchone() \
+                is None:
+            return None
+    finally:
+        ledger.close()
+    return complete_purges(store)
 
 
 def purge_mark(db: sqlite3.Connection) -> int:
