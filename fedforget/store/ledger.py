@@ -207,8 +207,9 @@ class Ledger:
             db.execute("INSERT OR REPLACE INTO artifacts VALUES(?, ?, ?, ?, ?, ?)",
                        (artifact, sha256, kind, watermark, 0 if stale else 1, json.dumps(meta or {}, sort_keys=True)))
             db.execute("INSERT INTO history VALUES(?, ?, ?, ?)", (artifact, sha256, watermark, time.time()))
-            if stale is not None:
+            if stale is not None:  # the same bytes may have been purged already (a rebuild from the same data)
                 record_purges(db, int(stale), [artifact])
+                db.execute("UPDATE purged SET done=0 WHERE artifact=? AND sha256=?", (artifact, sha256))
             crash_point("ledger:record-artifact")
             return stale is None
 

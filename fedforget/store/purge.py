@@ -165,7 +165,8 @@ class PurgeReport:
                 "special-files": self.special_files, "unreadable": self.unreadable, "clean": self.clean}
 
 
-def complete_purges(store: Any, check: bool = False, by_content: bool = False) -> PurgeReport:
+def complete_purges(store: Any, check: bool = False, by_content: bool = False,
+                    run_saw_forgotten: bool = False) -> PurgeReport:
     """Delete every file a purge names (or only list them with ``check``); mark the purges done.
 
     Covers the store's artifacts, any file under ``clients/<partition>/`` named by a purged sha256
@@ -178,6 +179,10 @@ def complete_purges(store: Any, check: bool = False, by_content: bool = False) -
     (:func:`~fedforget.store.content_scan.scan_store`): one holding purged bytes goes whatever its name,
     and links out of the store and non-files are reported, never followed, opened or deleted. The purge
     after each ``forget`` goes by name only, so a request stays milliseconds whatever the store's size.
+
+    Every metrics row so far is redacted while a purge is pending or with ``run_saw_forgotten`` (the run
+    that just finished trained on data a request forgot while it ran): the mark covers a leading span of
+    rows only, and rows a run wrote after it may have seen the data (a retrain killed before its end).
     """
     ledger = store.ledger()
     try:
@@ -195,6 +200,7 @@ def complete_purges(store: Any, check: bool = False, by_content: bool = False) -
     finally:
         ledger.close()
     report = PurgeReport(pending=pending, client_copies=copies)
+    whole = run_saw_forgotten or bool(pending)  # a pending purge: rows since the mark may have seen its data
     files = files_named_by(store.root, doomed)
     if by_content:
         scan = scan_store(store.root)
@@ -206,7 +212,7 @@ def complete_purges(store: Any, check: bool = False, by_content: bool = False) -
     caches = [p for part in sorted(touched) for pattern in feature_cache_globs()
               for p in sorted((store.root / "clients" / str(part)).glob(pattern))]
     report.feature_caches = [str(p.relative_to(store.root)) for p in caches]
-    span = _redacted_span(store.root, last, mark)
+    span = _metrics_span(store.root, last, mark, whole)
     report.metrics_rows = scrub_metrics(store.root, gone, dry_run=True, span=span)
     report.training_rows = redact_training_values(store.root, span, dry_run=True)
     report.ledger_values = [AUDIT_KEY] if audit_leftover(audit) else []
@@ -216,7 +222,8 @@ def complete_purges(store: Any, check: bool = False, by_content: bool = False) -
         path.unlink(missing_ok=True)
         crash_point("purge:file-deleted")
     scrub_metrics(store.root, gone, dry_run=False, span=span)
-    redact_training_values(store.root, _redacted_span(store.root, last, mark), dry_run=False)
+    span = _metrics_span(store.root, last, mark, whole)  # after the scrub dropped rows
+    redact_training_values(store.root, span, dry_run=False)
     ledger = store.ledger()
     try:
         with ledger.transaction() as tx:
@@ -224,7 +231,7 @@ def complete_purges(store: Any, check: bool = False, by_content: bool = False) -
                 tx.executemany("UPDATE purged SET done=1 WHERE artifact=? AND sha256=? AND done=0", seen)
             ledger._set_meta(tx, "purge-done-request", ledger.last_request())
             if last:
-                ledger._set_meta(tx, METRICS_MARK, {"request": last, "lines": _line_count(store.root)})
+                ledger._set_meta(tx, METRICS_MARK, {"request": last, "lines": span})  # the rows redacted, no more
             if audit_leftover(audit):
                 ledger._set_meta(tx, AUDIT_KEY, audit_decision(audit))
     finally:
@@ -232,18 +239,23 @@ def complete_purges(store: Any, check: bool = False, by_content: bool = False) -
     return report
 
 
-def finish_pending_purges(store: Any) -> PurgeReport | None:
-    """At the end of a training or retrain run: delete what this run built from data a request forgot while
-    it ran (recorded stale and purged by ``Ledger.record_artifact``), and finish a purge a crash left
-    pending. Runs only once the run is recorded, since a stale module can be the base of a later one."""
+def finish_pending_purges(store: Any, watermark: int) -> PurgeReport | None:
+    """At the end of a training or retrain run (its ``watermark``): delete what it built from data a request
+    forgot while it ran (recorded stale and purged by ``Ledger.record_artifact``), redact the training values
+    it computed on that data, and finish a purge a crash left pending. Runs only once the run is recorded,
+    since a stale module can be the base of a later one; None when there was nothing to do."""
     ledger = store.ledger()
     try:
-        if not _has_table(ledger.db) or ledger.db.execute("SELECT 1 FROM purged WHERE done=0 LIMIT 1").fetchone() \
-                is None:
+        db = ledger.db
+        if not _has_table(db):
             return None
+        pending = db.execute("SELECT 1 FROM purged WHERE done=0 LIMIT 1").fetchone() is not None
+        saw = db.execute("SELECT 1 FROM artifacts a JOIN purged p ON p.artifact = a.artifact AND p.sha256 = a.sha256 "
+                         "WHERE a.watermark=? AND a.valid=0 AND p.request > ? LIMIT 1",
+                         (watermark, watermark)).fetchone() is not None
     finally:
         ledger.close()
-    return complete_purges(store)
+    return complete_purges(store, run_saw_forgotten=saw) if pending or saw else None
 
 
 def purge_mark(db: sqlite3.Connection) -> int:
@@ -342,6 +354,10 @@ def _metrics_mark(db: sqlite3.Connection) -> dict[str, int] | None:
 def _line_count(root: Path) -> int:
     path = root / "metrics.jsonl"
     return len(path.read_text(encoding="utf-8").splitlines()) if path.is_file() else 0
+
+
+def _metrics_span(root: Path, last_request: int, mark: dict[str, int] | None, whole: bool) -> int:
+    return _line_count(root) if whole else _redacted_span(root, last_request, mark)
 
 
 def _redacted_span(root: Path, last_request: int, mark: dict[str, int] | None) -> int:
