@@ -8,7 +8,9 @@ idempotent). Deleting inside the transaction instead would lose bytes of a reque
 
 Nothing purged is ever needed again: serving and retraining start only from valid artifacts
 (chains from the longest valid prefix, FedShard from valid children, SAFE and fedavg from scratch).
-A file whose sha256 is still recorded for a valid artifact (identical bytes) is kept.
+A file whose sha256 is still recorded for a valid artifact (identical bytes) is kept. ``fedforget purge``
+(and ``--check``) also hash every file under the store, so a copy under any name is found too; an
+artifact a run rebuilt from data forgotten while it ran is purged like one a request invalidated.
 
 Values computed on the forgotten samples go too: the training values (losses, counts) of the
 ``metrics.jsonl`` rows written before the request, and the measurements of ``forget --audit-before``,
