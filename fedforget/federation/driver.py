@@ -24,6 +24,7 @@ from fedforget.federation.serving_eval import evaluate_serving
 from fedforget.store.check import corrupt_artifacts
 from fedforget.store.crash import crash_point
 from fedforget.store.ledger import Ledger
+from fedforget.store.purge import finish_pending_purges
 
 
 @dataclass
@@ -117,4 +118,7 @@ def _finish(server: MethodServer, run: ServerRun, built: Built, result: dict[str
     if built.manifest:
         run.store.update_manifest(**built.manifest)
     server.finished(run, built)
+    purged = finish_pending_purges(run.store, int(what.get("watermark", 0)))  # built from data forgotten meanwhile
+    if purged is not None and purged.files:
+        log(INFO, "fedforget: purged %d file(s) built from data forgotten during this run", len(purged.files))
     log(INFO, "fedforget: %s; serving accuracy %.4f", built.summary or f"{server.cfg.method} done", result["accuracy"])

@@ -82,6 +82,7 @@ class RequestsDB:
         fresh = not self.path.exists()
         db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
         db.execute("PRAGMA synchronous=FULL")
+        db.execute("PRAGMA secure_delete=ON")  # a deleted row's bytes are zeroed, not left in free pages
         if fresh:
             os.chmod(self.path, 0o600)
         return db

@@ -112,6 +112,7 @@ class Ledger:
         target = self.path if create else f"{self.path.absolute().as_uri()}?mode=rw"
         self.db = sqlite3.connect(target, timeout=60.0, isolation_level=None, uri=not create)
         self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("PRAGMA secure_delete=ON")  # a deleted row's bytes are zeroed, not left in free pages
         self.db.execute("PRAGMA foreign_keys=ON")
         if fresh:
             os.chmod(self.path, 0o600)
@@ -190,17 +191,25 @@ class Ledger:
 
     def record_artifact(self, artifact: str, sha256: str, kind: str, lineage: Iterable[str], watermark: int,
                         meta: dict[str, Any] | None = None) -> bool:
-        """Store a (re)trained artifact; it is valid unless a request newer than ``watermark`` touched it."""
+        """Store a (re)trained artifact; it is valid unless a request newer than ``watermark`` touched it.
+
+        A stale one (built from data a request forgot while it was being built) is recorded as purged by
+        that request in the same transaction, like what a forget invalidates: the run that built it
+        deletes its bytes when it finishes (:func:`~fedforget.store.purge.finish_pending_purges`).
+        """
         units = sorted(set(lineage))
         with self.transaction() as db:
             db.execute("DELETE FROM lineage WHERE artifact=?", (artifact,))
             db.executemany("INSERT INTO lineage VALUES(?, ?)", ((u, artifact) for u in units))
             stale = db.execute(
-                "SELECT 1 FROM lineage l JOIN forgotten f ON f.unit = l.unit "
-                "WHERE l.artifact=? AND f.request > ? LIMIT 1", (artifact, watermark)).fetchone()
+                "SELECT MAX(f.request) FROM lineage l JOIN forgotten f ON f.unit = l.unit "
+                "WHERE l.artifact=? AND f.request > ?", (artifact, watermark)).fetchone()[0]
             db.execute("INSERT OR REPLACE INTO artifacts VALUES(?, ?, ?, ?, ?, ?)",
                        (artifact, sha256, kind, watermark, 0 if stale else 1, json.dumps(meta or {}, sort_keys=True)))
             db.execute("INSERT INTO history VALUES(?, ?, ?, ?)", (artifact, sha256, watermark, time.time()))
+            if stale is not None:  # the same bytes may have been purged already (a rebuild from the same data)
+                record_purges(db, int(stale), [artifact])
+                db.execute("UPDATE purged SET done=0 WHERE artifact=? AND sha256=?", (artifact, sha256))
             crash_point("ledger:record-artifact")
             return stale is None
 

@@ -8,7 +8,9 @@ idempotent). Deleting inside the transaction instead would lose bytes of a reque
 
 Nothing purged is ever needed again: serving and retraining start only from valid artifacts
 (chains from the longest valid prefix, FedShard from valid children, SAFE and fedavg from scratch).
-A file whose sha256 is still recorded for a valid artifact (identical bytes) is kept.
+A file whose sha256 is still recorded for a valid artifact (identical bytes) is kept. ``fedforget purge``
+(and ``--check``) also hash every file under the store, so a copy under any name is found too; an
+artifact a run rebuilt from data forgotten while it ran is purged like one a request invalidated.
 
 Values computed on the forgotten samples go too: the training values (losses, counts) of the
 ``metrics.jsonl`` rows written before the request, and the measurements of ``forget --audit-before``,
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fedforget.store.acks import copies_dropped_up_to
+from fedforget.store.content_scan import scan_store
 from fedforget.store.crash import crash_point
 
 PURGE_SCHEMA = """
@@ -138,21 +141,34 @@ class PurgeReport:
     ledger_values: list[str] = field(default_factory=list)
     #: deployed nodes that may still hold a copy of a purged artifact: partition → the request to confirm
     client_copies: dict[int, int] = field(default_factory=dict)
+    #: with ``by_content``: how many files were hashed, and what under the store could not be hashed (links
+    #: out of it, fifos and devices, unreadable paths): none of these can be proven free of purged bytes
+    hashed_files: int = 0
+    outside_links: list[str] = field(default_factory=list)
+    special_files: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
+
+    @property
+    def unprovable(self) -> bool:
+        """Something under the store that a purge must not delete and a check cannot hash."""
+        return bool(self.outside_links or self.special_files or self.unreadable)
 
     @property
     def clean(self) -> bool:
         return not (self.files or self.pending or self.feature_caches or self.metrics_rows or self.training_rows
-                    or self.ledger_values or self.client_copies)
+                    or self.ledger_values or self.client_copies or self.unprovable)
 
     def to_json(self) -> dict[str, Any]:
         return {"files": self.files, "pending": self.pending, "feature-caches": self.feature_caches,
                 "metrics-rows": self.metrics_rows, "training-rows": self.training_rows,
                 "ledger-values": self.ledger_values,
                 "client-copies": [{"partition": p, "request": r} for p, r in sorted(self.client_copies.items())],
-                "clean": self.clean}
+                "hashed-files": self.hashed_files, "outside-links": self.outside_links,
+                "special-files": self.special_files, "unreadable": self.unreadable, "clean": self.clean}
 
 
-def complete_purges(store: Any, check: bool = False) -> PurgeReport:
+def complete_purges(store: Any, check: bool = False, by_content: bool = False,
+                    run_saw_forgotten: bool = False) -> PurgeReport:
     """Delete every file a purge names (or only list them with ``check``); mark the purges done.
 
     Covers the store's artifacts, any file under ``clients/<partition>/`` named by a purged sha256
@@ -160,6 +176,15 @@ def complete_purges(store: Any, check: bool = False) -> PurgeReport:
     clients that left, the training values of metrics rows written before the newest request, and
     the audit's measurements. Copies on nodes whose state dir is not under ``clients/`` are reported
     until their node acknowledges. Idempotent: a second call finds nothing.
+
+    ``by_content`` (``fedforget purge``) also hashes every file under the store
+    (:func:`~fedforget.store.content_scan.scan_store`): one holding purged bytes goes whatever its name,
+    and links out of the store and non-files are reported, never followed, opened or deleted. The purge
+    after each ``forget`` goes by name only, so a request stays milliseconds whatever the store's size.
+
+    Every metrics row so far is redacted while a purge is pending or with ``run_saw_forgotten`` (the run
+    that just finished trained on data a request forgot while it ran): the mark covers a leading span of
+    rows only, and rows a run wrote after it may have seen the data (a retrain killed before its end).
     """
     ledger = store.ledger()
     try:
@@ -167,6 +192,7 @@ def complete_purges(store: Any, check: bool = False) -> PurgeReport:
         rows = purged_rows(db)
         doomed = purged_shas(db)
         pending = sorted({r["artifact"] for r in rows if not r["done"]})
+        seen = [(r["artifact"], r["sha256"]) for r in rows if not r["done"]]
         touched = _partitions_with_forgotten(db, since_done=True)
         gone = set(ledger.exhausted_partitions())
         last = ledger.last_request()
@@ -176,12 +202,19 @@ def complete_purges(store: Any, check: bool = False) -> PurgeReport:
     finally:
         ledger.close()
     report = PurgeReport(pending=pending, client_copies=copies)
+    whole = run_saw_forgotten or bool(pending)  # a pending purge: rows since the mark may have seen its data
     files = files_named_by(store.root, doomed)
+    if by_content:
+        scan = scan_store(store.root)
+        report.hashed_files = len(scan.hashed)
+        report.outside_links, report.special_files, report.unreadable = (scan.outside_links, scan.special,
+                                                                          scan.unreadable)
+        files = sorted({*files, *(store.root / rel for rel, sha in scan.hashed.items() if sha in doomed)})
     report.files = [str(p.relative_to(store.root)) for p in files]
     caches = [p for part in sorted(touched) for pattern in feature_cache_globs()
               for p in sorted((store.root / "clients" / str(part)).glob(pattern))]
     report.feature_caches = [str(p.relative_to(store.root)) for p in caches]
-    span = _redacted_span(store.root, last, mark)
+    span = _metrics_span(store.root, last, mark, whole)
     report.metrics_rows = scrub_metrics(store.root, gone, dry_run=True, span=span)
     report.training_rows = redact_training_values(store.root, span, dry_run=True)
     report.ledger_values = [AUDIT_KEY] if audit_leftover(audit) else []
@@ -191,20 +224,40 @@ def complete_purges(store: Any, check: bool = False) -> PurgeReport:
         path.unlink(missing_ok=True)
         crash_point("purge:file-deleted")
     scrub_metrics(store.root, gone, dry_run=False, span=span)
-    redact_training_values(store.root, _redacted_span(store.root, last, mark), dry_run=False)
+    span = _metrics_span(store.root, last, mark, whole)  # after the scrub dropped rows
+    redact_training_values(store.root, span, dry_run=False)
     ledger = store.ledger()
     try:
         with ledger.transaction() as tx:
-            if _has_table(tx):
-                tx.execute("UPDATE purged SET done=1 WHERE done=0")
+            if _has_table(tx):  # only the rows read above: a stale artifact recorded since is still to delete
+                tx.executemany("UPDATE purged SET done=1 WHERE artifact=? AND sha256=? AND done=0", seen)
             ledger._set_meta(tx, "purge-done-request", ledger.last_request())
             if last:
-                ledger._set_meta(tx, METRICS_MARK, {"request": last, "lines": _line_count(store.root)})
+                ledger._set_meta(tx, METRICS_MARK, {"request": last, "lines": span})  # the rows redacted, no more
             if audit_leftover(audit):
                 ledger._set_meta(tx, AUDIT_KEY, audit_decision(audit))
     finally:
         ledger.close()
     return report
+
+
+def finish_pending_purges(store: Any, watermark: int) -> PurgeReport | None:
+    """At the end of a training or retrain run (its ``watermark``): delete what it built from data a request
+    forgot while it ran (recorded stale and purged by ``Ledger.record_artifact``), redact the training values
+    it computed on that data, and finish a purge a crash left pending. Runs only once the run is recorded,
+    since a stale module can be the base of a later one; None when there was nothing to do."""
+    ledger = store.ledger()
+    try:
+        db = ledger.db
+        if not _has_table(db):
+            return None
+        pending = db.execute("SELECT 1 FROM purged WHERE done=0 LIMIT 1").fetchone() is not None
+        saw = db.execute("SELECT 1 FROM artifacts a JOIN purged p ON p.artifact = a.artifact AND p.sha256 = a.sha256 "
+                         "WHERE a.watermark=? AND a.valid=0 AND p.request > ? LIMIT 1",
+                         (watermark, watermark)).fetchone() is not None
+    finally:
+        ledger.close()
+    return complete_purges(store, run_saw_forgotten=saw) if pending or saw else None
 
 
 def purge_mark(db: sqlite3.Connection) -> int:
@@ -303,6 +356,10 @@ def _metrics_mark(db: sqlite3.Connection) -> dict[str, int] | None:
 def _line_count(root: Path) -> int:
     path = root / "metrics.jsonl"
     return len(path.read_text(encoding="utf-8").splitlines()) if path.is_file() else 0
+
+
+def _metrics_span(root: Path, last_request: int, mark: dict[str, int] | None, whole: bool) -> int:
+    return _line_count(root) if whole else _redacted_span(root, last_request, mark)
 
 
 def _redacted_span(root: Path, last_request: int, mark: dict[str, int] | None) -> int:

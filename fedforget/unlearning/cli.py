@@ -454,16 +454,19 @@ def purge(
 ) -> None:
     """Delete every file and value a forget request made obsolete (artifacts, client caches, feature caches,
     training metrics, audit measurements); `forget` does this itself, so this finishes a purge a crash
-    interrupted, or with --check proves none is left. Exit 1 while a copy is left, deployed nodes' copies
-    not yet confirmed included (`fedforget forget --propagate` reaches them)."""
+    interrupted, or with --check proves none is left: every file under the store is hashed and compared with
+    the purged sha256s, whatever its name. Exit 1 while a copy is left, deployed nodes' copies not yet
+    confirmed included (`fedforget forget --propagate` reaches them), or while a symlink out of the store,
+    a fifo or a device under it keeps the check from proving it."""
     from fedforget.store.purge import complete_purges
 
     handle = open_store(store)
     try:
-        report = complete_purges(handle, check=check).to_json()
+        report = complete_purges(handle, check=check, by_content=True).to_json()
     except (StoreError, LedgerUsageError) as exc:
         fail(str(exc))
     copies = report["client-copies"]
+    unprovable = any(report[k] for k in ("outside-links", "special-files", "unreadable"))
     if as_json:
         emit(report, True)
     else:
@@ -477,6 +480,13 @@ def purge(
             console.print(f" {report['training-rows']} metrics row(s) with training values computed on forgotten data")
         for key in report["ledger-values"]:
             console.print(f" ledger value {key!r} holds measurements of forgotten samples")
+        for link in report["outside-links"]:
+            console.print(f" refused: symlink {link} points outside the store (never followed); replace it with "
+                          "the file or remove it", soft_wrap=True)
+        for name in report["special-files"]:
+            console.print(f" not a regular file (never opened): {name}; remove it", soft_wrap=True)
+        for name in report["unreadable"]:
+            console.print(f" cannot read {name}; make it readable", soft_wrap=True)
         if copies:
             console.print(f" {len(copies)} deployed node(s) (partition(s) {[c['partition'] for c in copies]}) may "
                           "still hold copies of purged artifacts in their caches until they acknowledge: run "
@@ -484,12 +494,12 @@ def purge(
                           "when nothing is new)", soft_wrap=True)
         local = any(report[k] for k in ("files", "pending", "feature-caches", "metrics-rows", "training-rows",
                                         "ledger-values"))
-        if not copies and not (check and local):
+        if not copies and not unprovable and not (check and local):
             console.print("[bold green]clean[/]: nothing that saw forgotten data is left")
         else:
             console.print("[bold red]not clean[/]: " + ("run `fedforget purge` (without --check)" if check and local
-                                                        else "the nodes' copies above are left"))
-    if copies or (check and not report["clean"]):
+                                                        else "what is listed above is left"))
+    if copies or unprovable or (check and not report["clean"]):
         raise SystemExit(1)
 
 

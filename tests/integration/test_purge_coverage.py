@@ -160,6 +160,10 @@ def test_purge_removes_the_forgotten_samples_audit_losses_and_the_training_value
     assert any("train-loss" in row for row in retrained)  # computed without the forgotten client: kept
     after = _check(store, "--json")
     assert after.exit_code == 0, after.stdout
+    assert runner.invoke(app, ["purge", "--store", str(store.root)]).exit_code == 0  # a purge after the retrain
+    assert [json.loads(line) for line in _metrics_lines(store)[len(before):]] == retrained  # keeps its values
+    again = _check(store, "--json")
+    assert again.exit_code == 0, again.stdout  # and the mark still covers only the rows that saw the data
 
 
 def test_a_store_purged_before_redaction_existed_reports_its_leftovers_and_purge_removes_them(fedavg_store, tmp_path):
@@ -195,8 +199,11 @@ def test_a_store_without_forget_requests_is_clean_and_purge_keeps_its_metrics(fe
     store = copy_store(fedavg_store, tmp_path)
     metrics = (store.root / "metrics.jsonl").read_bytes()
     check = _check(store, "--json")
-    assert check.exit_code == 0 and json.loads(check.stdout) == {
+    report = json.loads(check.stdout)
+    assert check.exit_code == 0 and report == {
         "files": [], "pending": [], "feature-caches": [], "metrics-rows": 0, "training-rows": 0,
-        "ledger-values": [], "client-copies": [], "clean": True}
+        "ledger-values": [], "client-copies": [], "hashed-files": report["hashed-files"], "outside-links": [],
+        "special-files": [], "unreadable": [], "clean": True}
+    assert report["hashed-files"] == sum(1 for p in store.root.rglob("*") if p.is_file()) - 1  # all but the ledger
     assert runner.invoke(app, ["purge", "--store", str(store.root)]).exit_code == 0
     assert (store.root / "metrics.jsonl").read_bytes() == metrics
