@@ -168,6 +168,8 @@ def _check_ledger(store: Store, ledger: Ledger, manifest: dict[str, Any] | None,
     counts = dict(db.execute("SELECT request, COUNT(*) FROM forgotten GROUP BY request").fetchall())
     check_requests(db, out, counts)
     check_serving(store, ledger, out)
+    if manifest is not None:
+        out.problems += index_problems(db, manifest)
 
 
 def sound_tables(db: sqlite3.Connection) -> str | None:
@@ -227,8 +229,6 @@ def check_serving(store: Store, ledger: Ledger, out: StoreCheck) -> None:
     out.problems += damaged
     out.repairable += damaged
     out.problems += _misfiled_artifacts(store, ledger, set(out.corrupt))
-    if manifest is not None:
-        out.problems += index_problems(db, manifest)
     plan = ledger.plan()
     if plan is not None:
         known = _plan_artifacts(plan)

@@ -36,6 +36,7 @@ from fedforget.store.check import (
     check_serving,
     check_store,
 )
+from fedforget.store.forget_plan import PlanError, SamplePlan, sample_plan
 from fedforget.store.ledger import LEDGER
 from fedforget.store.store import MANIFEST, METRICS, Store
 
@@ -65,32 +66,6 @@ class Seen:
     served: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass
-class SampleUnits:
-    """The manifest plan's sample → unit map, as sorted ids and their units (built once per manifest)."""
-
-    ids: np.ndarray
-    units: list[str]
-    unit_of: np.ndarray
-
-    @classmethod
-    def of(cls, manifest: dict[str, Any]) -> SampleUnits:
-        ids, unit_of, units = [], [], []
-        for partition, slices in sorted((manifest.get("partitions") or {}).items(), key=lambda kv: int(kv[0])):
-            for s, members in enumerate(slices):
-                units.append(f"{int(partition)}:{s}")
-                ids.append(np.asarray(members, dtype=np.int64))
-                unit_of.append(np.full(len(members), len(units) - 1, dtype=np.int64))
-        flat = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
-        which = np.concatenate(unit_of) if unit_of else np.zeros(0, dtype=np.int64)
-        order = np.argsort(flat, kind="stable")
-        return cls(flat[order], units, which[order])
-
-    def unit(self, sample: int) -> str | None:
-        i = int(np.searchsorted(self.ids, sample))
-        return self.units[int(self.unit_of[i])] if i < len(self.ids) and self.ids[i] == sample else None
-
-
 class StoreWatch:
     """One store, checked whole at first and then by what changed; thread-safe, one check at a time."""
 
@@ -98,7 +73,7 @@ class StoreWatch:
         self.store = store
         self._lock = threading.Lock()
         self._seen: Seen | None = None
-        self._units: SampleUnits | None = None
+        self._plan: SamplePlan | None = None
         self._db: sqlite3.Connection | None = None
         #: how many checks of each kind ran (the benchmark reports them)
         self.runs = {"full": 0, "changes": 0, "files": 0}
@@ -132,7 +107,10 @@ class StoreWatch:
         out = check_store(self.store)
         self._seen = None
         if out.ok and version is not None:
-            self._units = SampleUnits.of(self.store.manifest())
+            try:
+                self._plan = sample_plan(self.store.manifest())
+            except PlanError:
+                self._plan = None  # the whole check said the plan is sound; a None plan checks no units
             ledger = self.store.ledger()
             try:
                 with ledger.snapshot():
@@ -203,11 +181,22 @@ class StoreWatch:
             samples = [int(r[0]) for r in db.execute("SELECT sample FROM forgotten WHERE unit=? AND request=?",
                                                      (str(unit), rid))]
             total += len(samples)
-            wrong = next((s for s in samples if self._units is not None and self._units.unit(s) != unit), None)
+            wrong = self._misplaced(samples, str(unit))
             if wrong is not None:
                 out.problems.append(f"request {rid} forgot sample {wrong} under unit {unit}, which the manifest "
                                     "does not put it in")
         return total
+
+    def _misplaced(self, samples: list[int], unit: str) -> int | None:
+        """The first of ``samples`` the manifest does not put in ``unit`` (None when all are there)."""
+        plan = self._plan
+        if plan is None or not samples:
+            return None
+        arr = np.asarray(samples, dtype=np.int64)
+        pos = plan.locate(arr)
+        code = plan.index.get(unit, -1)
+        bad = (pos < 0) | (plan.unit_codes[np.maximum(pos, 0)] != code)
+        return int(arr[np.argmax(bad)]) if bool(bad.any()) else None
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _mark(self, db: sqlite3.Connection, manifest: tuple[int, int, int, int] | None, version: int,
