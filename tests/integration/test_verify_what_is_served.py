@@ -7,9 +7,12 @@ unnoticed (``FEDFORGET_RECORD_SERVED_BYTES=1`` records them anew, on purpose).""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 from pathlib import Path
 
@@ -149,26 +152,46 @@ def served_shas(root: Path) -> dict[str, str]:
         ledger.close()
 
 
+#: CPU features that pick torch's kernels (and so the last bits of a float): the same interpreter and torch
+#: build give other bytes on a CPU with other vector units
+ISA_FLAGS = re.compile(r"^(avx|amx|fma|f16c|sse|ssse)")
+
+
 def bytes_platform() -> str:
-    """Bits are exact per platform: the machine, the interpreter and the torch build that made them."""
+    """Bits are exact per platform: the machine, the interpreter, the torch build and the CPU's vector units."""
     import torch
 
-    return f"{platform.machine()} python {platform.python_version()} torch {torch.__version__}"
+    flags: set[str] = set()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("flags"):
+                flags = {f for f in line.split(":", 1)[1].split() if ISA_FLAGS.match(f)}
+                break
+    isa = hashlib.sha256(" ".join(sorted(flags)).encode()).hexdigest()[:12]
+    return (f"{platform.machine()} python {platform.python_version()} torch {torch.__version__} "
+            f"cpu {torch.backends.cpu.get_cpu_capability()} isa {isa}")
+
+
+def recorded_bytes() -> dict:
+    """``{"configs": ..., "platforms": {platform: {method: {"trained": ..., "retrained": ...}}}}``."""
+    return json.loads(SERVED_BYTES.read_text(encoding="utf-8")) if SERVED_BYTES.is_file() else {}
 
 
 def test_every_method_serves_the_recorded_bytes_after_training_and_after_retraining(forgotten_and_retrained):
     method, trained, erased, _, _ = forgotten_and_retrained
     now = {"trained": served_shas(trained), "retrained": served_shas(erased)}
-    recorded = json.loads(SERVED_BYTES.read_text(encoding="utf-8")) if SERVED_BYTES.is_file() else {}
+    recorded = recorded_bytes()
+    here = bytes_platform()
     if os.environ.get("FEDFORGET_RECORD_SERVED_BYTES") == "1":
-        recorded = {"platform": bytes_platform(), "configs": {**recorded.get("configs", {}), method: METHODS[method]},
-                    "methods": {**recorded.get("methods", {}), method: now}}
+        platforms = recorded.get("platforms", {})
+        platforms[here] = {**platforms.get(here, {}), method: now}
+        recorded = {"configs": {**recorded.get("configs", {}), method: METHODS[method]}, "platforms": platforms}
         SERVED_BYTES.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         pytest.skip(f"recorded the served bytes of {method}")
-    if recorded["platform"] != bytes_platform():
-        pytest.skip(f"served bytes recorded on {recorded['platform']}, this is {bytes_platform()}")
+    if here not in recorded["platforms"]:
+        pytest.skip(f"served bytes recorded on {sorted(recorded['platforms'])}, this is {here}")
     assert recorded["configs"][method] == METHODS[method], "the recorded config changed: record anew on purpose"
-    assert now == recorded["methods"][method]
+    assert now == recorded["platforms"][here][method]
 
 
 def test_a_changed_served_byte_is_caught_by_the_recorded_sha256s(forgotten_and_retrained, tmp_path):
@@ -181,8 +204,8 @@ def test_a_changed_served_byte_is_caught_by_the_recorded_sha256s(forgotten_and_r
         ledger.db.execute("UPDATE artifacts SET sha256=? WHERE artifact=?", ("0" * 64, artifact))
     finally:
         ledger.close()
-    recorded = json.loads(SERVED_BYTES.read_text(encoding="utf-8"))["methods"][method]["trained"]
-    assert served_shas(store.root) != recorded
+    for platform_bytes in recorded_bytes()["platforms"].values():
+        assert served_shas(store.root) != platform_bytes[method]["trained"]
 
 
 def test_after_retrain_every_owner_of_the_forgotten_sample_has_acknowledged_deleting_it(forgotten_and_retrained):
