@@ -43,13 +43,16 @@ def open_regular(path: str | os.PathLike[str], limit: int, what: str) -> tuple[i
     """``(fd, size)`` of ``path`` opened for reading, refusing anything but a regular file of at most ``limit``
     bytes. ``O_NONBLOCK`` keeps the open of a fifo from waiting for a writer; it changes nothing for a
     regular file. The caller closes ``fd``."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, "does not exist", str(path)) from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise UnreadableFile(path, _not_regular(info.st_mode))
         if info.st_size > limit:
-            raise UnreadableFile(path, f"is {info.st_size:,} bytes, over the {limit:,} bytes any {what} can be")
+            raise UnreadableFile(path, f"is {info.st_size:,} bytes; no {what} is that large (at most {limit:,})")
     except BaseException:
         os.close(fd)
         raise
@@ -62,7 +65,7 @@ def read_bounded(path: str | os.PathLike[str], limit: int, what: str) -> bytes:
     with os.fdopen(fd, "rb") as fh:
         data = fh.read(limit + 1)
     if len(data) > limit:
-        raise UnreadableFile(path, f"is over the {limit:,} bytes any {what} can be")
+        raise UnreadableFile(path, f"grew past {limit:,} bytes while read; no {what} is that large")
     return data
 
 
@@ -75,7 +78,7 @@ def sha256_bounded(path: str | os.PathLike[str], limit: int, what: str) -> str:
         while chunk := fh.read(CHUNK_BYTES):
             seen += len(chunk)
             if seen > limit:
-                raise UnreadableFile(path, f"is over the {limit:,} bytes any {what} can be")
+                raise UnreadableFile(path, f"grew past {limit:,} bytes while read; no {what} is that large")
             digest.update(chunk)
     return digest.hexdigest()
 

@@ -31,18 +31,27 @@ def is_read_only_error(exc: BaseException) -> bool:
 def unwritable_path(root: Path) -> Path | None:
     """The first path a store write needs that this process cannot write (None when all can be written):
     the store directory (the ledger's journal, atomic renames), the ledger, the artifact and client
-    directories, the metrics file. ``os.access`` answers for a read-only mount even as root."""
+    directories and each client's (a purge deletes its caches), the metrics file. ``os.access`` answers
+    for a read-only mount even as root."""
     from fedforget.store.ledger import LEDGER
     from fedforget.store.store import ARTIFACTS, CLIENTS, METRICS
 
-    for path in (root, root / LEDGER, root / ARTIFACTS, root / CLIENTS, root / METRICS):
+    paths = [root, root / LEDGER, root / ARTIFACTS, root / CLIENTS, root / METRICS]
+    try:
+        with os.scandir(root / CLIENTS) as entries:
+            paths += sorted(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False))
+    except OSError:
+        pass
+    for path in paths:
         if os.path.lexists(path) and not os.access(path, os.W_OK):
             return path
     return None
 
 
-def read_only_message(root: Path, command: str, cause: str) -> str:
-    """The one line for ``fedforget COMMAND`` on a store it cannot write."""
+def read_only_message(root: Path, command: str, cause: str, before: bool = True) -> str:
+    """The one line for ``fedforget COMMAND`` on a store it cannot write; ``before``: said before any write
+    was tried (nothing was changed), else a write was refused midway and running the command again finishes."""
     return (f"the store {root} is read-only ({cause}: a read-only mount or no write permission); `fedforget "
-            f"{command}` must write to it: remount it read-write or grant write permission, then run it again; "
-            "nothing was changed (`status`, `samples`, `locate` and `purge --check` work on it as it is)")
+            f"{command}` must write to it: remount it read-write or grant write permission, then run it again"
+            + ("; nothing was changed (`status`, `samples`, `locate` and `purge --check` work on it as it is)"
+               if before else " (it finishes what this run could not write)"))

@@ -102,7 +102,7 @@ def read_only_errors(handle: Store, command: str) -> Iterator[None]:
     except (sqlite3.OperationalError, OSError) as exc:
         if not is_read_only_error(exc):
             raise
-        fail(read_only_message(handle.root, command, _cause(exc)))
+        fail(read_only_message(handle.root, command, _cause(exc), before=False))
 
 
 def _cause(exc: BaseException) -> str:

@@ -114,4 +114,5 @@ def test_concurrent_first_use_ends_with_one_key(env):
         assert p.exitcode == 0
     directory = env / "xdg" / "fedforget"
     assert len(set(keys)) == 1 and keys[0] == public(rc.load_or_create_key())
-    assert [p.name for p in directory.iterdir()] == [rc.KEY_NAME] and mode(directory / rc.KEY_NAME) == 0o600
+    assert sorted(p.name for p in directory.iterdir()) == [rc.KEY_NAME, "receipt-ed25519.pub"]  # no temp file left
+    assert mode(directory / rc.KEY_NAME) == 0o600
