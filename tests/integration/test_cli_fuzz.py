@@ -209,3 +209,15 @@ def test_an_id_int_reads_but_not_written_in_ascii_digits_is_refused_everywhere_a
 @given(value=st.one_of(st.integers(2**63, 10**40).map(str), st.just("9" * 5000)), argv=st.sampled_from(ID_ARGVS))
 def test_an_id_at_or_past_2_63_is_refused_everywhere_an_id_is_typed(store, value, argv):
     assert_refused([argv[0], "--store", str(store), *(a.format(v=value) for a in argv[1:])], store)
+
+
+@pytest.mark.timeout(120)
+def test_serve_refuses_a_tls_path_that_is_no_pem_file_before_reading_it(store, tmp_path):
+    import os
+
+    fifo, big = tmp_path / "fifo", tmp_path / "big.pem"
+    os.mkfifo(fifo)
+    with open(big, "wb") as fh:
+        fh.truncate(2 * 2**20)
+    for bad in ("/dev/zero", str(fifo), str(tmp_path), str(big)):
+        assert_refused(["serve", "--store", str(store), "--port", "1", "--tls-cert", bad, "--tls-key", bad], store)
