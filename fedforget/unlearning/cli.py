@@ -387,6 +387,7 @@ def check_receipt_file(check: str, public_key: str, store: str, as_json: bool) -
         ReceiptKeyError,
         check_receipt,
         coordinator_public_key,
+        kept_key_for,
         load_public_key,
         read_receipt_file,
     )
@@ -406,7 +407,10 @@ def check_receipt_file(check: str, public_key: str, store: str, as_json: bool) -
     try:
         body = check_receipt(data, key)
     except ReceiptError as exc:
-        fail(f"receipt NOT valid: {exc}", code=1)
+        kept = None if public_key else kept_key_for(data)
+        fail(f"receipt NOT valid: {exc}" + (f"; it is signed by an earlier coordinator key, replaced by "
+                                            f"`--new-key`: check it with `--public-key {kept}`" if kept else ""),
+             code=1)
     except ValueError as exc:
         fail(f"cannot read {check!r} as a receipt: it is not JSON ({exc.__class__.__name__})")
     signer = "the coordinator's key" if not public_key else f"the key in {public_key} (" + (

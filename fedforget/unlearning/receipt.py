@@ -220,6 +220,31 @@ def rotate_key() -> tuple[Path, str, Path | None]:
     return path, fingerprint(key), kept
 
 
+#: How many kept public keys ``--check`` compares a receipt's signer with (one per rotation).
+MAX_KEPT_KEYS = 100
+
+
+def kept_key_for(data: bytes) -> Path | None:
+    """The kept public half of an earlier coordinator key (``rotate_key``) that signed this receipt, if any."""
+    try:
+        receipt = parse_receipt(data)
+        claimed = base64.b64decode(str(receipt["signature"]["public_key"]), validate=True)
+    except (ValueError, TypeError, KeyError):
+        return None
+    path = primary_key_path()
+    try:
+        kept = sorted(path.parent.glob(f"{path.stem}.*.pub"))[:MAX_KEPT_KEYS]
+    except OSError:
+        return None
+    for candidate in kept:
+        try:
+            if load_public_key(candidate) == claimed:
+                return candidate
+        except (OSError, ReceiptKeyError):
+            continue
+    return None
+
+
 def _load_private(path: Path):  # noqa: ANN202 - an Ed25519PrivateKey
     """The key at ``path``, refused while group or others may read or write it (they could forge receipts), and
     unless it is a small regular file (a device such as ``/dev/zero`` is never read)."""

@@ -97,7 +97,8 @@ def test_a_lost_key_is_an_error_until_new_key_rotates_it_and_old_receipts_check_
     assert rotated.exit_code == 0, rotated.output
     made = json.loads(rotated.stdout)
     assert made["key"] == str(key) and key.is_file() and made["old_public_key"]
-    assert _check(old_receipt).exit_code == 1  # the new key did not sign it
+    stale = _check(old_receipt)  # the new key did not sign it; the line names the kept key that did
+    assert stale.exit_code == 1 and f"--public-key {made['old_public_key']}" in stale.stderr, stale.output
     kept = runner.invoke(app, ["receipt", "--check", str(old_receipt), "--public-key", made["old_public_key"]])
     assert kept.exit_code == 0 and "NOT the coordinator's key" in kept.stdout, kept.output
     assert runner.invoke(app, ["receipt", "1", "--store", str(store.root), "--no-verify"]).exit_code == 0
