@@ -688,14 +688,15 @@ def main(argv: list[str] | None = None) -> None:
         fail(" ".join(exc.format_message().split()) + where, code=2)
     except click.exceptions.Abort:
         fail("aborted", code=130)
-    except (sqlite3.OperationalError, OSError) as exc:  # a write a read-only store refused, in any command
+    except (sqlite3.OperationalError, OSError) as exc:  # refused by a read-only store or file, in any command
         from fedforget.store.read_only import is_read_only_error
 
         if not is_read_only_error(exc):
             raise
-        fail(f"cannot write ({exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}): the store or "
-             "the file it names is read-only (a read-only mount or no write permission); make it writable and "
-             "run the command again")
+        cause = (f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror) \
+            if isinstance(exc, OSError) and exc.strerror else f"SQLite: {exc}"
+        fail(f"{cause}: a read-only mount or a missing permission; remount it read-write or grant the "
+             "permission, then run the command again")
     raise SystemExit(code if isinstance(code, int) else 0)
 
 

@@ -317,3 +317,17 @@ def test_a_write_sqlite_refuses_as_read_only_is_named_so_never_corrupt(tmp_path)
         with store_errors():
             db.execute("INSERT INTO t VALUES (1)")
     assert code.value.code == 2 and "read-only" in err.getvalue() and "corrupt" not in err.getvalue()
+
+
+def test_a_read_only_secrets_directory_is_one_line_for_any_command_that_writes_there(small, tmp_path, monkeypatch):
+    """Writes outside the store (a token, a new receipt key) refused by the OS are one line too, not a traceback."""
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    monkeypatch.setenv("FEDFORGET_SECRETS", str(secrets))
+    prefix = read_only_prefix(secrets)
+    if not prefix:
+        pytest.skip("needs root with unshare for a read-only bind mount")
+    refused(cli(["token", "create", "--store", str(small), "--name", "a", "--scope", "status:read"], prefix=prefix),
+            "Read-only file system")
+    refused(cli(["receipt", "--new-key"], prefix=prefix), "Read-only file system")
+    assert list(secrets.iterdir()) == []
