@@ -23,6 +23,7 @@ from typing import Any
 from fedforget.core.config import stored_run_config
 from fedforget.store import Store
 from fedforget.store.check import check_store
+from fedforget.store.copy import copy_store
 from fedforget.store.crash import CRASH_ENV
 
 FORGET_POINTS = ("forget:request-row", "forget:forgotten-rows", "forget:invalidated", "forget:before-commit")
@@ -113,7 +114,7 @@ def forget_campaign(store_root: Path, crashes: int, seed: int = 0, kill_share: f
     oracle_root = store_root.parent / f"{store_root.name}-oracle"
     for path in (pristine, oracle_root):
         shutil.rmtree(path, ignore_errors=True)
-        shutil.copytree(store_root, path)
+        copy_store(store_root, path)
     store, oracle = Store.open(store_root), Store.open(oracle_root)
     ledger = store.ledger()
     total = ledger.num_samples()
@@ -126,7 +127,7 @@ def forget_campaign(store_root: Path, crashes: int, seed: int = 0, kill_share: f
         if total - len(before["forgotten"]) < 10:  # start a new round from the original store
             for path in (store_root, oracle_root):
                 shutil.rmtree(path)
-                shutil.copytree(pristine, path)
+                copy_store(pristine, path)
             continue
         request = _random_request(rng, store, set(before["forgotten"]))
         result.requests += 1
@@ -257,7 +258,7 @@ def retrain_campaign(template: Path, workdir: Path, crashes: int, max_crashes_pe
     rng = random.Random(seed)
     result = RetrainCampaignResult()
     reference_root = workdir / "reference"
-    shutil.copytree(template, reference_root)
+    copy_store(template, reference_root)
     warm = _context().Process(target=os.getpid)  # start the fork server before timing anything
     warm.start()
     warm.join()
@@ -270,7 +271,7 @@ def retrain_campaign(template: Path, workdir: Path, crashes: int, max_crashes_pe
     duration = result.reference_seconds
     while result.crashes < crashes:
         root = workdir / f"job{result.jobs}"
-        shutil.copytree(template, root)
+        copy_store(template, root)
         result.jobs += 1
         for _ in range(max_crashes_per_job):
             kill = rng.random() < kill_share

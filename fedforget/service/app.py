@@ -4,26 +4,33 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import parse_qs
 
-from fastapi import FastAPI, HTTPException, Query, Request, Response, Security
+import numpy as np
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, Security
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
 from fastapi.security import HTTPBearer
+from pydantic import BeforeValidator, WrapValidator
 
 from fedforget.service.console import console_page, login_page
 from fedforget.service.gate import COOKIE, SESSION_SECONDS, Gate, Sessions
 from fedforget.service.metrics import Metrics
 from fedforget.service.requests_db import IdempotencyConflict, ServiceRequest, canonical_spec
 from fedforget.service.schemas import (
+    ID_LIMIT,
     ForgetBody,
     ForgetRequestList,
     ForgetRequestOut,
     Health,
+    Invalid,
     PredictBody,
     PredictOut,
     Problem,
+    digits_only,
+    url_id,
 )
 from fedforget.service.service import Service, StoreRefused
 from fedforget.service.states import accepted_state, ledger_states
@@ -31,11 +38,40 @@ from fedforget.service.states import accepted_state, ledger_states
 VERSION = "1"
 bearer = HTTPBearer(auto_error=False, description="A token from `fedforget token create` (scopes: forget:write, "
                                                   "status:read, predict).")
-ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": Problem} for code in (401, 403, 413, 503)}
+#: what every route with a token may answer besides its own codes: no/unknown token, missing scope, a body over
+#: the bound (the Gate), a parameter it does not take, the store refused by its check
+ERRORS = (401, 403, 413, 422, 503)
+#: a JSON body: unparseable (400: not UTF-8, nested past the parser's depth), too slow (408, the Gate)
+BODY_ERRORS = (400, 408)
+_WHY = {400: "The body is not JSON the parser can read (not UTF-8, or nested too deep).",
+        401: "No token, or an unknown or revoked one.", 403: "The token lacks the route's scope; nothing was done.",
+        404: "No such request.", 408: "The body did not arrive in time; nothing was done.",
+        409: "Conflict; see the detail.", 413: "The body is over the bound; nothing was done.",
+        422: "The request breaks the contract (the first problem in detail); nothing was written.",
+        503: "The store is refused by its check, or this app serves none."}
+#: an id in a URL (path or query): ASCII digits only, 0 <= id < 2**63
+URL_ID = WrapValidator(url_id)
+DIGITS = BeforeValidator(digits_only)
+
+
+def refusals(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI responses for ``codes``: each a one-line :class:`Problem` (422 adds the field list)."""
+    return {code: {"model": Invalid if code == 422 else Problem, "description": _WHY[code]} for code in sorted(codes)}
 
 
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
+
+
+def known_query(request: Request) -> None:
+    """Refuse a query parameter the route does not take (a misspelt ``afetr=`` is not silently ignored)."""
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    known = {p.alias for p in dependant.query_params} if dependant is not None else set()
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        takes = f"it takes {', '.join(sorted(known))}" if known else "it takes none"
+        raise HTTPException(422, f"query.{_one_line(unknown[0])[:40]}: unknown query parameter ({takes})")
 
 
 def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
@@ -43,6 +79,7 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
     svc = Service(store_root) if store_root is not None else None
     sessions = Sessions()
     app = FastAPI(title="fedforget forget service", version=VERSION, docs_url=None, redoc_url=None,
+                  dependencies=[Depends(known_query)],
                   description="Submit forget requests, poll their state, fetch signed receipts, ask the served model. "
                               "See docs/operations/service.md.")
     app.add_middleware(Gate, tokens=None if svc is None else svc.tokens, sessions=sessions,
@@ -86,7 +123,7 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
 
     @app.post("/v1/forget-requests", status_code=201, response_model=ForgetRequestOut, tags=["forget"],
               responses={200: {"model": ForgetRequestOut, "description": "The key was used before: that request."},
-                         409: {"model": Problem}, **ERRORS}, dependencies=[Security(bearer)])
+                         **refusals(409, *BODY_ERRORS, *ERRORS)}, dependencies=[Security(bearer)])
     def submit(body: ForgetBody, request: Request, response: Response) -> ForgetRequestOut:
         """Forget samples, slices or clients now (scope forget:write); one request per idempotency key."""
         from fedforget.store import StoreError
@@ -106,17 +143,18 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
         response.status_code = 201 if created else 200
         return describe(row, states_of(s, row), receipt=False)
 
-    @app.get("/v1/forget-requests", response_model=ForgetRequestList, tags=["forget"], responses=ERRORS,
-             dependencies=[Security(bearer)])
-    def list_requests(limit: int = Query(100, ge=1, le=1000), after: int = Query(0, ge=0)) -> ForgetRequestList:
+    @app.get("/v1/forget-requests", response_model=ForgetRequestList, tags=["forget"],
+             responses=refusals(*ERRORS), dependencies=[Security(bearer)])
+    def list_requests(limit: Annotated[int, Query(ge=1, le=1000), DIGITS] = 100,
+                      after: Annotated[int, Query(ge=0, lt=ID_LIMIT), URL_ID] = 0) -> ForgetRequestList:
         """The service's forget requests in id order (scope status:read); page with ``after``."""
         s = service()
         states = ledger_states(s.store)
         return ForgetRequestList(requests=[describe(r, states, receipt=False) for r in s.db.list(limit, after)])
 
     @app.get("/v1/forget-requests/{request_id}", response_model=ForgetRequestOut, tags=["forget"],
-             responses={404: {"model": Problem}, **ERRORS}, dependencies=[Security(bearer)])
-    def get_request(request_id: int) -> ForgetRequestOut:
+             responses=refusals(404, *ERRORS), dependencies=[Security(bearer)])
+    def get_request(request_id: Annotated[int, PathParam(ge=0, lt=ID_LIMIT), URL_ID]) -> ForgetRequestOut:
         """One request: state, timestamps, who asked, and its signed receipt once it is purged."""
         s = service()
         row = s.db.get(request_id)
@@ -127,8 +165,8 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
     @app.get("/v1/receipts/{ledger_request}", tags=["forget"], dependencies=[Security(bearer)],
              responses={200: {"content": {"application/json": {}}, "description": "The receipt file, byte for byte "
                               "as written (check it with `fedforget receipt --check FILE`)."},
-                        404: {"model": Problem}, 409: {"model": Problem}, **ERRORS})
-    def receipt(ledger_request: int) -> Response:
+                        **refusals(404, 409, *ERRORS)})
+    def receipt(ledger_request: Annotated[int, PathParam(ge=0, lt=ID_LIMIT), URL_ID]) -> Response:
         """The signed receipt of a ledger request (issued without `verify` on first use if none was)."""
         s = service()
         states = ledger_states(s.store)
@@ -143,11 +181,11 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
                         headers={"content-disposition": f'attachment; filename="request-{ledger_request}.json"'})
 
     @app.post("/v1/predict", response_model=PredictOut, tags=["serve"], dependencies=[Security(bearer)],
-              responses={409: {"model": Problem}, **ERRORS})
+              responses=refusals(409, *BODY_ERRORS, *ERRORS))
     def predict(body: PredictBody) -> PredictOut:
         """The served model's class probabilities and argmax, with the id of the plan that answered."""
         from fedforget.federation.serve import ServingError
-        from fedforget.service.inputs import InputError, model_inputs
+        from fedforget.service.inputs import INPUT_SCALE, InputError, model_inputs
 
         s = service()
         models = s.models()
@@ -159,21 +197,23 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
             pid, probs = models.predict(inputs)
         except ServingError as exc:
             raise HTTPException(409, _one_line(str(exc))) from None
+        if not np.isfinite(probs).all():  # finite inputs the network's float32 arithmetic still overflows on
+            raise HTTPException(422, f"inputs: the model's float32 arithmetic overflows on them; {INPUT_SCALE}")
         return PredictOut(plan_id=pid, task=models.cfg.task, predictions=[int(i) for i in probs.argmax(1)],
                           probabilities=[[float(p) for p in row] for row in probs])
 
-    @app.get("/v1/status", tags=["status"], responses=ERRORS, dependencies=[Security(bearer)])
+    @app.get("/v1/status", tags=["status"], responses=refusals(*ERRORS), dependencies=[Security(bearer)])
     def status() -> JSONResponse:
         """What `fedforget status --json` shows."""
         return JSONResponse(json.loads(json.dumps(service().status(), default=str)))
 
-    @app.get("/healthz", response_model=Health, tags=["status"], responses={503: {"model": Problem}})
+    @app.get("/healthz", response_model=Health, tags=["status"], responses=refusals(413, 422, 503))
     def healthz() -> Health:
         """200 while the store passes its check (no token needed)."""
         service()
         return Health(status="ok")
 
-    @app.get("/metrics", response_class=PlainTextResponse, tags=["status"], responses=ERRORS,
+    @app.get("/metrics", response_class=PlainTextResponse, tags=["status"], responses=refusals(*ERRORS),
              dependencies=[Security(bearer)])
     def metrics() -> PlainTextResponse:
         """Prometheus text: requests by route and code, latency histograms, served accuracy, artifacts."""

@@ -2,12 +2,14 @@
 
 The token is checked before a byte of the body is read, so a caller without the right scope gets 401
 or 403 and nothing is parsed or written; the body is then read up to :data:`MAX_BODY` bytes (a
-larger ``Content-Length`` is refused at once, a longer stream as soon as it passes the bound), so one
-request costs bounded time and memory whatever it sends. It also times every request for /metrics.
+larger ``Content-Length`` is refused at once, a longer stream as soon as it passes the bound), all of
+it within :data:`BODY_SECONDS` (a body that stalls or trickles gets 408), so one request costs bounded
+time and memory whatever it sends. It also times every request for /metrics.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import time
@@ -24,6 +26,9 @@ Message = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
 
 MAX_BODY = 2**20  # 1 MiB
+#: the whole body must arrive within this many seconds of the first read (a trickle cannot hold a worker);
+#: otherwise 408 and the connection closes
+BODY_SECONDS = 30.0
 #: (method, route) → the scope a token needs; routes not named here are open (health, sign-in, schema)
 ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("POST", "/v1/forget-requests"): "forget:write",
@@ -171,8 +176,14 @@ class Gate:
             await self.app(scope, receive, send)
             return
         chunks, size, more = [], 0, True
+        deadline = time.monotonic() + BODY_SECONDS
         while more:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(deadline - time.monotonic(), 0.0))
+            except TimeoutError:
+                await _json(send, 408, f"the body did not arrive within {BODY_SECONDS:g} s; send it at once",
+                            [(b"connection", b"close")])
+                return
             if message["type"] == "http.disconnect":
                 return
             chunk = message.get("body", b"")

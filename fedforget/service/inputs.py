@@ -17,10 +17,25 @@ import torch
 from fedforget.tasks.registry import TASKS, get_task
 
 MAX_TEXT_CHARS = 10_000
+#: the largest magnitude the model's float32 holds; a value past it would reach the network as inf
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+INPUT_SCALE = "send finite values of the scale of the task's data (pixel values, or the model's scale)"
 
 
 class InputError(ValueError):
     """The inputs are not in the task's form; the message names what is expected."""
+
+
+def _numbers_only(item: Any) -> bool:
+    """Nested lists of JSON numbers only: a boolean or a string ("1") is refused, never cast to a pixel value."""
+    stack = [item]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+    return True
 
 
 def _serving(kind: str) -> str:
@@ -36,6 +51,11 @@ def model_inputs(task: str, example_shape: tuple[int, ...] | None, inputs: list[
             raise InputError(f"inputs: task {task} takes strings (one text per example)")
         if any(len(x) > MAX_TEXT_CHARS for x in inputs):
             raise InputError(f"inputs: a text is over {MAX_TEXT_CHARS:,} characters")
+        for i, x in enumerate(inputs):
+            try:
+                x.encode("utf-8")  # JSON may spell lone surrogates ("\ud800"); no tokenizer takes them
+            except UnicodeEncodeError:
+                raise InputError(f"inputs[{i}]: not valid Unicode text (a lone surrogate)") from None
         return tuple(spec.encode_text(list(inputs)))
     if example_shape is None:
         raise InputError(f"inputs: predict does not take inputs for task {task} (it serves pixel arrays for "
@@ -44,17 +64,26 @@ def model_inputs(task: str, example_shape: tuple[int, ...] | None, inputs: list[
     rows = []
     for i, item in enumerate(inputs):
         try:
-            arr = np.asarray(item, dtype=np.float64)
-        except (ValueError, TypeError):
-            raise InputError(f"inputs[{i}]: not an array of numbers of shape {list(example_shape)}") from None
-        if arr.size != size or arr.dtype == object:
+            arr = np.asarray(item) if _numbers_only(item) else np.asarray(None)
+        except (ValueError, TypeError, OverflowError):
+            arr = np.asarray(None)
+        if arr.dtype.kind not in "iuf":
+            raise InputError(f"inputs[{i}]: not an array of JSON numbers of shape {list(example_shape)}")
+        arr = arr.astype(np.float64)
+        if arr.size != size:
             raise InputError(f"inputs[{i}]: {arr.size} values, task {task} takes {size} (shape {list(example_shape)})")
-        if not np.isfinite(arr).all():
-            raise InputError(f"inputs[{i}]: values must be finite numbers")
+        if not np.isfinite(arr).all() or (np.abs(arr) > FLOAT32_MAX).any():
+            raise InputError(f"inputs[{i}]: values must be finite numbers within float32 (|x| <= {FLOAT32_MAX:.4g}); "
+                             f"{INPUT_SCALE}")
         rows.append(arr.reshape(example_shape))
     batch = np.stack(rows)
     if raw:
         if spec.scale_raw is None:
             raise InputError(f"raw: task {task} takes inputs in the model's scale only")
-        batch = spec.scale_raw(batch)
-    return (torch.from_numpy(batch.astype(np.float32)),)
+        with np.errstate(over="ignore", invalid="ignore"):
+            batch = spec.scale_raw(batch)
+    with np.errstate(over="ignore", invalid="ignore"):
+        scaled = batch.astype(np.float32)
+    if not np.isfinite(scaled).all():
+        raise InputError(f"inputs: the values overflow float32 once scaled; {INPUT_SCALE}")
+    return (torch.from_numpy(scaled),)

@@ -2,22 +2,79 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 #: at most this many ids (samples + slices + clients) in one forget request, inputs in one prediction
 MAX_IDS = 10_000
 MAX_INPUTS = 128
-ID = Annotated[int, Field(ge=0, le=2**63 - 1)]
-SLICE = Annotated[str, StringConstraints(min_length=3, max_length=41, pattern=r"^\s*\d{1,19}:\d{1,19}\s*$")]
+#: the ledger keeps ids in SQLite INTEGER columns: 0 <= id < 2**63
+ID_LIMIT = 2**63
+ID_EXPECTED = "expected an integer id, 0 <= id < 2**63 (a JSON number: not a boolean, string or float)"
+SLICE_EXPECTED = "expected a slice 'PARTITION:SLICE', two ids 0 <= id < 2**63 in ASCII digits (e.g. '3:1')"
+_DIGITS = re.compile(r"[0-9]{1,19}")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _strict_id(value: Any, handler: ValidatorFunctionWrapHandler) -> int:
+    """A JSON integer in the ledger's range; a boolean, a string ("1_8") or a float (1.0) is refused, never cast."""
+    try:
+        return handler(value)
+    except ValidationError:
+        raise PydanticCustomError("id", f"{ID_EXPECTED}, got {{got}}", {"got": _shown(value)}) from None
+
+
+def _strict_slice(value: Any, handler: ValidatorFunctionWrapHandler) -> str:
+    """'P:S' with ASCII digits only (no Unicode digits, signs, spaces or underscores), each part an id."""
+    text = value if isinstance(value, str) else ""
+    parts = text.split(":")
+    if len(parts) != 2 or not all(_DIGITS.fullmatch(p) and int(p) < ID_LIMIT for p in parts):
+        raise PydanticCustomError("slice", f"{SLICE_EXPECTED}, got {{got}}", {"got": _shown(value)})
+    return handler(value)
+
+
+def digits_only(value: Any) -> Any:
+    """An integer in a URL as the URL spells it: ASCII digits only ('1_8', '+1', ' 1' are refused, not read)."""
+    if isinstance(value, str) and not _DIGITS.fullmatch(value):
+        raise PydanticCustomError("digits", "expected ASCII digits, got {got}", {"got": _shown(value)})
+    return value
+
+
+def url_id(value: Any, handler: ValidatorFunctionWrapHandler) -> int:
+    """An id in a URL (path or query): ASCII digits, 0 <= id < 2**63."""
+    try:
+        return handler(digits_only(value))
+    except (ValidationError, PydanticCustomError):
+        raise PydanticCustomError("id", "expected an integer id, 0 <= id < 2**63 in ASCII digits, got {got}",
+                                  {"got": _shown(value)}) from None
+
+
+ID = Annotated[int, Field(strict=True, ge=0, lt=ID_LIMIT), WrapValidator(_strict_id)]
+SLICE = Annotated[str, StringConstraints(min_length=3, max_length=39, pattern=r"^[0-9]{1,19}:[0-9]{1,19}$"),
+                  WrapValidator(_strict_slice)]
 KEY = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")]
 
 
 class ForgetBody(BaseModel):
     """What to forget, and the caller's idempotency key: the same key again is the same request."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     idempotency_key: KEY = Field(description="Printable ASCII, 1..200 characters; one request per key.")
     samples: list[ID] = Field(default_factory=list, max_length=MAX_IDS, description="Sample ids (train split).")
     slices: list[SLICE] = Field(default_factory=list, max_length=MAX_IDS, description="PARTITION:SLICE units.")
@@ -69,7 +126,7 @@ class ForgetRequestList(BaseModel):
 class PredictBody(BaseModel):
     """Inputs in the task's own form: pixel arrays for vision tasks, strings for text tasks."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     inputs: list[Any] = Field(min_length=1, max_length=MAX_INPUTS)
     raw: bool = Field(False, description="Vision: pixel values as the data set stores them (digits 0..16, "
                                          "Fashion-MNIST 0..255) instead of the model's scale.")
@@ -87,4 +144,17 @@ class Health(BaseModel):
 
 
 class Problem(BaseModel):
-    detail: str
+    """Every refusal: one line saying what to do."""
+
+    detail: str = Field(description="One line: what was wrong and what is expected.")
+
+
+class FieldProblem(BaseModel):
+    field: str = Field(description="Where: body.samples.0, path.request_id, query.after, ...")
+    message: str
+
+
+class Invalid(Problem):
+    """A request the contract refuses (422): the first problem in ``detail``, each one in ``errors``."""
+
+    errors: list[FieldProblem] = Field(default_factory=list, description="At most 20 problems, one per field.")

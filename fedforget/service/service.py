@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,10 @@ from fedforget.service.requests_db import RequestsDB
 from fedforget.service.tokens import TokenBook
 from fedforget.store import Store
 from fedforget.store.check import check_store
+from fedforget.store.check_changes import StoreWatch
+
+#: ``full``: check the whole store before every request (an audit setting: its cost grows with the store)
+CHECK_ENV = "FEDFORGET_SERVICE_CHECK"
 
 
 class StoreRefused(RuntimeError):
@@ -23,6 +28,8 @@ class Service:
 
     def __init__(self, store_root: Path) -> None:
         self.store = Store.open(store_root)
+        self.full_check = os.environ.get(CHECK_ENV, "") == "full"
+        self.watch = StoreWatch(self.store)
         self.check()
         self.db = RequestsDB(self.store)
         self.tokens = TokenBook(self.store.root)
@@ -37,8 +44,9 @@ class Service:
         self.status(accuracy=False)  # the first point of the accuracy history: what training measured
 
     def check(self) -> None:
-        """Raise :class:`StoreRefused` unless the store passes the check every CLI command runs first."""
-        result = check_store(self.store)
+        """Raise :class:`StoreRefused` unless the store passes the check every CLI command runs first: whole at
+        start, then what changed since the last check (``fedforget.store.check_changes``)."""
+        result = check_store(self.store) if self.full_check else self.watch.check()
         if result.unreadable or result.refusals:
             raise StoreRefused(result.summary())
 

@@ -108,7 +108,9 @@ class Ledger:
         self.path = Path(path)
         self.rules = tuple(rules)
         fresh = not self.path.exists()
-        self.db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+        # a finished store's ledger is never created by opening it: a missing file is an error, not a new ledger
+        target = self.path if create else f"{self.path.absolute().as_uri()}?mode=rw"
+        self.db = sqlite3.connect(target, timeout=60.0, isolation_level=None, uri=not create)
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.execute("PRAGMA foreign_keys=ON")
         if fresh:
@@ -155,6 +157,21 @@ class Ledger:
             self._set_meta(db, key, value)
 
     # -- set-up by a training run -------------------------------------------------------------
+    def clear_unless_requested(self) -> bool:
+        """Empty every table for a new run at the same path, in one write transaction, unless a forget
+        request is recorded (then nothing changes and this returns False).
+
+        The file is emptied, never unlinked: a coordinator waiting on its lock then finds no plan and is
+        refused, where an unlinked file would take its commit and lose it.
+        """
+        with self.transaction() as db:
+            if db.execute("SELECT 1 FROM requests LIMIT 1").fetchone() is not None:
+                return False
+            tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+            for table in tables:
+                db.execute(f'DELETE FROM "{table.replace(chr(34), chr(34) * 2)}"')
+        return True
+
     def load_samples(self, slices: dict[int, list[list[int]]]) -> None:
         """The sample → unit index of a partition plan (``slices[partition][slice] -> ids``)."""
         with self.transaction() as db:
@@ -235,6 +252,11 @@ class Ledger:
         return [{"request": i, "at": at, "kind": k, "spec": json.loads(sp), "samples": n, "units": json.loads(u),
                  "invalidated": json.loads(inv), "latency-ms": lat, "state": "retrained" if i <= done else "pending"}
                 for i, at, k, sp, n, u, inv, lat in rows]
+
+    def request_specs(self) -> list[tuple[int, Any]]:
+        """Every request's id and what it named (``spec``: samples, slices, clients), in id order: what a
+        check of the sample index, or a reference that must not trust it, resolves against the manifest."""
+        return [(int(i), json.loads(spec)) for i, spec in self.db.execute("SELECT id, spec FROM requests ORDER BY id")]
 
     def last_request(self) -> int:
         row = self.db.execute("SELECT MAX(id) FROM requests").fetchone()

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,8 @@ METRICS = "metrics.jsonl"
 ARTIFACTS = "artifacts"
 CLIENTS = "clients"
 FORMAT_VERSION = 1
-SQLITE_MAGIC = b"SQLite format 3\x00"
+#: what SQLite says of a file that is not a database (its header is not SQLite's)
+NOT_SQLITE = "file is not a database"
 METADATA_KEY = "fedforget"
 #: The manifest fields training writes once and every later step reads (task, config, partitions, backbone):
 #: their fingerprint goes into the ledger, so a hand edit of the manifest is caught (``store.check``).
@@ -51,12 +53,6 @@ def ledger_rules() -> tuple[InvalidationRule, ...]:
     from fedforget.methods.registry import FAMILIES, resolve
 
     return tuple(resolve(rule) for method in FAMILIES for rule in method.ledger_rules)
-
-
-def _no_file():  # noqa: ANN202 - a readable empty stream, for a missing file
-    import io
-
-    return io.BytesIO(b"")
 
 
 def safetensors_metadata(path: Path) -> dict[str, str] | None:
@@ -115,12 +111,11 @@ class Store:
         if ledger_path.exists():
             old = Ledger(ledger_path)
             try:
-                if old.has_requests():
+                if not old.clear_unless_requested():
                     raise StoreError(f"{root} holds forget requests; a new run there would erase their record. "
                                      "Pick a new store= path (or `fedforget retrain` this one)")
             finally:
                 old.close()
-            ledger_path.unlink()
         mkdir_private(root)
         for sub in (ARTIFACTS, CLIENTS):
             (root / sub).mkdir(exist_ok=True, mode=0o700)
@@ -150,17 +145,27 @@ class Store:
         return store
 
     def ledger(self) -> Ledger:
-        """The store's ledger (created on first use by training); close it when done."""
+        """The store's ledger (created on first use by training); close it when done.
+
+        The ledger file is opened by SQLite alone, never by Python's ``open``: on Linux, closing any
+        descriptor of a file drops every POSIX lock the process holds on it, the ones SQLite holds for
+        another thread's transaction included, which lets two writers corrupt the database.
+        """
         path = self.root / LEDGER
+        unfinished = StoreError(f"{path} is missing, empty or not a SQLite file: the training run did not finish, "
+                                "or the store is damaged; re-run training into a new store")
         if self.existing:
-            with open(path, "rb") if path.is_file() else _no_file() as fh:
-                header = fh.read(16)
-            if header != SQLITE_MAGIC:
-                raise StoreError(f"{path} is missing, empty or not a SQLite file: the training run did not finish, "
-                                 "or the store is damaged; re-run training into a new store")
+            try:
+                st = path.stat()
+            except OSError:
+                raise unfinished from None
+            if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+                raise unfinished
         try:
             return Ledger(path, create=not self.existing, rules=ledger_rules())
         except sqlite3.DatabaseError as exc:
+            if self.existing and NOT_SQLITE in str(exc):
+                raise unfinished from None
             raise StoreError(f"{self.root / LEDGER} is not a readable ledger ({exc}); restore it from a backup "
                              "or re-run training into a new store") from None
 

@@ -557,7 +557,10 @@ def serve(
     """The forget service: HTTP API, console and metrics for one store (docs: operations/service.md)."""
     from pathlib import Path
 
+    from fedforget.service.server import ServeError
     from fedforget.service.server import serve as run_service
+    from fedforget.service.service import StoreRefused
+    from fedforget.unlearning.errors import BROKEN_STORE_EXIT
 
     if bool(tls_cert) != bool(tls_key):
         fail("pass --tls-cert and --tls-key together (or neither)")
@@ -565,8 +568,13 @@ def serve(
         if path and not Path(from_cwd(path)).is_file():
             fail(f"{path} is not a file")
     handle = open_store(store, writes="serve")
-    run_service(handle.root, host, port, Path(from_cwd(tls_cert)) if tls_cert else None,
-                Path(from_cwd(tls_key)) if tls_key else None)
+    try:
+        run_service(handle.root, host, port, Path(from_cwd(tls_cert)) if tls_cert else None,
+                    Path(from_cwd(tls_key)) if tls_key else None)
+    except ServeError as exc:
+        fail(str(exc))
+    except StoreRefused as exc:
+        fail(str(exc), BROKEN_STORE_EXIT)
 
 
 @token_app.command("create")

@@ -3,11 +3,17 @@
 The scratch run is the same method, config, seed and plan (groups, sequences, clusters are drawn
 from the seed and the original partition plan), executed by the real ServerApp and
 ClientApp objects on an in-process Grid whose clients hold tombstones for every forgotten sample.
+What is forgotten is resolved from the fingerprinted manifest's plan and each request's recorded spec
+(:mod:`fedforget.store.forget_plan`), never read off the ledger's sample index, which is derived and is
+what ``forget`` itself trusted: the index is compared with the manifest instead (``index``), so a sample
+moved to another unit before its forget fails the check rather than passing it on both sides.
 FedShard's scratch run replays the stored tree (``plan-file``): its merges and rounds were planned
 from update angles the leaver influenced, so "from scratch" means "on the same plan".
 
 What is compared is what a user is served, never only what the ledger says about it:
 
+* **index** — the ledger's sample index against the manifest's plan and the requests' specs
+  (:func:`fedforget.store.index_check.index_problems`): a disagreement is named and fails the check;
 * **files** — every served artifact's file is re-hashed; a missing or corrupt one fails the check
   and is named (the ledger's sha256 alone proves nothing about the bytes on disk);
 * **artifacts** — each served artifact's sha256 against the scratch run's artifact of the same id;
@@ -32,7 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from fedforget.methods.registry import resolve, store_method
-from fedforget.store import Store
+from fedforget.store import Store, StoreError
+from fedforget.store.forget_plan import PlanError, resolve_requests, sample_plan
+from fedforget.store.index_check import index_problems
 
 
 def served_file_problems(store: Store, shas: dict[str, str], served: set[str]) -> list[dict[str, str]]:
@@ -102,14 +110,30 @@ def _scratch_run(store: Store, workdir: Path, forgotten: dict[int, list[int]]) -
     return Store.open(scratch_root), secretless
 
 
+def forgotten_from_manifest(manifest: dict[str, Any], specs: list[tuple[int, Any]]) -> dict[int, list[int]]:
+    """Partition → the sample ids its clients must not train on in the reference run: every request's spec
+    resolved against the manifest's plan (a SAFE safe-shard id is never among them)."""
+    try:
+        plan = sample_plan(manifest)
+        if plan is None:
+            raise PlanError("the manifest holds no partition plan; the store was never trained")
+        return resolve_requests(plan, specs).by_partition(plan)
+    except PlanError as exc:
+        raise StoreError(f"the store is not what it claims: verify cannot resolve what is forgotten ({exc})") from None
+
+
 def verify_store(store: Store, include_all: bool = False, workdir: Path | None = None) -> dict[str, Any]:
     from fedforget.core.serving_plans import compute_serving
 
-    method = store_method(store.manifest())
+    manifest = store.manifest()
+    method = store_method(manifest)
 
     ledger = store.ledger()
     try:
-        forgotten = ledger.forgotten_by_partition()
+        with ledger.snapshot():  # the specs and the index of one moment
+            specs = ledger.request_specs()
+            index = index_problems(ledger.db, manifest)
+        forgotten = forgotten_from_manifest(manifest, specs)
         artifacts = ledger.artifacts()
         serving = ledger.serving()
         plan = ledger.plan() or {}
@@ -162,7 +186,7 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
     plan_ok = plan_check["equal_recomputed"] and plan_check["equal_scratch"] is not False
     outputs_ok = outputs["equal"] is not False
     exact = (bool(served_rows) and all(c["equal"] for c in served_rows) and not files and plan_ok and outputs_ok
-             and shard["equal"])
+             and shard["equal"] and not index)
     return {
         "exact": exact,
         "served": len(served_rows),
@@ -171,12 +195,13 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
         "dp_covered": sorted(c["artifact"] for c in compared if c["served"] and c["dp_covered"]),
         "dp_unreproducible": sorted(c["artifact"] for c in compared if c["served"] and c["dp_unreproducible"]),
         "not_checked": _not_checked(compared),
+        "index": index,
         "files": files,
         "serving_plan": plan_check,
         "outputs": outputs,
         "safe_shard": shard,
         "compared": compared,
-        "reason": _reason(served_rows, files, plan_check, outputs, shard),
+        "reason": index[0] if index else _reason(served_rows, files, plan_check, outputs, shard),
     }
 
 

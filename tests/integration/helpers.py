@@ -72,9 +72,9 @@ def artifact_shas(store: Store) -> dict[str, str]:
 
 def copy_store(src: Path, parent: Path, name: str = "store") -> Store:
     """A private copy of a (module-scoped) trained store, so a test can forget and retrain freely."""
-    import shutil
+    from fedforget.store.copy import copy_store as copy
 
-    shutil.copytree(src, parent / name)
+    copy(src, parent / name)
     return Store.open(parent / name)
 
 

@@ -4,21 +4,17 @@ and applying it is finished once at the next start, and `fedforget serve` speaks
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import json
 import os
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-import uvicorn
 
 from fedforget.launch import free_port
 from fedforget.service.app import create_app
@@ -26,7 +22,7 @@ from fedforget.service.requests_db import SERVICE_DB, RequestsDB
 from fedforget.store import Store
 from fedforget.unlearning.forget import forget_request
 
-from .service_helpers import bearer, private_copy, tokens, train_service_store
+from .service_helpers import Running, bearer, private_copy, self_signed, tokens, train_service_store
 
 
 @pytest.fixture(scope="module")
@@ -38,28 +34,6 @@ def trained(tmp_path_factory):
 def store(trained, tmp_path, monkeypatch):
     monkeypatch.setenv("FEDFORGET_SECRETS", str(tmp_path / "secrets"))
     return private_copy(trained, tmp_path)
-
-
-class Running:
-    """uvicorn serving the app in a thread of this process, stopped on exit."""
-
-    def __init__(self, store) -> None:  # noqa: ANN001
-        self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(create_app(store), host="127.0.0.1", port=self.port,
-                                                    log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        deadline = time.time() + 60
-        while not self.server.started:
-            assert time.time() < deadline and self.thread.is_alive(), "uvicorn did not start"
-            time.sleep(0.05)
-        return f"http://127.0.0.1:{self.port}"
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
 
 
 def samples_of(store, count: int) -> list[int]:  # noqa: ANN001
@@ -149,30 +123,9 @@ def test_a_request_a_crash_left_accepted_is_applied_once_at_the_next_start(store
     assert rows["never-applied"].ledger_request not in (None, applied) and not rows["never-applied"].no_op
 
 
-def _self_signed(tmp_path) -> tuple:  # noqa: ANN001
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-            .sign(key, hashes.SHA256()))
-    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return cert_path, key_path
-
-
 def test_fedforget_serve_answers_over_https_with_a_token_and_stops_on_sigterm(store, tmp_path):
     tok = tokens(store)
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "fedforget.unlearning.cli", "serve", "--store", str(store),
                              "--port", str(port), "--tls-cert", str(cert), "--tls-key", str(key)],

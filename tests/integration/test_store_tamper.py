@@ -234,3 +234,88 @@ def test_evaluate_with_nothing_served_says_so_in_one_line_and_exits_1(safe_every
     lines = err.strip().splitlines()
     assert code == 1 and out == "" and len(lines) == 1 and "fedforget retrain" in lines[0]
     assert digest(safe_every_clique_hit) == before
+
+
+def _held_sample(root: Path, partition: str) -> int:
+    """A sample of ``partition`` no request has forgotten."""
+    ledger = Store.open(root).ledger()
+    try:
+        gone = {s for ids in ledger.forgotten_by_partition().values() for s in ids}
+    finally:
+        ledger.close()
+    return next(i for s in Store.open(root).manifest()["partitions"][partition] for i in s if i not in gone)
+
+
+INDEX_EDITS = {  # each a way to make the sample index disagree with the manifest, and what the refusal names
+    "a sample moved to another unit": ("UPDATE samples SET unit='2:0' WHERE sample={x}",
+                                       "sample {x} is indexed in unit 2:0; the manifest puts it in 1:0"),
+    "a samples row deleted": ("DELETE FROM samples WHERE sample={x}", "sample {x} of unit 1:0 is missing"),
+    "a samples row added": ("INSERT INTO samples VALUES(1000000, '1:0')", "sample 1000000 is indexed in unit 1:0"),
+    "a unit's partition changed": ("UPDATE units SET partition=2 WHERE unit='1:0'", "unit 1:0 is recorded in "
+                                   "partition 2"),
+    "a unit's size changed": ("UPDATE units SET size=size+1 WHERE unit='1:0'", "unit 1:0 is recorded in partition 1"),
+    "a forgotten row moved to another unit": ("UPDATE forgotten SET unit='2:0' WHERE request=1",
+                                              "is recorded in unit 2:0; the manifest puts it in 1:0"),
+}
+#: edits an older invariant reports first (a valid artifact whose lineage now holds the moved forgotten row)
+FIRST_LINE = {"a forgotten row moved to another unit": "saw forgotten data"}
+
+
+@pytest.mark.parametrize("edit", sorted(INDEX_EDITS))
+def test_a_sample_index_that_disagrees_with_the_manifest_is_refused_by_every_reading_command(copy, edit):
+    """The index is derived; the fingerprinted manifest and the requests' specs say what it must hold."""
+    x = _held_sample(copy, "1")
+    statement, needle = INDEX_EDITS[edit]
+    sql(copy, statement.format(x=x))
+    problems = check_store(Store.open(copy)).problems
+    assert any(needle.format(x=x) in p for p in problems), problems
+    assert_reported(copy, FIRST_LINE.get(edit, needle).format(x=x),
+                    reading_commands(copy) + [["forget", "--store", str(copy), "--sample", str(x)]])
+
+
+def test_a_sample_moved_then_forgotten_is_refused_everywhere_and_verify_fails_on_its_own_reference(copy):
+    """The adversary's case: move a sample to another unit, forget it (through the API: the CLI refuses the
+    edited store), and no command may call the result clean; verify's from-scratch reference drops the
+    sample from its manifest partition, so the served model that still saw it differs from scratch too."""
+    from fedforget.unlearning.verify import verify_store
+
+    store = Store.open(copy)
+    ledger = store.ledger()
+    try:  # a unit a served artifact saw (its sample is moved) and a unit that artifact never saw (the target)
+        served = ledger.serving()["artifacts"][0]
+        seen = ledger.lineage(served)
+        target = next(u for p in range(3) for u in ledger.units_of_partition(p) if u not in seen)
+        gone = {s for ids in ledger.forgotten_by_partition().values() for s in ids}
+    finally:
+        ledger.close()
+    partition, slice_ = seen[0].split(":")
+    x = next(i for i in store.manifest()["partitions"][partition][int(slice_)] if i not in gone)
+    sql(copy, f"UPDATE samples SET unit='{target}' WHERE sample={x}")
+    result = forget_request(store, samples=[x])
+    assert result.units == [target] and served not in result.invalidated  # forget trusted the edited index
+    assert_reported(copy, f"sample {x} is indexed in unit {target}; the manifest puts it in {seen[0]}", [
+        ["status", "--store", str(copy)], ["forget", "--store", str(copy), "--sample", str(x)],
+        ["purge", "--store", str(copy), "--check"], ["receipt", str(result.request), "--store", str(copy)],
+        ["samples", "--store", str(copy), "--client", "1"], ["locate", "--store", str(copy), "--sample", str(x)],
+        ["evaluate", "--store", str(copy)], ["verify", "--store", str(copy)]])
+    report = verify_store(store)
+    assert not report["exact"] and report["index"] and report["reason"] == report["index"][0]
+    assert report["forgotten_samples"] == 2  # request 1's sample and x, each in its manifest partition
+    assert not next(c for c in report["compared"] if c["artifact"] == served)["equal"], \
+        "the reference resolved from the manifest must differ from the served model that saw the sample"
+
+
+def test_a_safe_sample_moved_to_another_partitions_cell_is_refused(safe_every_clique_hit, tmp_path):
+    """SAFE's units are class cells (the manifest's ``cells``, which must split each fingerprinted partition)."""
+    root = tmp_path / "s"
+    shutil.copytree(safe_every_clique_hit, root)
+    cells = Store.open(root).manifest()["cells"]
+    parts = sorted(cells, key=int)
+    home_p, other_p = parts[0], parts[1]
+    home_c = sorted(cells[home_p], key=int)[0]
+    x = cells[home_p][home_c][-1]
+    target = f"{other_p}:{sorted(cells[other_p], key=int)[0]}"
+    sql(root, f"UPDATE samples SET unit='{target}' WHERE sample={x}")
+    assert_reported(root, f"sample {x} is indexed in unit {target}; the manifest puts it in {home_p}:{home_c}",
+                    [["status", "--store", str(root)], ["locate", "--store", str(root), "--sample", str(x)],
+                     ["forget", "--store", str(root), "--sample", str(x)]])

@@ -113,6 +113,14 @@ def test_topology_superlink_serverapp_executor_nodes_with_own_volumes_and_a_coor
         assert svc[name]["build"]["dockerfile"] == "deploy/Dockerfile"
 
 
+def test_superlink_is_published_on_loopback_unless_exposing_it_is_chosen(monkeypatch):
+    monkeypatch.delenv("SUPERLINK_BIND", raising=False)
+    ports = services(BASE)["superlink"]["ports"]
+    assert [p.get("host_ip") for p in ports] == ["127.0.0.1"], ports
+    monkeypatch.setenv("SUPERLINK_BIND", "0.0.0.0")
+    assert [p.get("host_ip") for p in services(BASE)["superlink"]["ports"]] == ["0.0.0.0"]
+
+
 def test_tls_overlay_leaves_no_insecure_link_and_auth_overlay_registers_every_node_key():
     tls = services(BASE, TLS)
     for name, service in tls.items():

@@ -4,9 +4,10 @@ same scaling code, so a raw image and its test-split row give the same predictio
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
-from fedforget.service.inputs import model_inputs
+from fedforget.service.inputs import InputError, model_inputs
 from fedforget.tasks.vision_data import fashion_mnist_raw, normalise_fmnist, scale_digits
 
 
@@ -49,11 +50,23 @@ def test_raw_digits_for_the_permuted_task_become_its_own_test_rows() -> None:
 
 
 def test_a_task_without_raw_or_text_inputs_names_the_tasks_that_have_them() -> None:
-    import pytest
-
-    from fedforget.service.inputs import InputError
-
     with pytest.raises(InputError, match="raw: task fmnist-effnet takes inputs in the model's scale only"):
         model_inputs("fmnist-effnet", (3, 4, 4), [[0.0] * 48], raw=True)
     with pytest.raises(InputError, match=r"strings for fortunes-minilm, rt-minilm, rt-smollm, rt-smollm-val\)"):
         model_inputs("hf", None, ["a text"])
+
+
+def test_a_text_with_a_lone_surrogate_is_refused_before_the_tokenizer() -> None:
+    from fedforget.tasks.registry import TASKS
+
+    text_task = next(name for name, spec in TASKS.items() if spec.encode_text is not None)
+    with pytest.raises(InputError, match=r"inputs\[1\]: not valid Unicode"):
+        model_inputs(text_task, None, ["fine", "bad \ud800"])
+
+
+def test_pixels_must_be_json_numbers_within_float32() -> None:
+    for bad in ([True] + [0.0] * 63, ["1"] + [0.0] * 63, [1e308] + [0.0] * 63, [float("nan")] + [0.0] * 63):
+        with pytest.raises(InputError, match=r"inputs\[0\]"):
+            model_inputs("digits-mlp", (64,), [bad])
+    (ok,) = model_inputs("digits-mlp", (64,), [[3e38] + [0.0] * 63])  # negative control: float32's own range
+    assert ok.dtype == torch.float32 and torch.isfinite(ok).all()

@@ -1,0 +1,137 @@
+"""The service checks its store whole once, then before each request only what changed, and still refuses
+every edit a forget or a retrain would never make: a lost or added row, an invalidated artifact made valid
+again, a served file damaged, a manifest edited, a ledger swapped. Honest forgets pass (the negative
+control of each refusal), and the cheap path runs when nothing was committed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from fedforget.service.app import create_app
+from fedforget.store import Store
+from fedforget.store.check_changes import StoreWatch
+from fedforget.unlearning.forget import forget_request
+
+from .helpers import copy_store
+from .service_helpers import bearer, tokens, train_service_store
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    return train_service_store(tmp_path_factory.mktemp("watch") / "store")
+
+
+@pytest.fixture
+def store(trained, tmp_path) -> Store:
+    return copy_store(trained, tmp_path)
+
+
+def _sql(store: Store, statement: str, *args: object) -> None:
+    db = sqlite3.connect(store.root / "ledger.sqlite", isolation_level=None)
+    try:
+        db.execute(statement, args)
+    finally:
+        db.close()
+
+
+def _watched(store: Store) -> StoreWatch:
+    watch = StoreWatch(store)
+    assert watch.check().ok
+    return watch
+
+
+def test_nothing_committed_runs_only_the_file_check_and_a_forget_runs_the_change_check(store):
+    watch = _watched(store)
+    assert watch.check().ok and watch.runs == {"full": 1, "changes": 0, "files": 1}
+    forget_request(store, samples=[5])
+    forget_request(store, slices=["1:1"])
+    assert watch.check().ok and watch.runs["changes"] == 1 and watch.runs["full"] == 1
+    assert watch.check().ok and watch.runs["files"] == 2
+
+
+EDITS = {
+    "an old request deleted": "DELETE FROM requests WHERE id = 1",
+    "a forgotten row deleted": "DELETE FROM forgotten WHERE rowid = (SELECT MIN(rowid) FROM forgotten)",
+    "a forgotten row added": "INSERT INTO forgotten SELECT sample, unit, 1 FROM samples WHERE sample NOT IN "
+                             "(SELECT sample FROM forgotten) LIMIT 1",
+    "an invalidated artifact made valid": "UPDATE artifacts SET valid = 1",
+    "a sample index row deleted": "DELETE FROM samples WHERE sample = (SELECT MAX(sample) FROM samples)",
+    "the history truncated": "DELETE FROM history",
+}
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_an_edit_between_two_requests_is_refused_by_the_change_check(store, edit):
+    forget_request(store, samples=[5])
+    watch = _watched(store)
+    _sql(store, EDITS[edit])
+    result = watch.check()
+    assert not result.ok, edit
+    assert watch.runs["full"] == 1, "the edit must be found without a full check"
+
+
+def test_a_fake_request_forgetting_a_sample_in_another_unit_is_refused(store):
+    watch = _watched(store)
+    db = sqlite3.connect(store.root / "ledger.sqlite", isolation_level=None)
+    try:
+        sample, unit = db.execute("SELECT sample, unit FROM samples LIMIT 1").fetchone()
+        other = db.execute("SELECT unit FROM units WHERE unit != ? LIMIT 1", (unit,)).fetchone()[0]
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT INTO requests(at, kind, spec, samples, units, invalidated, latency_ms) VALUES(0, 'sample', "
+                   "?, 1, ?, '[]', 0)", (json.dumps({"samples": [], "slices": [], "clients": []}), json.dumps([other])))
+        rid = db.execute("SELECT MAX(id) FROM requests").fetchone()[0]
+        db.execute("INSERT INTO forgotten VALUES(?, ?, ?)", (sample, other, rid))
+        db.execute("COMMIT")
+    finally:
+        db.close()
+    result = watch.check()
+    assert any("does not put it in" in p for p in result.problems), result.problems
+
+
+def test_a_damaged_served_file_is_found_without_a_commit(store):
+    watch = _watched(store)
+    ledger = store.ledger()
+    try:
+        shas = {a["artifact"]: a["sha256"] for a in ledger.artifacts()}
+        served = ledger.serving()["artifacts"]
+    finally:
+        ledger.close()
+    path = store.artifact_path(shas[served[0]])
+    path.write_bytes(path.read_bytes()[:-1] + b"\0")
+    result = watch.check()
+    assert not result.ok and result.repairable
+    assert watch.runs["full"] == 1
+
+
+def test_an_edited_manifest_or_a_swapped_ledger_makes_the_next_check_whole(store, tmp_path):
+    watch = _watched(store)
+    manifest = json.loads((store.root / "manifest.json").read_text())
+    manifest["seed"] = 999
+    (store.root / "manifest.json").write_text(json.dumps(manifest))
+    assert not watch.check().ok and watch.runs["full"] == 2
+    other = copy_store(store.root, tmp_path / "other").root
+    (store.root / "manifest.json").write_text(json.dumps({**manifest, "seed": 1}))
+    shutil.copyfile(other / "manifest.json", store.root / "manifest.json")
+    swapped = Path(store.root / "ledger.sqlite")
+    swapped.unlink()
+    shutil.copyfile(other / "ledger.sqlite", swapped)
+    watch.check()
+    assert watch.runs["full"] == 3
+
+
+def test_the_service_answers_503_once_the_store_is_edited_between_requests(store, monkeypatch, tmp_path):
+    monkeypatch.setenv("FEDFORGET_SECRETS", str(tmp_path / "secrets"))
+    token = tokens(store.root)["all"]
+    http = TestClient(create_app(store.root))
+    reply = http.post("/v1/forget-requests", headers=bearer(token), json={"idempotency_key": "a", "samples": [5]})
+    assert reply.status_code == 201, reply.text
+    assert http.get("/v1/status", headers=bearer(token)).status_code == 200
+    _sql(store, "UPDATE artifacts SET valid = 1")
+    refused = http.get("/v1/status", headers=bearer(token))
+    assert refused.status_code == 503 and "saw forgotten data" in refused.json()["detail"]

@@ -1,0 +1,102 @@
+"""No Python code opens a store's SQLite files (``ledger.sqlite``, ``service.db``, their journals and WAL):
+SQLite alone does. On Linux, closing any descriptor of a file drops every POSIX lock the process holds on
+it, SQLite's included, so a stray ``open``/``close`` beside another thread's transaction lets a second
+writer in and corrupts the database.
+
+Python's ``open`` audit event fires for ``open``, ``io.open`` and ``os.open`` (SQLite's own opens are C
+calls and never fire it). The hook watches every CLI command that reads or writes a store and every route of
+the service; a negative control proves it sees a plain ``open`` of the ledger.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from fedforget.service.app import create_app
+from fedforget.unlearning.cli import main
+
+from .helpers import copy_store
+from .service_helpers import bearer, tokens, train_service_store
+
+SQLITE_FILE = re.compile(r"(^|/)(ledger\.sqlite|service\.db)(-journal|-wal|-shm)?$")
+_opened: list[str] = []
+_watching = [False]
+
+
+def _hook(event: str, args: tuple) -> None:
+    if event == "open" and _watching[0] and args and isinstance(args[0], str | bytes | Path):
+        path = args[0].decode() if isinstance(args[0], bytes) else str(args[0])
+        if SQLITE_FILE.search(path):
+            _opened.append(path)
+
+
+sys.addaudithook(_hook)
+
+
+class Watch:
+    """Record the SQLite files Python code opens inside the block."""
+
+    def __enter__(self) -> list[str]:
+        _opened.clear()
+        _watching[0] = True
+        return _opened
+
+    def __exit__(self, *exc: object) -> None:
+        _watching[0] = False
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    return train_service_store(tmp_path_factory.mktemp("sqlite-only") / "store")
+
+
+@pytest.fixture
+def store(trained, tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDFORGET_SECRETS", str(tmp_path / "secrets"))
+    return copy_store(trained, tmp_path).root
+
+
+def _cli(*args: str) -> int:
+    try:
+        main(list(args))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def test_the_watch_sees_a_python_open_of_the_ledger(store):
+    with Watch() as opened:
+        with open(store / "ledger.sqlite", "rb") as fh:
+            fh.read(16)
+    assert opened == [str(store / "ledger.sqlite")]
+
+
+def test_no_cli_command_opens_the_ledger_outside_sqlite(store, capsys):
+    with Watch() as opened:
+        assert _cli("status", "--store", str(store), "--json") == 0
+        assert _cli("samples", "--store", str(store), "--client", "1", "--json") == 0
+        assert _cli("locate", "--store", str(store), "--sample", "3", "--json") == 0
+        assert _cli("forget", "--store", str(store), "--sample", "3", "--json") == 0
+        assert _cli("forget", "--store", str(store), "--slice", "2:1", "--json") == 0
+        assert _cli("purge", "--store", str(store), "--check", "--json") == 0
+        assert _cli("purge", "--store", str(store), "--json") == 0
+        assert _cli("receipt", "1", "--store", str(store), "--no-verify", "--json") == 0
+    capsys.readouterr()
+    assert opened == []
+
+
+def test_no_service_route_opens_a_sqlite_file_outside_sqlite(store):
+    token = tokens(store)["all"]
+    with Watch() as opened:
+        http = TestClient(create_app(store))
+        reply = http.post("/v1/forget-requests", headers=bearer(token), json={"idempotency_key": "k", "samples": [4]})
+        assert reply.status_code == 201, reply.text
+        for path in ("/v1/status", "/v1/forget-requests", "/v1/forget-requests/1", "/metrics", "/healthz"):
+            assert http.get(path, headers=bearer(token)).status_code == 200, path
+        assert http.get(f"/v1/receipts/{reply.json()['ledger_request']}", headers=bearer(token)).status_code == 200
+    assert opened == []
