@@ -74,6 +74,23 @@ class StoreError(Exception):
     """The path is not a store, or a file in it is missing or corrupt; the message says which."""
 
 
+def _refuse_special_files(root: Path) -> None:
+    """The files every command reads whole or through SQLite must be regular files (a fifo there would block
+    the first read, a device never ends), and ``metrics.jsonl`` within :data:`MAX_METRICS_BYTES`: the store
+    check reads it whole."""
+    for name in (LEDGER, METRICS):
+        if not is_regular_or_absent(root / name):
+            raise StoreError(f"{root / name} is not a regular file; the store is damaged: restore it from a backup "
+                             "or re-run training into a new store")
+    try:
+        size = (root / METRICS).stat().st_size
+    except FileNotFoundError:
+        return
+    if size > MAX_METRICS_BYTES:
+        raise StoreError(f"{root / METRICS} is {size:,} bytes; no metrics file is that large (at most "
+                         f"{MAX_METRICS_BYTES:,}): the store is damaged")
+
+
 def resolve_store_path(path: str | os.PathLike[str]) -> Path:
     """Relative store paths are relative to ``FEDFORGET_HOME`` (set by the venv), else to the cwd.
 
@@ -134,9 +151,7 @@ class Store:
                 raise StoreError(f"{root} is not a store (no such directory); pass the store= path of a run")
             if not (root / MANIFEST).is_file():
                 raise StoreError(f"{root} is not a store (no {MANIFEST}); pass the store= path of a run")
-            if not is_regular_or_absent(root / LEDGER):  # a fifo there would block the ledger's first read
-                raise StoreError(f"{root / LEDGER} is not a regular file; the store is damaged: restore it from a "
-                                 "backup or re-run training into a new store")
+            _refuse_special_files(root)
             store = cls(root, existing=True)
             store.manifest()  # parse now so a corrupt manifest is reported here
         except (OSError, ValueError) as exc:  # a name too long, a permission denied, an embedded NUL ...

@@ -202,8 +202,8 @@ def test_a_huge_sparse_artifact_is_reported_corrupt_without_being_read(small, tm
         Store.open(root).artifact_bytes(sha)
 
 
-@pytest.mark.parametrize("victim", ["ledger.sqlite", "manifest.json"])
-def test_a_fifo_in_place_of_the_ledger_or_manifest_is_refused_in_one_line_without_blocking(small, tmp_path, victim):
+@pytest.mark.parametrize("victim", ["ledger.sqlite", "manifest.json", "metrics.jsonl"])
+def test_a_fifo_in_place_of_a_store_file_is_refused_in_one_line_without_blocking(small, tmp_path, victim):
     root = tmp_path / "s"
     shutil.copytree(small, root)
     (root / victim).unlink()
@@ -212,6 +212,15 @@ def test_a_fifo_in_place_of_the_ledger_or_manifest_is_refused_in_one_line_withou
     for command in (["status"], ["forget", "--sample", "1"], ["purge", "--check"]):
         refused(cli([*command, "--store", str(root)], timeout=60))  # a blocked open would time out here
     assert tree_digest(root) == before
+
+
+def test_a_metrics_file_over_its_bound_is_refused_in_one_line_without_being_read(small, tmp_path):
+    from fedforget.store.store import MAX_METRICS_BYTES
+
+    root = tmp_path / "s"
+    shutil.copytree(small, root)
+    os.truncate(root / "metrics.jsonl", MAX_METRICS_BYTES + 1)
+    refused(cli(["status", "--store", str(root)], timeout=60), "no metrics file is that large")
 
 
 def test_an_artifact_that_is_a_fifo_or_a_directory_is_corrupt_never_read(small, tmp_path):
