@@ -22,12 +22,17 @@ class UnitId:
 
     @classmethod
     def parse(cls, text: str) -> UnitId:
-        """Parse ``"3:1"``; raise ValueError with the expected form otherwise."""
+        """Parse ``"3:1"`` (digits 0-9 only, see :mod:`fedforget.core.ids`); raise ValueError with the expected
+        form otherwise."""
+        from fedforget.core.ids import QUOTED_CHARS, parse_id
+
         try:
             p, s = text.split(":")
-            return cls(int(p), int(s))
+            return cls(parse_id(p), parse_id(s))
         except ValueError:
-            raise ValueError(f"not a slice id: {text!r} (expected PARTITION:SLICE, e.g. 3:1)") from None
+            shown = repr(text[:QUOTED_CHARS]) + ("…" if len(text) > QUOTED_CHARS else "")
+            raise ValueError(f"not a slice id: {shown} (expected PARTITION:SLICE in the digits 0-9, e.g. 3:1)") \
+                from None
 
 
 def split_into_slices(sample_ids: Sequence[int], num_slices: int, seed: int) -> list[list[int]]:

@@ -5,7 +5,8 @@ creates get the umask's default (usually 0755). :func:`mkdir_private` creates ev
 0700 instead. :func:`create_once` writes a secret so that concurrent first uses agree on one: a
 private temp file (``O_CREAT|O_EXCL``, 0600), fsynced, is hard-linked into place, which either makes
 the whole file appear or fails because another writer's file is already there, whose bytes are then
-read; nobody reads a half-written secret and nobody's secret is silently replaced.
+read (at most :data:`MAX_SECRET_BYTES`, a regular file only); nobody reads a half-written secret and nobody's
+secret is silently replaced.
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fedforget.store.atomic import fsync_dir
+from fedforget.store.bounded_read import read_bounded
 
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
+#: No secret comes near this (a PEM key is about 120 bytes); a path to a device or a huge file is refused.
+MAX_SECRET_BYTES = 64 * 2**10
 
 
 def mkdir_private(path: Path) -> Path:
@@ -70,7 +74,7 @@ def create_once(path: Path, data: bytes, accept: Callable[[bytes], bool] = lambd
         try:
             os.link(tmp, path)
         except FileExistsError:
-            winner = path.read_bytes()
+            winner = read_bounded(path, MAX_SECRET_BYTES, "secret")
             if accept(winner):
                 return winner
             raise FileExistsError(f"{path} exists but does not hold a usable secret") from None

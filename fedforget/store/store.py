@@ -15,6 +15,13 @@ from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
 from fedforget.store.atomic import append_line, atomic_write_bytes, atomic_write_json
+from fedforget.store.bounded_read import (
+    UnreadableFile,
+    is_regular_or_absent,
+    open_regular,
+    read_bounded,
+    sha256_bounded,
+)
 from fedforget.store.ledger import LEDGER, InvalidationRule, Ledger
 from fedforget.store.secret_files import mkdir_private
 
@@ -31,6 +38,13 @@ METADATA_KEY = "fedforget"
 IDENTITY_FIELDS = ("task", "method", "config", "seed", "num-partitions", "partitions", "backbone")
 #: A safetensors header larger than this is not one of ours (the header length is read from the file).
 MAX_HEADER_BYTES = 16 * 2**20
+#: No artifact is larger (the largest real one, a full project-trained backbone copy, is a few hundred MB): a file
+#: over it is reported as corrupt without being read, so a huge or sparse file cannot exhaust memory or time.
+MAX_ARTIFACT_BYTES = 4 * 2**30
+#: The manifest lists every sample id by partition and slice: about 10 bytes a sample, so 10⁷ samples fit.
+MAX_MANIFEST_BYTES = 256 * 2**20
+#: ``metrics.jsonl`` grows by a few hundred bytes per client and round.
+MAX_METRICS_BYTES = 512 * 2**20
 
 
 def ledger_rules() -> tuple[InvalidationRule, ...]:
@@ -44,7 +58,8 @@ def ledger_rules() -> tuple[InvalidationRule, ...]:
 def safetensors_metadata(path: Path) -> dict[str, str] | None:
     """The ``__metadata__`` map of a safetensors file, reading only its header (None if unreadable)."""
     try:
-        with open(path, "rb") as fh:
+        fd, _ = open_regular(path, MAX_ARTIFACT_BYTES, "artifact")
+        with os.fdopen(fd, "rb") as fh:
             size = int.from_bytes(fh.read(8), "little")
             if not 0 < size <= MAX_HEADER_BYTES:
                 return None
@@ -57,6 +72,23 @@ def safetensors_metadata(path: Path) -> dict[str, str] | None:
 
 class StoreError(Exception):
     """The path is not a store, or a file in it is missing or corrupt; the message says which."""
+
+
+def _refuse_special_files(root: Path) -> None:
+    """The files every command reads whole or through SQLite must be regular files (a fifo there would block
+    the first read, a device never ends), and ``metrics.jsonl`` within :data:`MAX_METRICS_BYTES`: the store
+    check reads it whole."""
+    for name in (LEDGER, METRICS):
+        if not is_regular_or_absent(root / name):
+            raise StoreError(f"{root / name} is not a regular file; the store is damaged: restore it from a backup "
+                             "or re-run training into a new store")
+    try:
+        size = (root / METRICS).stat().st_size
+    except FileNotFoundError:
+        return
+    if size > MAX_METRICS_BYTES:
+        raise StoreError(f"{root / METRICS} is {size:,} bytes; no metrics file is that large (at most "
+                         f"{MAX_METRICS_BYTES:,}): the store is damaged")
 
 
 def resolve_store_path(path: str | os.PathLike[str]) -> Path:
@@ -119,6 +151,7 @@ class Store:
                 raise StoreError(f"{root} is not a store (no such directory); pass the store= path of a run")
             if not (root / MANIFEST).is_file():
                 raise StoreError(f"{root} is not a store (no {MANIFEST}); pass the store= path of a run")
+            _refuse_special_files(root)
             store = cls(root, existing=True)
             store.manifest()  # parse now so a corrupt manifest is reported here
         except (OSError, ValueError) as exc:  # a name too long, a permission denied, an embedded NUL ...
@@ -155,9 +188,11 @@ class Store:
     def _read_json(self, name: str) -> Any:
         path = self.root / name
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            return json.loads(read_bounded(path, MAX_MANIFEST_BYTES, "manifest").decode("utf-8"))
         except FileNotFoundError:
             raise StoreError(f"{path} is missing; the store is incomplete") from None
+        except UnreadableFile as exc:
+            raise StoreError(f"{exc}; it is not a fedforget manifest") from None
         except json.JSONDecodeError as exc:
             raise StoreError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
         except UnicodeDecodeError:
@@ -192,11 +227,15 @@ class Store:
 
     def metrics(self) -> list[dict[str, Any]]:
         path = self.root / METRICS
-        if not path.exists():
+        try:
+            data = read_bounded(path, MAX_METRICS_BYTES, "metrics file")
+        except FileNotFoundError:
             return []
+        except OSError as exc:
+            raise StoreError(f"{exc}; the store is damaged") from None
         rows = []
         # a non-UTF-8 byte is reported by the store check; here it only spoils its own line
-        for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
+        for line in data.decode("utf-8", errors="replace").splitlines():
             if line.strip():
                 try:
                     rows.append(json.loads(line))
@@ -225,9 +264,11 @@ class Store:
         """An artifact's file bytes, refusing one whose bytes no longer match its name."""
         path = self.artifact_path(sha256)
         try:
-            data = path.read_bytes()
+            data = read_bounded(path, MAX_ARTIFACT_BYTES, "artifact")
         except FileNotFoundError:
             raise StoreError(f"artifact {sha256} is missing from {path.parent}") from None
+        except OSError as exc:
+            raise StoreError(f"artifact {sha256} is corrupt ({exc.strerror or exc})") from None
         if hashlib.sha256(data).hexdigest() != sha256:
             raise StoreError(f"artifact {sha256} is corrupt (its bytes no longer match its sha256)")
         return data
@@ -244,18 +285,20 @@ class Store:
         """Whether the file named ``sha256`` holds bytes with that sha256.
 
         Hashed once per file version in this process: the store check and the command after it ask about
-        the same files, and any write to a file changes its ctime (and so the key).
+        the same files, and any write to a file changes its ctime (and so the key). Hashed in chunks; a file
+        over :data:`MAX_ARTIFACT_BYTES`, or one that is not a regular file, is not ours and is never read.
         """
         path = self.artifact_path(sha256)
         try:
             st = path.stat()
         except (OSError, ValueError):
             return False
-        if not path.is_file():
-            return False
         key = (sha256, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         if key not in self._verified:
-            self._verified[key] = hashlib.sha256(path.read_bytes()).hexdigest() == sha256
+            try:
+                self._verified[key] = sha256_bounded(path, MAX_ARTIFACT_BYTES, "artifact") == sha256
+            except OSError:
+                self._verified[key] = False
         return self._verified[key]
 
     def client_dir(self, partition: int) -> Path:

@@ -11,7 +11,21 @@ from rich.markup import escape
 from fedforget.store import Store, StoreError
 from fedforget.store.ledger import LedgerUsageError
 from fedforget.store.store import resolve_store_path
-from fedforget.unlearning.cli_support import JsonOpt, StoreOpt, console, emit, from_cwd, open_store, store_errors
+from fedforget.unlearning.cli_support import (
+    CLIENT_ID,
+    REQUEST_ID,
+    SAMPLE_ID,
+    SLICE_INDEX,
+    JsonOpt,
+    StoreOpt,
+    console,
+    emit,
+    from_cwd,
+    open_store,
+    pem_file_option,
+    read_only_errors,
+    store_errors,
+)
 from fedforget.unlearning.errors import fail
 from fedforget.unlearning.flwr_runner import flwr_run
 from fedforget.unlearning.status import print_status, store_status
@@ -79,9 +93,9 @@ def status(
 def samples(
     store: StoreOpt,
     client: Annotated[int, typer.Option("--client", help="The client (partition id) whose samples to list.",
-                                        min=0, max=2**63 - 1)],
+                                        click_type=CLIENT_ID)],
     slice_: Annotated[int | None, typer.Option("--slice", help="Only this slice of the client (its index).",
-                                               min=0, max=2**63 - 1)] = None,
+                                               click_type=SLICE_INDEX)] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """A client's sample ids by slice (unit PARTITION:SLICE), and which are forgotten: what `forget` can name."""
@@ -105,7 +119,8 @@ def samples(
 @app.command()
 def locate(
     store: StoreOpt,
-    sample: Annotated[int, typer.Option("--sample", help="Sample id (index in the train split).")],
+    sample: Annotated[int, typer.Option("--sample", help="Sample id (index in the train split).",
+                                        click_type=SAMPLE_ID)],
     as_json: JsonOpt = False,
 ) -> None:
     """Which client, slice and unit hold a sample, and whether it is forgotten."""
@@ -125,9 +140,11 @@ def locate(
 @app.command()
 def forget(
     store: StoreOpt,
-    sample: Annotated[list[int] | None, typer.Option("--sample", help="Sample id (index in the train split).")] = None,
+    sample: Annotated[list[int] | None, typer.Option("--sample", help="Sample id (index in the train split).",
+                                                     click_type=SAMPLE_ID)] = None,
     slice_: Annotated[list[str] | None, typer.Option("--slice", help="A client's slice, PARTITION:SLICE.")] = None,
-    client: Annotated[list[int] | None, typer.Option("--client", help="A whole client (partition id).")] = None,
+    client: Annotated[list[int] | None, typer.Option("--client", help="A whole client (partition id).",
+                                                     click_type=CLIENT_ID)] = None,
     propagate: Annotated[bool, typer.Option(
         "--propagate", help="Reach the owning clients through Flower now: they delete the samples and "
         "acknowledge (`status` shows who did); an offline client is reached by the next retrain.")] = False,
@@ -140,11 +157,12 @@ def forget(
     """Forget samples, slices or clients now: invalidate and purge what saw them, re-plan serving (no training)."""
     from fedforget.unlearning.forget import forget_request
 
-    handle = open_store(store)
+    handle = open_store(store, writes="forget")
     if propagate:
         refuse_if_busy(handle)  # before the request is applied: a refused propagation changes nothing
     try:
-        result = forget_request(handle, sample or [], slice_ or [], client or [], audit_before=audit_before)
+        with read_only_errors(handle, "forget"):
+            result = forget_request(handle, sample or [], slice_ or [], client or [], audit_before=audit_before)
     except (LedgerUsageError, StoreError) as exc:
         fail(str(exc))
     data = result.to_json()
@@ -214,7 +232,7 @@ def retrain(store: StoreOpt, federation: FederationOpt = "local-simulation", as_
     """A Flower run: clients delete forgotten samples for good, then only invalid artifacts are rebuilt."""
     from fedforget.unlearning.retrain import retrain_store
 
-    handle = open_store(store)
+    handle = open_store(store, writes="retrain")
     refuse_if_busy(handle)  # fail fast; the ServerApp takes the lock itself
     try:
         code, log_path, target = retrain_store(handle, federation, run_console(as_json))
@@ -338,6 +356,27 @@ def os_reason(exc: OSError) -> str:
     return f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
 
 
+def new_receipt_key(as_json: bool) -> None:
+    """``receipt --new-key``: make a new coordinator key on purpose and say where the old public half is kept."""
+    from fedforget.unlearning.receipt import ReceiptKeyError, public_record_path, rotate_key
+
+    try:
+        path, print_, kept = rotate_key()
+    except ReceiptKeyError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot make the receipt key: {os_reason(exc)}")
+    record = public_record_path(path)
+    if as_json:
+        emit({"key": str(path), "fingerprint": print_, "public_key": str(record),
+              "old_public_key": None if kept is None else str(kept)}, True)
+        return
+    console.print(escape(f"new receipt key {path} (fingerprint {print_}); its public key is {record}; receipts "
+                         "signed before check only with " + (f"`--public-key {kept}`" if kept else
+                                                              "the old public key (none was found to keep)")),
+                  soft_wrap=True, highlight=False)
+
+
 def check_receipt_file(check: str, public_key: str, store: str, as_json: bool) -> None:
     """``receipt --check``: exit 0 for a receipt unaltered byte for byte and signed by the key checked against
     (named as what it is), 1 with one line when not or when the ledger of ``store`` no longer matches it."""
@@ -348,6 +387,7 @@ def check_receipt_file(check: str, public_key: str, store: str, as_json: bool) -
         ReceiptKeyError,
         check_receipt,
         coordinator_public_key,
+        kept_key_for,
         load_public_key,
         read_receipt_file,
     )
@@ -367,7 +407,10 @@ def check_receipt_file(check: str, public_key: str, store: str, as_json: bool) -
     try:
         body = check_receipt(data, key)
     except ReceiptError as exc:
-        fail(f"receipt NOT valid: {exc}", code=1)
+        kept = None if public_key else kept_key_for(data)
+        fail(f"receipt NOT valid: {exc}" + (f"; it is signed by an earlier coordinator key, replaced by "
+                                            f"`--new-key`: check it with `--public-key {kept}`" if kept else ""),
+             code=1)
     except ValueError as exc:
         fail(f"cannot read {check!r} as a receipt: it is not JSON ({exc.__class__.__name__})")
     signer = "the coordinator's key" if not public_key else f"the key in {public_key} (" + (
@@ -403,20 +446,28 @@ def check_receipt_file(check: str, public_key: str, store: str, as_json: bool) -
 
 @app.command()
 def receipt(
-    request: Annotated[int | None, typer.Argument(help="The request id (`forget` prints it).", min=1,
-                                                  max=2**63 - 1)] = None,
+    request: Annotated[int | None, typer.Argument(help="The request id (`forget` prints it).",
+                                                  click_type=REQUEST_ID)] = None,
     store: Annotated[str, typer.Option("--store", help="Store directory of a run (with --check: the store whose "
                                        "ledger the receipt must still match).")] = "",
     check: Annotated[str, typer.Option("--check", help="Check a receipt FILE's signature instead.")] = "",
     public_key: Annotated[str, typer.Option("--public-key", help="PEM key to check against (default: the "
                                             "coordinator's, see the docs' Erasure and receipts page).")] = "",
     skip_verify: Annotated[bool, typer.Option("--no-verify", help="Do not run `verify` into the receipt.")] = False,
+    new_key: Annotated[bool, typer.Option("--new-key", help="Make a new receipt key (the old one is lost or may "
+                                          "have been read); earlier receipts then check only with the old public "
+                                          "key, kept beside the new key. Pass it alone.")] = False,
     verbose: VerboseOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """A signed deletion certificate for REQUEST (Ed25519), or `--check FILE` to verify one (exit 1 if not)."""
     from fedforget.unlearning.receipt import ReceiptKeyError, issue_receipt, load_or_create_key
 
+    if new_key:
+        if request is not None or check or store or public_key:
+            fail("pass --new-key alone (`fedforget receipt --new-key`), then issue or check receipts")
+        new_receipt_key(as_json)
+        return
     if check:
         check_receipt_file(check, public_key, store, as_json)
         return
@@ -424,7 +475,7 @@ def receipt(
         fail("name a request and its store (`fedforget receipt 1 --store runs/x`), or --check FILE")
     from fedforget.unlearning.verify import verify_store
 
-    handle = open_store(store)
+    handle = open_store(store, writes="receipt")
     known_request(handle, request)  # before the key and the from-scratch training of `verify`
     try:
         load_or_create_key(handle.root)  # a key problem is told before the from-scratch training of `verify`
@@ -460,7 +511,7 @@ def purge(
     a fifo or a device under it keeps the check from proving it."""
     from fedforget.store.purge import complete_purges
 
-    handle = open_store(store)
+    handle = open_store(store, writes=None if check else "purge")
     try:
         report = complete_purges(handle, check=check, by_content=True).to_json()
     except (StoreError, LedgerUsageError) as exc:
@@ -508,8 +559,10 @@ def serve(
     store: StoreOpt,
     host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.", min=1, max=65535)] = 8080,
-    tls_cert: Annotated[str, typer.Option("--tls-cert", help="PEM certificate (with --tls-key): serve HTTPS.")] = "",
-    tls_key: Annotated[str, typer.Option("--tls-key", help="PEM private key of --tls-cert.")] = "",
+    tls_cert: Annotated[str, typer.Option("--tls-cert", help="PEM certificate (with --tls-key): serve HTTPS.",
+                                          callback=pem_file_option)] = "",
+    tls_key: Annotated[str, typer.Option("--tls-key", help="PEM private key of --tls-cert.",
+                                         callback=pem_file_option)] = "",
 ) -> None:
     """The forget service: HTTP API, console and metrics for one store (docs: operations/service.md)."""
     from pathlib import Path
@@ -524,7 +577,7 @@ def serve(
     for path in (tls_cert, tls_key):
         if path and not Path(from_cwd(path)).is_file():
             fail(f"{path} is not a file")
-    handle = open_store(store)
+    handle = open_store(store, writes="serve")
     try:
         run_service(handle.root, host, port, Path(from_cwd(tls_cert)) if tls_cert else None,
                     Path(from_cwd(tls_key)) if tls_key else None)
@@ -639,6 +692,8 @@ add_method_commands(app)
 def main(argv: list[str] | None = None) -> None:
     """The ``fedforget`` entry point: a usage error is one line on stderr and exit code 2 (no usage
     box, no traceback), like every other error the user must fix."""
+    import sqlite3
+
     import click
 
     try:
@@ -651,6 +706,15 @@ def main(argv: list[str] | None = None) -> None:
         fail(" ".join(exc.format_message().split()) + where, code=2)
     except click.exceptions.Abort:
         fail("aborted", code=130)
+    except (sqlite3.OperationalError, OSError) as exc:  # refused by a read-only store or file, in any command
+        from fedforget.store.read_only import is_read_only_error
+
+        if not is_read_only_error(exc):
+            raise
+        cause = (f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror) \
+            if isinstance(exc, OSError) and exc.strerror else f"SQLite: {exc}"
+        fail(f"{cause}: a read-only mount or a missing permission; remount it read-write or grant the "
+             "permission, then run the command again")
     raise SystemExit(code if isinstance(code, int) else 0)
 
 

@@ -1,5 +1,6 @@
 """What every ``fedforget`` command shares, its methods' own commands included: the console, the store and
-JSON options, and opening a store checked before anything reads it."""
+JSON options, ids as typed (:class:`IdParam`), files named on the command line, and opening a store checked
+before anything reads it (and, for a command that writes, checked writable before anything is written)."""
 
 from __future__ import annotations
 
@@ -8,20 +9,62 @@ import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from typing import Annotated, Any
 
+import click
 import typer
 from rich.console import Console
 
+from fedforget.core.ids import parse_id
 from fedforget.store import Store, StoreError
+from fedforget.store.bounded_read import open_regular
 from fedforget.store.check import check_store, corrupt_ledger
 from fedforget.store.ledger import LedgerUsageError
+from fedforget.store.read_only import is_read_only_error, read_only_message, unwritable_path
 from fedforget.unlearning.errors import BROKEN_STORE_EXIT, fail
 
 console = Console()
 
 StoreOpt = Annotated[str, typer.Option("--store", help="Store directory of a run (store= in the run config).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+#: A PEM certificate or key is a few kilobytes; a path to anything larger is not one.
+MAX_PEM_BYTES = 1 * 2**20
+
+
+class IdParam(click.ParamType):
+    """An id typed on the command line (sample, client, slice, request): the digits 0-9 only, below 2⁶³
+    (:func:`fedforget.core.ids.parse_id`); anything else is a usage error (exit 2, one line)."""
+
+    name = "integer"
+
+    def __init__(self, what: str, minimum: int = 0) -> None:
+        self.what, self.minimum = what, minimum
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)  # a default declared in code
+        try:
+            return parse_id(str(value), self.what, self.minimum)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+SAMPLE_ID = IdParam("sample id")
+CLIENT_ID = IdParam("client id")
+SLICE_INDEX = IdParam("slice")
+REQUEST_ID = IdParam("request id", minimum=1)
+
+
+def pem_file_option(value: str) -> str:
+    """A typer callback: a PEM path given on the command line must be a regular file of at most
+    :data:`MAX_PEM_BYTES` (a fifo, a device, a directory or a huge file is refused before anything reads it)."""
+    if value:
+        try:
+            fd, _ = open_regular(from_cwd(value), MAX_PEM_BYTES, "PEM file")
+        except OSError as exc:
+            raise typer.BadParameter(f"{value}: {exc.strerror or exc}") from None
+        os.close(fd)
+    return value
 
 
 def from_cwd(path: str) -> str:
@@ -30,10 +73,11 @@ def from_cwd(path: str) -> str:
     return os.path.abspath(os.path.expanduser(path)) if path else path
 
 
-def open_store(path: str) -> Store:
+def open_store(path: str, writes: str | None = None) -> Store:
     """Open a store and check it before any command reads it (``fedforget.store.check``): one line and
     exit 2 when the path is not a readable store, exit 1 when the store is not what it claims (tampered,
-    corrupt, half-applied); nothing is written either way."""
+    corrupt, half-applied); nothing is written either way. ``writes`` names a command that must write to
+    the store: a store it cannot write (read-only mount, no permission) exits 2 with one line first."""
     try:
         handle = Store.open(from_cwd(path))
     except StoreError as exc:
@@ -43,7 +87,28 @@ def open_store(path: str) -> Store:
         fail(check.summary())
     if check.refusals:
         fail(check.summary(), code=BROKEN_STORE_EXIT)
+    if writes is not None:
+        blocked = unwritable_path(handle.root)
+        if blocked is not None:
+            fail(read_only_message(handle.root, writes, f"{blocked} is not writable"))
     return handle
+
+
+@contextmanager
+def read_only_errors(handle: Store, command: str) -> Iterator[None]:
+    """A write the OS or SQLite refused because the store cannot be written, as one line (exit 2)."""
+    try:
+        yield
+    except (sqlite3.OperationalError, OSError) as exc:
+        if not is_read_only_error(exc):
+            raise
+        fail(read_only_message(handle.root, command, _cause(exc), before=False))
+
+
+def _cause(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    return f"SQLite: {exc}"
 
 
 def emit(data: dict, as_json: bool) -> None:
@@ -58,5 +123,10 @@ def store_errors(*also: type[Exception]) -> Iterator[None]:
         yield
     except (StoreError, LedgerUsageError, *also) as exc:
         fail(str(exc))
+    except sqlite3.OperationalError as exc:
+        if is_read_only_error(exc):
+            fail(f"the store cannot be written (SQLite: {exc}): it is read-only (a read-only mount or no write "
+                 "permission); remount it read-write or give this user write permission")
+        fail(corrupt_ledger(exc), code=BROKEN_STORE_EXIT)
     except sqlite3.DatabaseError as exc:
         fail(corrupt_ledger(exc), code=BROKEN_STORE_EXIT)

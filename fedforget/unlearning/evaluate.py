@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
 from fedforget.core.config import RunConfig, parse_run_config, stored_run_config
 from fedforget.store import Store
+from fedforget.store.read_only import is_read_only_error
 
 
 def stored_config(store: Store) -> RunConfig:
@@ -14,7 +16,8 @@ def stored_config(store: Store) -> RunConfig:
 
 
 def evaluate_store(store: Store) -> dict[str, Any]:
-    """Accuracy and loss of the served ensemble on the task's test split; cached in the ledger.
+    """Accuracy and loss of the served ensemble on the task's test split; cached in the ledger when the
+    store can be written (on a read-only store it is measured all the same).
 
     Raises ``ServingError`` when nothing valid is left to serve.
     """
@@ -28,7 +31,11 @@ def evaluate_store(store: Store) -> dict[str, Any]:
         serving = ledger.serving()
         result = serving_accuracy(cfg, data.num_classes, store, ledger.plan(), serving, ledger.artifacts(),
                                   data.test.inputs, data.test.labels)
-        ledger.set_meta("accuracy", {"serving": sorted(serving["artifacts"]), **result})
+        try:
+            ledger.set_meta("accuracy", {"serving": sorted(serving["artifacts"]), **result})
+        except sqlite3.OperationalError as exc:  # a read-only store: the result stands, only its cache is lost
+            if not is_read_only_error(exc):
+                raise
     finally:
         ledger.close()
     return {**result, "serving": sorted(serving["artifacts"])}

@@ -9,7 +9,11 @@ The key: ``$FEDFORGET_RECEIPT_KEY`` (a PEM file), else ``receipt-ed25519.pem`` i
 secrets directory, outside any checkout: ``$FEDFORGET_SECRETS`` if set, else
 ``${XDG_CONFIG_HOME:-~/.config}/fedforget/`` (directory 0700, key 0600). It is created on first use,
 atomically (``store.secret_files.create_once``: concurrent first uses agree on one key), and refused
-while group or others may read or write it. A key at the old default
+while group or others may read or write it, or while it is not a regular file. Its public half is written
+next to it (``receipt-ed25519.pub``) when it is created: once that record, or a receipt in the store, says a
+key was made, a missing key is an error, never silently replaced (every earlier receipt would stop checking);
+:func:`rotate_key` (``fedforget receipt --new-key``) makes a new one on purpose and keeps the old public half
+as ``receipt-ed25519.<fingerprint>.pub`` to check earlier receipts with. A key at the old default
 ``$FEDFORGET_HOME/.keys/receipt-ed25519.pem`` (inside the checkout) is still used while none exists at
 the new place, so old receipts keep verifying; a line on stderr says so. Never inside a store.
 
@@ -30,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from fedforget.store import Store
+from fedforget.store.bounded_read import UnreadableFile, read_bounded
 from fedforget.store.ledger import LedgerUsageError
 from fedforget.store.secret_files import create_once, open_to_others
 from fedforget.unlearning.receipt_ledger import DIGEST_FIELD, ledger_state
@@ -68,10 +73,18 @@ def legacy_key_path() -> Path | None:
     return Path(home) / ".keys" / KEY_NAME if home else None
 
 
-def key_path() -> Path:
+def primary_key_path() -> Path:
+    """Where the key is kept and a new one is made: ``$FEDFORGET_RECEIPT_KEY``, else the secrets directory."""
     if os.environ.get(KEY_ENV):
         return Path(os.path.expanduser(os.environ[KEY_ENV]))
-    path = secrets_dir() / KEY_NAME
+    return secrets_dir() / KEY_NAME
+
+
+def key_path() -> Path:
+    """The key in use: :func:`primary_key_path`, or the old place inside the checkout while only it holds one."""
+    path = primary_key_path()
+    if os.environ.get(KEY_ENV):
+        return path
     legacy = legacy_key_path()
     if not path.exists() and legacy is not None and legacy.is_file():
         if legacy not in _told_legacy:
@@ -90,31 +103,164 @@ def _inside(path: Path, root: Path) -> bool:
         return False
 
 
-def load_or_create_key(store_root: Path | None = None):  # noqa: ANN201 - an Ed25519PrivateKey
-    """The coordinator's signing key; refuses one kept inside the store it certifies."""
+def public_record_path(path: Path) -> Path:
+    """Where the public half of the key at ``path`` is recorded when the key is made: ``<stem>.pub`` beside it."""
+    record = path.with_suffix(".pub")
+    return record if record != path else path.with_name(path.name + ".pub")
+
+
+def _receipts_in(store_root: Path | None) -> bool:
+    """Whether the store holds a receipt (one directory entry is enough: bounded however many there are)."""
+    if store_root is None:
+        return False
+    try:
+        with os.scandir(Path(store_root) / "receipts") as entries:
+            return any(e.name.startswith("request-") and e.name.endswith(".json") for e in entries)
+    except OSError:
+        return False
+
+
+def _made_before(path: Path, store_root: Path | None) -> str | None:
+    """What says a key was made at ``path`` before (so a missing one was lost, not never made), else None."""
+    record = public_record_path(path)
+    if os.path.lexists(record):
+        return f"{record} records that one was made"
+    if _receipts_in(store_root):
+        return f"{Path(store_root) / 'receipts'} holds receipts signed with it"
+    return None
+
+
+def _new_pem() -> bytes:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    return Ed25519PrivateKey.generate().private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                      serialization.NoEncryption())
+
+
+def public_pem(key) -> bytes:  # noqa: ANN001 - an Ed25519 private or public key
+    """The public half of ``key`` as a PEM public key (what ``--public-key`` reads)."""
+    from cryptography.hazmat.primitives import serialization
+
+    public = key.public_key() if hasattr(key, "private_bytes") else key
+    return public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def fingerprint(key) -> str:  # noqa: ANN001 - an Ed25519 private or public key
+    """The first 16 hex digits of the sha256 of the raw public key: how a key is named in file names and lines."""
+    import hashlib
+
+    return hashlib.sha256(_public_raw(key)).hexdigest()[:16]
+
+
+def _record_public(path: Path, key) -> None:  # noqa: ANN001 - an Ed25519PrivateKey
+    """Write the public half beside the key unless it is there (best effort: the key works without it)."""
+    if os.path.lexists(public_record_path(path)):
+        return
+    try:
+        create_once(public_record_path(path), public_pem(key))
+    except OSError:
+        pass
+
+
+def load_or_create_key(store_root: Path | None = None):  # noqa: ANN201 - an Ed25519PrivateKey
+    """The coordinator's signing key; refuses one kept inside the store it certifies. A key is made only when
+    nothing names one yet: a missing key whose public record, or a receipt in ``store_root``, exists was lost,
+    and replacing it silently would make every earlier receipt fail its check."""
+    from cryptography.hazmat.primitives import serialization
 
     path = key_path()
     if store_root is not None and _inside(path, store_root):
         raise LedgerUsageError(f"the receipt key {path} is inside the store; keep it outside (set {KEY_ENV})")
-    if path.is_file():
-        return _load_private(path)
-    pem = Ed25519PrivateKey.generate().private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                     serialization.NoEncryption())
-    return serialization.load_pem_private_key(create_once(path, pem), password=None)
+    if os.path.lexists(path):
+        key = _load_private(path)
+        _record_public(path, key)  # a key made before records existed gets one on its next use
+        return key
+    made = _made_before(path, store_root)
+    if made is not None:
+        raise ReceiptKeyError(
+            f"the receipt key {path} is missing, but {made}: restore it from your backup to {path}, or make a new key "
+            "with `fedforget receipt --new-key` (earlier receipts then check only with `--public-key` and the old "
+            "public key, which --new-key keeps beside the new one)")
+    key = serialization.load_pem_private_key(create_once(path, _new_pem()), password=None)
+    _record_public(path, key)
+    return key
+
+
+def rotate_key() -> tuple[Path, str, Path | None]:
+    """Make a new coordinator key on purpose (the old one is lost or was exposed): ``(key path, its fingerprint,
+    where the old public half is kept)``. The old public half, from the old key or its record, is kept as
+    ``<stem>.<old fingerprint>.pub``: receipts signed before check only with it (``--public-key``)."""
+    from cryptography.hazmat.primitives import serialization
+
+    from fedforget.store.atomic import atomic_write_bytes
+    from fedforget.store.secret_files import mkdir_private
+
+    path, current = primary_key_path(), key_path()
+    old = None
+    try:
+        if os.path.lexists(current):
+            old = serialization.load_pem_private_key(read_bounded(current, MAX_KEY_BYTES, "PEM key"),
+                                                     password=None).public_key()
+        elif os.path.lexists(public_record_path(path)):
+            old = serialization.load_pem_public_key(read_bounded(public_record_path(path), MAX_KEY_BYTES, "PEM key"))
+    except OSError as exc:
+        raise ReceiptKeyError(f"cannot read the old receipt key to keep its public half: {exc}") from None
+    except (ValueError, TypeError):
+        old = None  # not a key: nothing it signed can be checked anyway
+    kept = None
+    if old is not None:
+        kept = path.with_name(f"{path.stem}.{fingerprint(old)}.pub")
+        create_once(kept, public_pem(old))
+    mkdir_private(path.parent)
+    pem = _new_pem()
+    atomic_write_bytes(path, pem)
+    key = serialization.load_pem_private_key(pem, password=None)
+    atomic_write_bytes(public_record_path(path), public_pem(key))
+    return path, fingerprint(key), kept
+
+
+#: How many kept public keys ``--check`` compares a receipt's signer with (one per rotation).
+MAX_KEPT_KEYS = 100
+
+
+def kept_key_for(data: bytes) -> Path | None:
+    """The kept public half of an earlier coordinator key (``rotate_key``) that signed this receipt, if any."""
+    try:
+        receipt = parse_receipt(data)
+        claimed = base64.b64decode(str(receipt["signature"]["public_key"]), validate=True)
+    except (ValueError, TypeError, KeyError):
+        return None
+    path = primary_key_path()
+    try:
+        kept = sorted(path.parent.glob(f"{path.stem}.*.pub"))[:MAX_KEPT_KEYS]
+    except OSError:
+        return None
+    for candidate in kept:
+        try:
+            if load_public_key(candidate) == claimed:
+                return candidate
+        except (OSError, ReceiptKeyError):
+            continue
+    return None
 
 
 def _load_private(path: Path):  # noqa: ANN202 - an Ed25519PrivateKey
-    """The key at ``path``, refused while group or others may read or write it (they could forge receipts)."""
+    """The key at ``path``, refused while group or others may read or write it (they could forge receipts), and
+    unless it is a small regular file (a device such as ``/dev/zero`` is never read)."""
     from cryptography.hazmat.primitives import serialization
 
+    try:
+        data = read_bounded(path, MAX_KEY_BYTES, "PEM key")
+    except UnreadableFile as exc:
+        raise ReceiptKeyError(f"the receipt key {exc}; point {KEY_ENV} at the key's PEM file") from None
     loose = open_to_others(path)
     if loose:
         raise ReceiptKeyError(f"the receipt key {path} is open to others (mode {path.stat().st_mode & 0o777:04o}); run "
-                              f"`chmod 600 {path}`, and make a new key if someone else may have read it")
+                              f"`chmod 600 {path}`, and make a new key (`fedforget receipt --new-key`) if someone else "
+                              "may have read it")
     try:
-        return serialization.load_pem_private_key(read_bounded(path, MAX_KEY_BYTES, "PEM key"), password=None)
+        return serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError):
         raise ReceiptKeyError(f"the receipt key {path} is not an unencrypted PEM Ed25519 private key") from None
 
@@ -194,17 +340,6 @@ def issue_receipt(store: Store, request: int, verify_result: dict[str, Any] | No
     out = receipt_path(store, request)
     atomic_write_bytes(mkdir_private(out.parent) / out.name, receipt_bytes(signed))
     return signed, out
-
-
-def read_bounded(path: Path, limit: int, what: str) -> bytes:
-    """A regular file's bytes, at most ``limit`` of them (a path to a device or a huge file is refused)."""
-    if not path.is_file():
-        raise OSError(f"{path} " + ("is not a regular file" if path.exists() else "does not exist"))
-    with open(path, "rb") as fh:
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise OSError(f"{path} is over {limit:,} bytes; no {what} is that large")
-    return data
 
 
 def read_receipt_file(path: Path) -> bytes:
@@ -292,7 +427,7 @@ def load_public_key(path: Path | None) -> bytes:
 def coordinator_public_key() -> bytes | None:
     """The coordinator's public key when its key is on this machine (never created by a check), else None."""
     path = key_path()
-    return _public_raw(_load_private(path)) if path.is_file() else None
+    return _public_raw(_load_private(path)) if os.path.lexists(path) else None
 
 
 def public_key_pem() -> bytes:

@@ -72,7 +72,7 @@ def test_locate_names_client_slice_unit_and_the_request_that_forgot_it(store):
     (["samples", "--client", "0", "--slice", "2"], "unknown slice 2 of client 0"),
     (["samples", "--client", "-1"], "--client"),
     (["locate", "--sample", "999999"], "unknown sample 999999"),
-    (["locate", "--sample", "-5"], "unknown sample -5"),
+    (["locate", "--sample", "-5"], "sample id '-5' is not a whole number written in the digits 0-9"),
     (["locate", "--sample", "x"], "--sample"),
 ])
 def test_bad_input_to_samples_or_locate_is_one_line_exit_2_and_writes_nothing(store, args, words, capsys):

@@ -182,3 +182,42 @@ def test_a_valid_request_still_works_and_prints_its_result(store, tmp_path):
     code, out, err = invoke(["forget", "--store", str(root), "--sample", str(sample), "--json"])
     assert code == 0 and '"request": 1' in out, err
     assert digest(root) != before
+
+
+#: digit blocks of other scripts whose digits int() reads as 0-9 (Arabic-Indic, Persian, Devanagari, fullwidth)
+OTHER_ZEROS = ["\u0660", "\u06f0", "\u0966", "\uff10"]
+lookalike = st.one_of(
+    st.builds(lambda n, z: "".join(chr(ord(z) + int(d)) for d in str(n)), st.integers(0, 2),
+              st.sampled_from(OTHER_ZEROS)),
+    st.builds(lambda n: f"0_{n}", st.integers(0, 2)),  # 1_8 is 18 to int()
+    st.builds(lambda n, pad: pad.format(n), st.integers(0, 2), st.sampled_from(["+{}", " {}", "{} ", "{}\t"])),
+)
+#: where an id is typed; {v} is the value (each names an id the store holds once read as int())
+ID_ARGVS = [["forget", "--sample", "{v}"], ["forget", "--client", "{v}"], ["forget", "--slice", "{v}:0"],
+            ["forget", "--slice", "0:{v}"], ["locate", "--sample", "{v}"], ["samples", "--client", "{v}"],
+            ["samples", "--client", "0", "--slice", "{v}"], ["receipt", "{v}", "--no-verify"]]
+
+
+@FUZZ
+@given(value=lookalike, argv=st.sampled_from(ID_ARGVS))
+def test_an_id_int_reads_but_not_written_in_ascii_digits_is_refused_everywhere_an_id_is_typed(store, value, argv):
+    assert 0 <= int(value) <= 2  # control: Python's int() takes it as an id this store holds
+    assert_refused([argv[0], "--store", str(store), *(a.format(v=value) for a in argv[1:])], store)
+
+
+@FUZZ
+@given(value=st.one_of(st.integers(2**63, 10**40).map(str), st.just("9" * 5000)), argv=st.sampled_from(ID_ARGVS))
+def test_an_id_at_or_past_2_63_is_refused_everywhere_an_id_is_typed(store, value, argv):
+    assert_refused([argv[0], "--store", str(store), *(a.format(v=value) for a in argv[1:])], store)
+
+
+@pytest.mark.timeout(120)
+def test_serve_refuses_a_tls_path_that_is_no_pem_file_before_reading_it(store, tmp_path):
+    import os
+
+    fifo, big = tmp_path / "fifo", tmp_path / "big.pem"
+    os.mkfifo(fifo)
+    with open(big, "wb") as fh:
+        fh.truncate(2 * 2**20)
+    for bad in ("/dev/zero", str(fifo), str(tmp_path), str(big)):
+        assert_refused(["serve", "--store", str(store), "--port", "1", "--tls-cert", bad, "--tls-key", bad], store)

@@ -4,6 +4,7 @@ a key at the old place inside the checkout keeps being used (old receipts keep v
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import stat
 from pathlib import Path
 
@@ -114,4 +115,61 @@ def test_concurrent_first_use_ends_with_one_key(env):
         assert p.exitcode == 0
     directory = env / "xdg" / "fedforget"
     assert len(set(keys)) == 1 and keys[0] == public(rc.load_or_create_key())
-    assert [p.name for p in directory.iterdir()] == [rc.KEY_NAME] and mode(directory / rc.KEY_NAME) == 0o600
+    assert sorted(p.name for p in directory.iterdir()) == [rc.KEY_NAME, "receipt-ed25519.pub"]  # no temp file left
+    assert mode(directory / rc.KEY_NAME) == 0o600
+
+
+def test_a_missing_key_whose_public_record_remains_is_an_error_never_silently_replaced(env):
+    rc.load_or_create_key()
+    path = rc.key_path()
+    record = env / "xdg" / "fedforget" / "receipt-ed25519.pub"
+    assert record.is_file()  # written when the key was made
+    path.unlink()
+    with pytest.raises(rc.ReceiptKeyError, match=r"missing, but .*records that one was made.*restore it from your "
+                                                 r"backup.*fedforget receipt --new-key"):
+        rc.load_or_create_key()
+    assert not path.exists()
+
+
+def test_a_missing_key_while_the_store_holds_receipts_is_an_error(env):
+    store = env / "store"
+    (store / "receipts").mkdir(parents=True)
+    rc.load_or_create_key(store)  # control: no receipt yet, nothing names a key: one is made
+    rc.key_path().unlink()
+    rc.public_record_path(rc.key_path()).unlink()
+    (store / "receipts" / "request-1.json").write_text("{}")
+    with pytest.raises(rc.ReceiptKeyError, match="holds receipts signed with it"):
+        rc.load_or_create_key(store)
+    assert not rc.key_path().exists()
+
+
+def test_a_key_made_before_records_existed_gets_its_record_on_next_use(env):
+    path = env / "xdg" / "fedforget" / rc.KEY_NAME
+    rc.create_once(path, _pem())
+    key = rc.load_or_create_key()
+    assert rc.public_record_path(path).read_bytes() == rc.public_pem(key)
+
+
+@pytest.mark.parametrize("lost", [False, True])
+def test_new_key_replaces_the_key_and_keeps_the_old_public_half_to_check_earlier_receipts(env, lost):
+    old = rc.load_or_create_key()
+    if lost:
+        rc.key_path().unlink()  # only the record is left to say what the old key was
+    path, print_, kept = rc.rotate_key()
+    new = rc.load_or_create_key()
+    assert path == rc.key_path() and print_ == rc.fingerprint(new) and public(new) != public(old)
+    assert kept == path.with_name(f"receipt-ed25519.{rc.fingerprint(old)}.pub")
+    assert rc.load_public_key(kept) == public(old)
+    assert rc.public_record_path(path).read_bytes() == rc.public_pem(new) and mode(path) == 0o600
+
+
+@pytest.mark.timeout(60)
+def test_a_key_path_naming_a_fifo_is_refused_without_blocking_or_creating(env, monkeypatch):
+    fifo = env / "fifo"
+    os.mkfifo(fifo)
+    monkeypatch.setenv(rc.KEY_ENV, str(fifo))
+    for use in (rc.load_or_create_key, rc.coordinator_public_key):
+        with pytest.raises(rc.ReceiptKeyError, match="is a fifo, not a regular file"):
+            use()
+    with pytest.raises(OSError, match="is a fifo"):
+        rc.create_once(fifo, b"x")  # a winner that is no file is never read
