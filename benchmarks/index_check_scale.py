@@ -7,7 +7,9 @@ read transaction, the manifest already parsed (``check_store`` parses it once fo
 ``--rounds`` passes; then moves one sample to another unit and times the refusal.
 
     python benchmarks/index_check_scale.py                 # 10⁶ samples (about 30 s to build on 2 cores)
-    python benchmarks/index_check_scale.py --samples 100000
+    python benchmarks/index_check_scale.py --samples 100000 --out /tmp/index
+
+Writes ``docs/results/index_check_scale.json``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_common import machine_info
 
 from fedforget.store.index_check import index_problems
 from fedforget.store.ledger import Ledger
@@ -52,6 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=10**6)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "results")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="fedforget-index-check-") as tmp:
         path = Path(tmp) / "ledger.sqlite"
@@ -68,9 +72,13 @@ def main() -> None:
             refused, found = timed(ledger, manifest)
         finally:
             ledger.close()
-    print(json.dumps({"samples": args.samples, "honest_s": {"median": statistics.median(seconds),
-                                                            "min": min(seconds), "max": max(seconds)},
-                      "moved_sample_s": refused, "problem": found[0]}, indent=2))
+    result = {"machine": machine_info(), "config": {"samples": args.samples, "rounds": args.rounds},
+              "samples": args.samples, "honest_s": {"median": statistics.median(seconds), "min": min(seconds),
+                                                    "max": max(seconds)},
+              "moved_sample_s": refused, "problem": found[0]}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "index_check_scale.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=2))
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ def plot(rows: list[dict[str, float]], path: Path) -> None:
     ax.set_ylabel("store check, ms per request (median)")
     ax.set_title("The forget service's store check")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(loc="center right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
