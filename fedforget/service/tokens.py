@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fedforget.store.atomic import atomic_write_bytes
+from fedforget.store.bounded_read import read_bounded
 from fedforget.store.secret_files import mkdir_private, open_to_others
 from fedforget.unlearning.receipt import secrets_dir
 
@@ -72,10 +73,10 @@ def _read(path: Path) -> dict[str, Any]:
         return {"tokens": []}
     if open_to_others(path):
         raise TokenError(f"the token file {path} is open to others; run `chmod 600 {path}` and revoke its tokens")
-    with open(path, "rb") as fh:
-        data = fh.read(MAX_TOKENS_BYTES + 1)
-    if len(data) > MAX_TOKENS_BYTES:
-        raise TokenError(f"the token file {path} is over {MAX_TOKENS_BYTES:,} bytes; it is not one fedforget wrote")
+    try:
+        data = read_bounded(path, MAX_TOKENS_BYTES, "token file")
+    except OSError as exc:
+        raise TokenError(f"the token file {exc}; it is not one fedforget wrote") from None
     try:
         parsed = json.loads(data.decode("utf-8"))
     except ValueError:
