@@ -135,3 +135,17 @@ def test_the_service_answers_503_once_the_store_is_edited_between_requests(store
     _sql(store, "UPDATE artifacts SET valid = 1")
     refused = http.get("/v1/status", headers=bearer(token))
     assert refused.status_code == 503 and "saw forgotten data" in refused.json()["detail"]
+
+
+def test_the_audit_setting_checks_the_whole_store_before_every_request(store, monkeypatch):
+    from fedforget.service.service import CHECK_ENV, Service
+
+    monkeypatch.setenv(CHECK_ENV, "full")
+    service = Service(store.root)
+    service.check()
+    service.check()
+    assert service.watch.runs == {"full": 0, "changes": 0, "files": 0}
+    monkeypatch.delenv(CHECK_ENV)
+    watched = Service(store.root)
+    watched.check()
+    assert watched.watch.runs["full"] == 1 and watched.watch.runs["files"] >= 1
