@@ -41,9 +41,10 @@ bearer = HTTPBearer(auto_error=False, description="A token from `fedforget token
 #: what every route with a token may answer besides its own codes: no/unknown token, missing scope, a body over
 #: the bound (the Gate), a parameter it does not take, the store refused by its check
 ERRORS = (401, 403, 413, 422, 503)
-#: a JSON body: unparseable (400: not UTF-8, nested past the parser's depth), too slow (408, the Gate)
+#: a JSON body: unparseable (400: not UTF-8, nested past the parser's depth, a key named twice), too slow
+#: (408, the Gate)
 BODY_ERRORS = (400, 408)
-_WHY = {400: "The body is not JSON the parser can read (not UTF-8, or nested too deep).",
+_WHY = {400: "The body is not JSON the parser can read (not UTF-8, nested too deep, or a key named twice).",
         401: "No token, or an unknown or revoked one.", 403: "The token lacks the route's scope; nothing was done.",
         404: "No such request.", 408: "The body did not arrive in time; nothing was done.",
         409: "Conflict; see the detail.", 413: "The body is over the bound; nothing was done.",
