@@ -155,3 +155,26 @@ def test_the_service_answers_503_once_the_store_is_edited_between_requests(store
     _sql(store, "UPDATE artifacts SET valid = 1")
     refused = http.get("/v1/status", headers=bearer(token))
     assert refused.status_code == 503 and "saw forgotten data" in refused.json()["detail"]
+
+
+def test_a_service_db_of_another_copy_of_the_store_is_refused_not_reported_done(store, trained, tmp_path,
+                                                                                monkeypatch):
+    """A retried key must never be answered 'purged' from a service.db whose ledger request forgot other data."""
+    monkeypatch.setenv("FEDFORGET_SECRETS", str(tmp_path / "secrets"))
+    other = copy_store(trained, tmp_path / "other")
+    ours, theirs = TestClient(create_app(store.root)), TestClient(create_app(other.root))
+    mine, its = bearer(tokens(store.root)["all"]), bearer(tokens(other.root)["all"])
+    forget = "/v1/forget-requests"
+    assert theirs.post(forget, headers=its, json={"idempotency_key": "k", "samples": [5]}).status_code == 201
+    assert ours.post(forget, headers=mine, json={"idempotency_key": "o", "samples": [7]}).status_code == 201
+    assert ours.get("/v1/forget-requests/1", headers=mine).status_code == 200  # control: its own service.db passes
+    source, target = sqlite3.connect(other.root / "service.db"), sqlite3.connect(store.root / "service.db")
+    try:
+        source.backup(target)  # the other copy's service.db, swapped in between two requests
+    finally:
+        source.close()
+        target.close()
+    retry = ours.post("/v1/forget-requests", headers=mine, json={"idempotency_key": "k", "samples": [5]})
+    assert retry.status_code == 503 and "service.db does not match the ledger" in retry.json()["detail"], retry.text
+    assert ours.get("/v1/forget-requests", headers=mine).status_code == 503
+    assert ours.get("/v1/forget-requests/1", headers=mine).status_code == 503
