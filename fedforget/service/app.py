@@ -18,7 +18,7 @@ from pydantic import BeforeValidator, WrapValidator
 from fedforget.service.console import console_page, login_page
 from fedforget.service.gate import COOKIE, SESSION_SECONDS, Gate, Sessions
 from fedforget.service.metrics import Metrics
-from fedforget.service.requests_db import IdempotencyConflict, ServiceRequest, canonical_spec
+from fedforget.service.requests_db import SERVICE_DB, IdempotencyConflict, ServiceRequest, canonical_spec, same_spec
 from fedforget.service.schemas import (
     ID_LIMIT,
     ForgetBody,
@@ -41,9 +41,10 @@ bearer = HTTPBearer(auto_error=False, description="A token from `fedforget token
 #: what every route with a token may answer besides its own codes: no/unknown token, missing scope, a body over
 #: the bound (the Gate), a parameter it does not take, the store refused by its check
 ERRORS = (401, 403, 413, 422, 503)
-#: a JSON body: unparseable (400: not UTF-8, nested past the parser's depth), too slow (408, the Gate)
+#: a JSON body: unparseable (400: not UTF-8, nested past the parser's depth, a key named twice), too slow
+#: (408, the Gate)
 BODY_ERRORS = (400, 408)
-_WHY = {400: "The body is not JSON the parser can read (not UTF-8, or nested too deep).",
+_WHY = {400: "The body is not JSON the parser can read (not UTF-8, nested too deep, or a key named twice).",
         401: "No token, or an unknown or revoked one.", 403: "The token lacks the route's scope; nothing was done.",
         404: "No such request.", 408: "The body did not arrive in time; nothing was done.",
         409: "Conflict; see the detail.", 413: "The body is over the bound; nothing was done.",
@@ -107,9 +108,24 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
         """The ledger state of the one request ``row`` names (none while it is only accepted)."""
         return ledger_states(s.store, row.ledger_request) if row.ledger_request is not None else {}
 
+    def ledger_state(row: ServiceRequest, states: dict[int, dict[str, Any]]) -> dict[str, Any]:
+        """The ledger's state of the request ``row`` names; 503 when the ledger holds no such request, or one
+        that named something else (a service.db of another store, or edited): the service would otherwise
+        report a forget done that this ledger never applied."""
+        if row.ledger_request is None:
+            return accepted_state()
+        state = states.get(row.ledger_request)
+        if state is None:  # committed after ``states`` was read: read it again
+            state = states_of(service(), row).get(row.ledger_request)
+        if state is None or not (row.no_op or same_spec(state["spec"], row.spec)):
+            raise HTTPException(503, f"{SERVICE_DB} does not match the ledger: its request {row.id} names ledger "
+                                     f"request {row.ledger_request}, which "
+                                     f"{'does not exist' if state is None else 'forgot something else'}; put "
+                                     f"back this store's own {SERVICE_DB}")
+        return state
+
     def describe(row: ServiceRequest, states: dict[int, dict[str, Any]], receipt: bool) -> ForgetRequestOut:
-        state = states.get(row.ledger_request) if row.ledger_request is not None else None
-        state = state or accepted_state()
+        state = ledger_state(row, states)
         out = ForgetRequestOut(
             id=row.id, idempotency_key=row.idempotency_key, asked_by=row.asked_by, spec=row.spec,
             ledger_request=row.ledger_request, no_op=row.no_op, state=state["state"], states=state["states"],

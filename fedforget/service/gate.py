@@ -95,6 +95,35 @@ async def _json(send: Callable[[Message], Awaitable[None]], status: int, detail:
     await send({"type": "http.response.body", "body": body})
 
 
+class DuplicateKey(ValueError):
+    """A JSON object names one key twice."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise DuplicateKey(key)
+        seen[key] = value
+    return seen
+
+
+def duplicate_key(body: bytes, content_type: str | None) -> str | None:
+    """A key a JSON body's object names twice, or None. Parsers disagree on which value wins (Python's takes
+    the last, others the first), and a forget cannot be undone: a body that two readers could read as two
+    different requests is refused, never guessed at. A body that is not JSON at all is left to the route."""
+    media = (content_type or "").split(";")[0].strip().lower()
+    if not (media == "application/json" or media.endswith("+json")):
+        return None
+    try:
+        json.loads(body, object_pairs_hook=_no_duplicates)
+    except DuplicateKey as exc:
+        return str(exc)
+    except (ValueError, RecursionError):
+        return None
+    return None
+
+
 class Gate:
     """ASGI middleware: route template, authentication and scope, body bound, metrics."""
 
@@ -194,6 +223,11 @@ class Gate:
             chunks.append(chunk)
             more = message.get("more_body", False)
         body, sent = b"".join(chunks), False
+        twice = duplicate_key(body, _header(scope, b"content-type"))
+        if twice is not None:
+            await _json(send, 400, f"the body names the key {twice[:40]!r} twice; send each key once (nothing "
+                                   "was done)")
+            return
 
         async def replay() -> Message:
             nonlocal sent

@@ -62,6 +62,14 @@ def canonical_spec(samples: Sequence[int], slices: Sequence[str], clients: Seque
             "clients": sorted({int(c) for c in clients})}
 
 
+def same_spec(ledger_spec: Any, spec: dict[str, list[Any]]) -> bool:
+    """Whether the ledger's record of a request names what a service request named (each list as a set)."""
+    if not isinstance(ledger_spec, dict):
+        return False
+    return all(sorted(map(str, ledger_spec.get(k) or [])) == sorted(map(str, spec.get(k) or []))
+               for k in ("samples", "slices", "clients"))
+
+
 def _digest(spec: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 

@@ -69,14 +69,16 @@ def token_hash(token: str) -> str:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {"tokens": []}
-    if open_to_others(path):
-        raise TokenError(f"the token file {path} is open to others; run `chmod 600 {path}` and revoke its tokens")
+    """The token file's contents; none yet when it is absent. Anything else at its name (a directory, a fifo, a
+    device) is refused, never taken for "no tokens": a write would replace it or fail half way."""
     try:
         data = read_bounded(path, MAX_TOKENS_BYTES, "token file")
+    except FileNotFoundError:
+        return {"tokens": []}
     except OSError as exc:
-        raise TokenError(f"the token file {exc}; it is not one fedforget wrote") from None
+        raise TokenError(f"the token file {exc}; it is not one fedforget wrote, move it aside") from None
+    if open_to_others(path):
+        raise TokenError(f"the token file {path} is open to others; run `chmod 600 {path}` and revoke its tokens")
     try:
         parsed = json.loads(data.decode("utf-8"))
     except ValueError:

@@ -60,10 +60,19 @@ def open_regular(path: str | os.PathLike[str], limit: int, what: str) -> tuple[i
 
 
 def read_bounded(path: str | os.PathLike[str], limit: int, what: str) -> bytes:
-    """A regular file's bytes, at most ``limit`` of them (a file that grows past it while read is refused too)."""
-    fd, _ = open_regular(path, limit, what)
+    """A regular file's bytes, at most ``limit`` of them (a file that grows past it while read is refused too).
+
+    The first read asks for the size ``fstat`` gave plus one byte, never for ``limit``: Python allocates what a
+    read asks for up front, so asking for a 4 GiB bound to read a 10 KiB file would reserve 4 GiB."""
+    fd, size = open_regular(path, limit, what)
     with os.fdopen(fd, "rb") as fh:
-        data = fh.read(limit + 1)
+        data = fh.read(size + 1)
+        if len(data) > size:  # grew since fstat: read on in chunks, up to one byte past the bound
+            parts, seen = [data], len(data)
+            while seen <= limit and (chunk := fh.read(min(CHUNK_BYTES, limit + 1 - seen))):
+                parts.append(chunk)
+                seen += len(chunk)
+            data = b"".join(parts)
     if len(data) > limit:
         raise UnreadableFile(path, f"grew past {limit:,} bytes while read; no {what} is that large")
     return data

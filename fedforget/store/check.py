@@ -189,12 +189,16 @@ def sound_tables(db: sqlite3.Connection) -> str | None:
 
 
 def check_artifact_rows(store: Store, ledger: Ledger, out: StoreCheck) -> None:
-    """Each artifact's sha256 is the one its training wrote last; which recorded files are corrupt."""
+    """Each artifact's sha256 and watermark are the ones its training wrote last (a raised watermark would hide
+    the forgotten data it saw from the validity check); which recorded files are corrupt."""
+    last = "(SELECT h.{0} FROM history h WHERE h.artifact = a.artifact ORDER BY h.rowid DESC LIMIT 1)"
     rewritten = ledger.db.execute(
-        "SELECT a.artifact FROM artifacts a WHERE a.sha256 != (SELECT h.sha256 FROM history h "
-        "WHERE h.artifact = a.artifact ORDER BY h.rowid DESC LIMIT 1) ORDER BY a.artifact").fetchall()
+        f"SELECT a.artifact, a.sha256 != {last.format('sha256')}, a.watermark != {last.format('watermark')} "
+        "FROM artifacts a ORDER BY a.artifact").fetchall()
     out.problems += [f"artifact {a} records a sha256 its training never wrote (its history says otherwise)"
-                     for (a,) in rewritten]
+                     for (a, sha, _) in rewritten if sha]
+    out.problems += [f"artifact {a} records a watermark its training never wrote (its history says otherwise)"
+                     for (a, sha, mark) in rewritten if mark and not sha]
     out.corrupt = sorted(corrupt_artifacts(store, ledger))
 
 

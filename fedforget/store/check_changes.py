@@ -64,6 +64,8 @@ class Seen:
     counts: dict[str, int]
     #: served artifact → its sha256
     served: dict[str, str] = field(default_factory=dict)
+    #: the ledger's record of the manifest it was trained with (no forget or retrain writes it)
+    identity: str | None = None
 
 
 class StoreWatch:
@@ -140,6 +142,8 @@ class StoreWatch:
             with ledger.snapshot():
                 db = ledger.db
                 self._check_counts(db, seen, out)
+                if _meta(db, "manifest-identity") != seen.identity:
+                    out.problems.append(f"{LEDGER}'s record of the manifest changed after training")
                 new = dict(db.execute("SELECT id, samples FROM requests WHERE id > ?", (seen.last_request,)))
                 rows = {rid: self._rows_of(db, rid, out) for rid in sorted(new)}
                 check_requests(db, out, rows, after=seen.last_request)
@@ -206,7 +210,8 @@ class StoreWatch:
                     metrics=_stat_key(self.store.root / METRICS),
                     last_request=int(db.execute("SELECT COALESCE(MAX(id), 0) FROM requests").fetchone()[0]),
                     counts={t: _count(db, t) for t in COUNTED},
-                    served={a: str(shas.get(a, "")) for a in serving.get("artifacts", [])})
+                    served={a: str(shas.get(a, "")) for a in serving.get("artifacts", [])},
+                    identity=_meta(db, "manifest-identity"))
 
     def _ledger_inode(self) -> int | None:
         key = _stat_key(self.store.root / LEDGER)
@@ -230,6 +235,11 @@ class StoreWatch:
             return int(self._db.execute("PRAGMA data_version").fetchone()[0])
         except sqlite3.Error:
             return None
+
+
+def _meta(db: sqlite3.Connection, key: str) -> str | None:
+    row = db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+    return None if row is None else str(row[0])
 
 
 def _count(db: sqlite3.Connection, table: str) -> int:

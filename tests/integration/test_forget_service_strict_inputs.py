@@ -134,3 +134,30 @@ def test_predict_refuses_finite_inputs_the_network_overflows_on(store, tok):
     assert "overflow" in one_line_422(response)
     ok = client(store).post("/v1/predict", json={"inputs": [[1.0] * 64]}, headers=bearer(tok["predict"]))
     assert ok.status_code == 200 and None not in json.loads(ok.text)["probabilities"][0]  # negative control
+
+
+@pytest.mark.parametrize("body", ['{"idempotency_key": "k", "samples": [5], "samples": [6]}',
+                                  '{"idempotency_key": "a", "idempotency_key": "b", "samples": [5]}',
+                                  '{"idempotency_key": "k", "samples": [5], "clients": [], "clients": [0]}'],
+                         ids=["samples-twice", "key-twice", "empty-then-client"])
+def test_a_body_naming_a_key_twice_is_400_and_forgets_nothing(store, tok, body):
+    # Python's parser keeps the last value, others the first: one body, two different forgets
+    before = written(store)
+    response = client(store).post("/v1/forget-requests", content=body, headers={
+        **bearer(tok["forget:write"]), "content-type": "application/json"})
+    assert response.status_code == 400, response.text
+    assert "twice" in response.json()["detail"] and "\n" not in response.text
+    assert written(store) == before
+
+
+def test_a_predict_body_naming_inputs_twice_is_400(store, tok):
+    body = '{"inputs": [[0]], "inputs": [' + ",".join(["0"] * 64) + "]}"
+    response = client(store).post("/v1/predict", content=body, headers={
+        **bearer(tok["predict"]), "content-type": "application/json"})
+    assert response.status_code == 400, response.text
+
+
+def test_the_same_body_with_each_key_once_is_accepted_so_the_refusal_is_not_vacuous(store, tok):
+    response = client(store).post("/v1/forget-requests", content='{"idempotency_key": "k", "samples": [6]}',
+                                  headers={**bearer(tok["forget:write"]), "content-type": "application/json"})
+    assert response.status_code == 201, response.text

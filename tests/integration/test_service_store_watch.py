@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from fedforget.service.app import create_app
 from fedforget.store import Store
+from fedforget.store.check import check_store
 from fedforget.store.check_changes import StoreWatch
 from fedforget.unlearning.forget import forget_request
 
@@ -63,6 +64,15 @@ EDITS = {
     "an invalidated artifact made valid": "UPDATE artifacts SET valid = 1",
     "a sample index row deleted": "DELETE FROM samples WHERE sample = (SELECT MAX(sample) FROM samples)",
     "the history truncated": "DELETE FROM history",
+    "the manifest's identity edited": "UPDATE meta SET value = '\"0\"' WHERE key = 'manifest-identity'",
+    "an invalidated artifact made valid with its watermark raised":
+        "UPDATE artifacts SET valid = 1, watermark = (SELECT MAX(id) FROM requests) WHERE valid = 0",
+}
+#: edits in place of old forgotten rows, found only by the next full check (their number does not change)
+OLD_ROW_EDITS = {
+    "an old forgotten row's sample changed": "UPDATE forgotten SET sample = (SELECT MAX(sample) FROM samples "
+                                             "WHERE sample NOT IN (SELECT sample FROM forgotten)) WHERE request = 1",
+    "an old forgotten row moved to another request": "UPDATE forgotten SET request = 99 WHERE request = 1",
 }
 
 
@@ -74,6 +84,16 @@ def test_an_edit_between_two_requests_is_refused_by_the_change_check(store, edit
     result = watch.check()
     assert not result.ok, edit
     assert watch.runs["full"] == 1, "the edit must be found without a full check"
+
+
+@pytest.mark.xfail(strict=True, reason="the change check counts old forgotten rows, it does not re-read them")
+@pytest.mark.parametrize("edit", sorted(OLD_ROW_EDITS))
+def test_an_old_forgotten_row_edited_in_place_is_refused_by_the_change_check(store, edit):
+    forget_request(store, samples=[5])
+    watch = _watched(store)
+    _sql(store, OLD_ROW_EDITS[edit])
+    assert not check_store(Store.open(store.root)).ok, "control: the full check refuses it"
+    assert not watch.check().ok, edit
 
 
 def test_a_fake_request_forgetting_a_sample_in_another_unit_is_refused(store):
@@ -149,3 +169,26 @@ def test_the_audit_setting_checks_the_whole_store_before_every_request(store, mo
     watched = Service(store.root)
     watched.check()
     assert watched.watch.runs["full"] == 1 and watched.watch.runs["files"] >= 1
+
+
+def test_a_service_db_of_another_copy_of_the_store_is_refused_not_reported_done(store, trained, tmp_path,
+                                                                                monkeypatch):
+    """A retried key must never be answered 'purged' from a service.db whose ledger request forgot other data."""
+    monkeypatch.setenv("FEDFORGET_SECRETS", str(tmp_path / "secrets"))
+    other = copy_store(trained, tmp_path / "other")
+    ours, theirs = TestClient(create_app(store.root)), TestClient(create_app(other.root))
+    mine, its = bearer(tokens(store.root)["all"]), bearer(tokens(other.root)["all"])
+    forget = "/v1/forget-requests"
+    assert theirs.post(forget, headers=its, json={"idempotency_key": "k", "samples": [5]}).status_code == 201
+    assert ours.post(forget, headers=mine, json={"idempotency_key": "o", "samples": [7]}).status_code == 201
+    assert ours.get("/v1/forget-requests/1", headers=mine).status_code == 200  # control: its own service.db passes
+    source, target = sqlite3.connect(other.root / "service.db"), sqlite3.connect(store.root / "service.db")
+    try:
+        source.backup(target)  # the other copy's service.db, swapped in between two requests
+    finally:
+        source.close()
+        target.close()
+    retry = ours.post("/v1/forget-requests", headers=mine, json={"idempotency_key": "k", "samples": [5]})
+    assert retry.status_code == 503 and "service.db does not match the ledger" in retry.json()["detail"], retry.text
+    assert ours.get("/v1/forget-requests", headers=mine).status_code == 503
+    assert ours.get("/v1/forget-requests/1", headers=mine).status_code == 503

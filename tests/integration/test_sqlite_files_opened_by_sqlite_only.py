@@ -100,3 +100,38 @@ def test_no_service_route_opens_a_sqlite_file_outside_sqlite(store):
             assert http.get(path, headers=bearer(token)).status_code == 200, path
         assert http.get(f"/v1/receipts/{reply.json()['ledger_request']}", headers=bearer(token)).status_code == 200
     assert opened == []
+
+
+def test_the_other_cli_commands_and_predict_open_no_sqlite_file_outside_sqlite(store, capsys):
+    with Watch() as opened:
+        assert _cli("evaluate", "--store", str(store), "--json") == 0
+        assert _cli("token", "create", "--store", str(store), "--name", "t", "--scope", "predict") == 0
+        assert _cli("token", "list", "--store", str(store), "--json") == 0
+        assert _cli("token", "revoke", "--store", str(store), "--name", "t") == 0
+        token = tokens(store)["predict"]
+        http = TestClient(create_app(store))
+        reply = http.post("/v1/predict", headers=bearer(token), json={"inputs": [[0.0] * 64]})
+        assert reply.status_code == 200, reply.text
+    capsys.readouterr()
+    assert opened == []
+
+
+def test_training_forgetting_retraining_and_purging_in_process_open_no_sqlite_file_outside_sqlite(tmp_path,
+                                                                                                 monkeypatch):
+    from fedforget.inprocess import run_in_process
+    from fedforget.store import Store
+    from fedforget.unlearning.forget import forget_request
+
+    from .helpers import train_in_process
+
+    monkeypatch.setenv("FEDFORGET_SECRETS", str(tmp_path / "secrets"))
+    with Watch() as opened:
+        store = train_in_process(tmp_path / "trained", 3, method="fedsgt", **{"chains.groups": 2, "chains.budget": 2})
+        forget_request(store, samples=[store.manifest()["partitions"]["0"][0][0]])
+        run_in_process({**store.manifest()["config"], "store": str(store.root), "action": "retrain"}, 3)
+        assert _cli("purge", "--store", str(store.root), "--json") == 0
+        assert _cli("purge", "--store", str(store.root), "--check", "--json") == 0
+        assert _cli("verify", "--store", str(store.root), "--json") in (0, 1)  # ran: 1 is what it found
+        assert _cli("audit", "--store", str(store.root), "--json") == 0
+        Store.open(store.root)
+    assert opened == []

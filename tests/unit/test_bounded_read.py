@@ -53,3 +53,30 @@ def test_within_its_bound_a_file_is_read_whole_and_hashed_in_chunks(tmp_path):
 def test_a_missing_file_is_file_not_found_saying_it_does_not_exist(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         read_bounded(tmp_path / "missing", 10, "key")
+
+
+def test_a_small_file_under_a_huge_bound_reserves_only_its_own_size(tmp_path):
+    # a read that asked for the bound would reserve it: 2**62 bytes is no address space anywhere
+    path = tmp_path / "small"
+    path.write_bytes(b"x" * 100)
+    assert read_bounded(path, 2**62, "artifact") == b"x" * 100
+
+
+def test_a_file_that_grows_while_read_is_read_to_its_end_or_refused_past_the_bound(tmp_path, monkeypatch):
+    import fedforget.store.bounded_read as bounded
+
+    path = tmp_path / "growing"
+    path.write_bytes(b"a" * 10)
+    opened = bounded.open_regular
+
+    def grow_after_fstat(*args):  # noqa: ANN002, ANN202
+        fd, size = opened(*args)
+        with open(path, "ab") as fh:
+            fh.write(b"b" * (3 * CHUNK_BYTES))
+        return fd, size
+
+    monkeypatch.setattr(bounded, "open_regular", grow_after_fstat)
+    assert read_bounded(path, 4 * CHUNK_BYTES, "metrics file") == b"a" * 10 + b"b" * (3 * CHUNK_BYTES)
+    path.write_bytes(b"a" * 10)
+    with pytest.raises(UnreadableFile, match="grew past"):
+        read_bounded(path, 2 * CHUNK_BYTES, "metrics file")
