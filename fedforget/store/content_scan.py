@@ -4,9 +4,12 @@ A name proves nothing (the same bytes can sit under any name), so each regular f
 chunks (bounded memory). The walk never follows a symbolic link: a link whose target lies outside
 the store is refused (reported: what it points to cannot be proven gone from here), one inside it is
 skipped (its target is hashed where it is). Fifos, sockets and devices are reported, never opened
-(opening a fifo blocks). The store's SQLite files are skipped by name and never opened: closing any
-descriptor of a SQLite file drops the process's POSIX locks on it, which corrupts the database under
-concurrency.
+(opening a fifo blocks). The store's SQLite files are never opened by Python: closing any descriptor of a
+SQLite file drops the process's POSIX locks on it, which corrupts the database under concurrency. They are
+checked through SQLite instead: each database must open as one and pass ``quick_check`` (purged bytes
+under its name would not), and a ``-wal`` or ``-shm`` file, which a store in SQLite's rollback-journal mode
+never has, is reported unopened. A ``-journal`` exists only while a write is under way (or after a crash,
+until the next open rolls it back), so it is left to SQLite.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import sqlite3
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,6 +26,9 @@ from pathlib import Path
 #: the store's SQLite databases (ledger, HTTP service) and their journals, at the store's root
 SQLITE_FILES = frozenset(f"{db}{suffix}" for db in ("ledger.sqlite", "service.db")
                          for suffix in ("", "-journal", "-wal", "-shm"))
+DATABASES = ("ledger.sqlite", "service.db")
+#: files SQLite keeps only in WAL mode, which no store uses: their presence is reported, never read
+WAL_FILES = frozenset(f"{db}{suffix}" for db in DATABASES for suffix in ("-wal", "-shm"))
 CHUNK = 1 << 20
 
 
@@ -37,6 +44,8 @@ class StoreScan:
     special: list[str] = field(default_factory=list)
     #: files and folders that could not be read
     unreadable: list[str] = field(default_factory=list)
+    #: files under a SQLite name that are not a sound SQLite database (``"name: what SQLite said"``), and WAL files
+    not_databases: list[str] = field(default_factory=list)
 
 
 def file_sha256(path: Path) -> str | None:
@@ -53,6 +62,22 @@ def file_sha256(path: Path) -> str | None:
         return digest.hexdigest()
     finally:
         os.close(fd)
+
+
+def database_problem(path: Path) -> str | None:
+    """What SQLite says is wrong with the database at ``path`` (None when it opens and passes ``quick_check``),
+    read only through SQLite."""
+    try:
+        db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        return str(exc)
+    try:
+        said = db.execute("PRAGMA quick_check").fetchone()
+        return None if said and said[0] == "ok" else f"quick_check: {' '.join(str(said).split())[:200]}"
+    except sqlite3.Error as exc:
+        return str(exc)
+    finally:
+        db.close()
 
 
 def _entries(root: Path, scan: StoreScan) -> Iterator[tuple[os.DirEntry[str], str]]:
@@ -93,6 +118,10 @@ def scan_store(root: Path) -> StoreScan:
                 scan.outside_links.append(f"{rel} -> {target}")
             continue
         if "/" not in rel and rel in SQLITE_FILES:
+            if rel in WAL_FILES:
+                scan.not_databases.append(f"{rel}: a WAL file, which a store never has")
+            elif rel in DATABASES and (said := database_problem(Path(entry.path))):
+                scan.not_databases.append(f"{rel}: {said}")
             continue
         try:
             mode = entry.stat(follow_symlinks=False).st_mode
@@ -115,4 +144,5 @@ def scan_store(root: Path) -> StoreScan:
     scan.outside_links.sort()
     scan.special.sort()
     scan.unreadable.sort()
+    scan.not_databases.sort()
     return scan

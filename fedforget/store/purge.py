@@ -147,11 +147,13 @@ class PurgeReport:
     outside_links: list[str] = field(default_factory=list)
     special_files: list[str] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
+    #: files under the store's SQLite names that SQLite does not take as a sound database, and WAL files
+    not_databases: list[str] = field(default_factory=list)
 
     @property
     def unprovable(self) -> bool:
         """Something under the store that a purge must not delete and a check cannot hash."""
-        return bool(self.outside_links or self.special_files or self.unreadable)
+        return bool(self.outside_links or self.special_files or self.unreadable or self.not_databases)
 
     @property
     def clean(self) -> bool:
@@ -164,7 +166,8 @@ class PurgeReport:
                 "ledger-values": self.ledger_values,
                 "client-copies": [{"partition": p, "request": r} for p, r in sorted(self.client_copies.items())],
                 "hashed-files": self.hashed_files, "outside-links": self.outside_links,
-                "special-files": self.special_files, "unreadable": self.unreadable, "clean": self.clean}
+                "special-files": self.special_files, "unreadable": self.unreadable,
+                "not-databases": self.not_databases, "clean": self.clean}
 
 
 def complete_purges(store: Any, check: bool = False, by_content: bool = False,
@@ -209,6 +212,7 @@ def complete_purges(store: Any, check: bool = False, by_content: bool = False,
         report.hashed_files = len(scan.hashed)
         report.outside_links, report.special_files, report.unreadable = (scan.outside_links, scan.special,
                                                                           scan.unreadable)
+        report.not_databases = scan.not_databases
         files = sorted({*files, *(store.root / rel for rel, sha in scan.hashed.items() if sha in doomed)})
     report.files = [str(p.relative_to(store.root)) for p in files]
     caches = [p for part in sorted(touched) for pattern in feature_cache_globs()

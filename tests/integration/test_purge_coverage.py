@@ -203,7 +203,7 @@ def test_a_store_without_forget_requests_is_clean_and_purge_keeps_its_metrics(fe
     assert check.exit_code == 0 and report == {
         "files": [], "pending": [], "feature-caches": [], "metrics-rows": 0, "training-rows": 0,
         "ledger-values": [], "client-copies": [], "hashed-files": report["hashed-files"], "outside-links": [],
-        "special-files": [], "unreadable": [], "clean": True}
+        "special-files": [], "unreadable": [], "not-databases": [], "clean": True}
     assert report["hashed-files"] == sum(1 for p in store.root.rglob("*") if p.is_file()) - 1  # all but the ledger
     assert runner.invoke(app, ["purge", "--store", str(store.root)]).exit_code == 0
     assert (store.root / "metrics.jsonl").read_bytes() == metrics
