@@ -38,7 +38,7 @@ from fedforget.store.check import (
 )
 from fedforget.store.forget_plan import PlanError, SamplePlan, sample_plan
 from fedforget.store.ledger import LEDGER
-from fedforget.store.store import MANIFEST, METRICS, Store
+from fedforget.store.store import MANIFEST, METRICS, Store, StoreError
 
 #: tables whose rows a store only ever adds (or, for ``samples`` and ``units``, writes once at training)
 COUNTED = ("requests", "forgotten", "samples", "units", "history", "retrains")
@@ -104,21 +104,32 @@ class StoreWatch:
     def _full(self) -> StoreCheck:
         self.runs["full"] += 1
         self._reconnect()
+        self._seen = None
+        # the mark is taken before the check reads the store: a request committed in between is after the
+        # mark, so the next check by changes reads it (taken after, it would be marked seen, never checked)
         version = self._data_version()
         manifest_key = _stat_key(self.store.root / MANIFEST)
+        mark = None
+        if version is not None:
+            try:
+                ledger = self.store.ledger()
+            except StoreError:
+                ledger = None  # the whole check below says why
+            if ledger is not None:
+                try:
+                    with ledger.snapshot():
+                        mark = self._mark(ledger.db, manifest_key, version, ledger.serving())
+                except (sqlite3.DatabaseError, ValueError, TypeError):
+                    mark = None  # a damaged ledger: the whole check below says what
+                finally:
+                    ledger.close()
         out = check_store(self.store)
-        self._seen = None
-        if out.ok and version is not None:
+        if out.ok and mark is not None:
             try:
                 self._plan = sample_plan(self.store.manifest())
             except PlanError:
                 self._plan = None  # the whole check said the plan is sound; a None plan checks no units
-            ledger = self.store.ledger()
-            try:
-                with ledger.snapshot():
-                    self._seen = self._mark(ledger.db, manifest_key, version, ledger.serving())
-            finally:
-                ledger.close()
+            self._seen = mark
         return out
 
     def _files(self, seen: Seen) -> StoreCheck:

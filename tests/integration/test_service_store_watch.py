@@ -96,8 +96,8 @@ def test_an_old_forgotten_row_edited_in_place_is_refused_by_the_change_check(sto
     assert not watch.check().ok, edit
 
 
-def test_a_fake_request_forgetting_a_sample_in_another_unit_is_refused(store):
-    watch = _watched(store)
+def _commit_misplaced_request(store: Store) -> None:
+    """A request row and one forgotten row in a unit the manifest does not put its sample in."""
     db = sqlite3.connect(store.root / "ledger.sqlite", isolation_level=None)
     try:
         sample, unit = db.execute("SELECT sample, unit FROM samples LIMIT 1").fetchone()
@@ -110,7 +110,33 @@ def test_a_fake_request_forgetting_a_sample_in_another_unit_is_refused(store):
         db.execute("COMMIT")
     finally:
         db.close()
+
+
+def test_a_fake_request_forgetting_a_sample_in_another_unit_is_refused(store):
+    watch = _watched(store)
+    _commit_misplaced_request(store)
     result = watch.check()
+    assert any("does not put it in" in p for p in result.problems), result.problems
+
+
+def test_a_request_committed_just_after_the_whole_check_read_the_store_is_checked_next(store, monkeypatch):
+    """The watch marks what it has seen before the whole check reads the store: a commit landing after the
+    check's read is after the mark too, so the next check reads it instead of taking it as seen."""
+    import fedforget.store.check_changes as check_changes
+
+    whole = check_changes.check_store
+
+    def then_a_commit(target: Store):  # noqa: ANN202
+        result = whole(target)
+        _commit_misplaced_request(store)
+        return result
+
+    monkeypatch.setattr(check_changes, "check_store", then_a_commit)
+    watch = StoreWatch(store)
+    assert watch.check().ok
+    monkeypatch.setattr(check_changes, "check_store", whole)
+    result = watch.check()
+    assert watch.runs == {"full": 1, "changes": 1, "files": 0}
     assert any("does not put it in" in p for p in result.problems), result.problems
 
 
