@@ -18,6 +18,7 @@ from typing import Any
 
 from starlette.routing import Match
 
+from fedforget.core.strict_json import DuplicateKey, no_duplicate_keys
 from fedforget.service.metrics import Metrics
 from fedforget.service.tokens import Token, TokenBook, TokenError
 
@@ -95,19 +96,6 @@ async def _json(send: Callable[[Message], Awaitable[None]], status: int, detail:
     await send({"type": "http.response.body", "body": body})
 
 
-class DuplicateKey(ValueError):
-    """A JSON object names one key twice."""
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise DuplicateKey(key)
-        seen[key] = value
-    return seen
-
-
 def duplicate_key(body: bytes, content_type: str | None) -> str | None:
     """A key a JSON body's object names twice, or None. Parsers disagree on which value wins (Python's takes
     the last, others the first), and a forget cannot be undone: a body that two readers could read as two
@@ -116,9 +104,9 @@ def duplicate_key(body: bytes, content_type: str | None) -> str | None:
     if not (media == "application/json" or media.endswith("+json")):
         return None
     try:
-        json.loads(body, object_pairs_hook=_no_duplicates)
+        json.loads(body, object_pairs_hook=no_duplicate_keys)
     except DuplicateKey as exc:
-        return str(exc)
+        return exc.key
     except (ValueError, RecursionError):
         return None
     return None

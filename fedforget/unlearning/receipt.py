@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fedforget.core.strict_json import DuplicateKey, no_duplicate_keys
 from fedforget.store import Store
 from fedforget.store.bounded_read import UnreadableFile, read_bounded
 from fedforget.store.ledger import LedgerUsageError
@@ -347,15 +348,6 @@ def read_receipt_file(path: Path) -> bytes:
     return read_bounded(path, MAX_RECEIPT_BYTES, "receipt")
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise ReceiptError(f"the key {key!r} appears twice in one object: the receipt was altered")
-        seen[key] = value
-    return seen
-
-
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -363,7 +355,9 @@ def _no_constant(name: str) -> Any:
 def parse_receipt(data: bytes) -> Any:
     """Parse a receipt's bytes strictly (UTF-8, no duplicate keys, no NaN); ValueError when not JSON at all."""
     try:
-        return json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
+        return json.loads(data.decode("utf-8"), object_pairs_hook=no_duplicate_keys, parse_constant=_no_constant)
+    except DuplicateKey as exc:
+        raise ReceiptError(f"the key {exc.key!r} appears twice in one object: the receipt was altered") from None
     except RecursionError:
         raise ValueError("nested too deeply") from None
 
