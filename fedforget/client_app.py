@@ -16,6 +16,7 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from fedforget.methods.registry import client_handlers, resolve
+from fedforget.tasks.data_access import node_role
 
 app = ClientApp()
 
@@ -26,7 +27,8 @@ def lazy_handler(target: str) -> Handler:
     """A handler that imports ``"module:function"`` on its first message and calls it."""
 
     def handle(msg: Message, context: Context) -> Message:
-        return resolve(target)(msg, context)
+        with node_role():  # a node reads its own training rows; the in-process server around it reads none
+            return resolve(target)(msg, context)
 
     handle.__name__ = handle.__qualname__ = target.partition(":")[2]
     handle.__doc__ = f"Dispatch to {target}."

@@ -16,6 +16,8 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.task_identity import TaskIdentity
 
+from fedforget.tasks.data_access import node_role
+
 CLIENT_APP_RAISED_EXCEPTION = 2
 #: The source checkout's app manifest; absent in an installed copy, which never reads it.
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
@@ -72,7 +74,8 @@ class InProcessGrid(Grid):
             if dst not in self.contexts:
                 raise ValueError(f"no node {dst}")
             try:
-                reply = self.client_app(msg, self.contexts[dst])
+                with node_role():  # a node's call: it reads its own rows, the ServerApp around it none
+                    reply = self.client_app(msg, self.contexts[dst])
             except Exception as exc:  # a raising ClientApp becomes an error reply, as in Flower
                 reply = Message(Error(code=CLIENT_APP_RAISED_EXCEPTION, reason=f"{type(exc).__name__}: {exc}"),
                                 reply_to=msg)

@@ -17,6 +17,7 @@ from fedforget.methods.registry import get_method
 from fedforget.store import StoreError
 from fedforget.store.lock import LOCK_FILE, store_run_lock
 from fedforget.store.store import resolve_store_path
+from fedforget.tasks.data_access import serving_role
 
 app = ServerApp()
 
@@ -84,6 +85,7 @@ def main(grid: Grid, context: Context) -> None:
     fresh = cfg.action == "train" and not store_root.exists()
     try:
         with ExitStack() as held:
+            held.enter_context(serving_role())  # the server never reads a client's training rows
             try:  # one run writes a store at a time; the lock dies with this process, however it ends
                 held.enter_context(store_run_lock(store_root, cfg.action))
             except StoreError as exc:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from flwr.app import Context, Message
 
 from fedforget.core.config import RunConfig, parse_run_config
+from fedforget.core.record_ids import LOCAL_RECORDS, PUBLIC_RECORDS, check_node_name, default_node_name
 from fedforget.federation.control_messages import PartitionInfo
 from fedforget.store.store import resolve_store_path
 from fedforget.store.tombstones import load_tombstones
@@ -58,34 +59,55 @@ def client_state_dir(context: Context, cfg: RunConfig, partition: int) -> Path:
 
 @dataclass
 class ClientSite:
-    """One node's view: its partition, the run config, its state directory and (lazily) its data."""
+    """One node's view: its partition, name, the run config, its state directory and (lazily) its own data.
+
+    Its data is either its own records (``--node-config data-dir=…``, :mod:`fedforget.tasks.local_records`)
+    or, for the shipped tasks, its partition of the public set, drawn on the node the way flwr-datasets
+    partitioners draw it. Either way :attr:`data` holds this node's training rows and no other node's.
+    """
 
     cfg: RunConfig
     partition: int
     num_partitions: int
     state_dir: Path
+    name: str = ""
+    data_dir: Path | None = None
 
     @classmethod
     def from_context(cls, context: Context) -> ClientSite:
         partition, num_partitions = node_partition(context)
         cfg = parse_run_config(dict(context.run_config))
-        return cls(cfg, partition, num_partitions, client_state_dir(context, cfg, partition))
+        name = check_node_name(str(context.node_config.get("node-name") or default_node_name(partition)))
+        configured = context.node_config.get("data-dir")
+        data_dir = Path(str(configured)) if configured else None
+        return cls(cfg, partition, num_partitions, client_state_dir(context, cfg, partition), name, data_dir)
+
+    @property
+    def records_kind(self) -> str:
+        """How this node's records map to sample ids: the public set's row numbers, or hashes of its own ids."""
+        return LOCAL_RECORDS if self.data_dir is not None else PUBLIC_RECORDS
 
     @property
     def data(self) -> TaskData:
-        """The task's train pool and test split (loaded once per process, on first use)."""
-        from fedforget.tasks.registry import load_task_data
-
-        return load_task_data(self.cfg)
+        """This node's training rows (sample-id order) and its test split, loaded once per process on first use."""
+        return node_data(self)
 
     @property
     def dataset_key(self) -> str:
         """Which data set this node's sample ids index (tombstones are kept per data set)."""
-        return dataset_key(self.cfg)
+        return dataset_key(self.cfg) if self.data_dir is None else f"local:{self.name}"
 
     def held_slices(self) -> list[list[int]]:
-        """This partition's slices of global sample ids, from the fixed plan (deleted ones included)."""
-        return remembered_plan(self.cfg, self.num_partitions).slices[self.partition]
+        """This partition's slices of sample ids, fixed at training (deleted ones included)."""
+        if self.data_dir is None:
+            return remembered_plan(self.cfg, self.num_partitions).slices[self.partition]
+        from fedforget.federation.node_records import local_slices
+
+        return local_slices(self)
+
+    def partition_ids(self) -> list[int]:
+        """Every sample id this partition's plan holds, deleted ones included, sorted."""
+        return sorted(i for s in self.held_slices() for i in s)
 
     def slice_ids(self, slices: list[int] | None = None) -> list[int]:
         """The ids of the slices named (all if ``None``) minus the deleted ones, sorted."""
@@ -101,3 +123,10 @@ class ClientSite:
         deletion never moves another sample into a different slice.
         """
         return self.data.train.by_ids(self.slice_ids(slices))
+
+
+def node_data(site: ClientSite) -> TaskData:
+    """``site``'s own rows: its records, or its partition of the public set (cached per process)."""
+    from fedforget.federation.node_records import load_node_data
+
+    return load_node_data(site)

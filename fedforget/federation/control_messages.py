@@ -1,7 +1,11 @@
 """The control messages every method shares, as typed classes, one per message in each direction.
 
-- ``query`` (discovery): :class:`PartitionQuery` (``config``: ``ask=partition``), answered by
-  :class:`PartitionInfo` (``info``: the node's partition and the run's number of partitions).
+- ``query`` (registration, at the start of a run): :class:`RegisterQuery` (``config``: ``ask=register``, the
+  method's ``needs``, the ``action``), answered by :class:`Registration` (``info``: partition, node name, how
+  its records are numbered; ``arrays``: its sample ids, their slices, what it has deleted, and labels or class
+  counts when asked) or a refusal naming what is wrong with its data.
+- ``query`` (finding a node mid-run: failover, propagation): :class:`PartitionQuery` (``config``:
+  ``ask=partition``), answered by :class:`PartitionInfo` (``info``: the node's partition and how many the run has).
 - ``query.forget`` (or a method's own forget message): :class:`ForgetSamples` (``arrays``: the sample ids;
   ``purge``: the purged sha256s, when any), answered by :class:`ForgetAck` (``info``: partition, deleted,
   requested, and the handler's own counts).
@@ -108,6 +112,126 @@ class PartitionInfo:
     def from_record(cls, content: RecordDict) -> PartitionInfo:
         info = _config(content, INFO)
         return cls(_int(info, PARTITION_KEY), _int(info, NUM_PARTITIONS_KEY))
+
+
+# -- registration ----------------------------------------------------------------------------------
+ASK_REGISTER = "register"
+NEEDS_KEY, ACTION_KEY = "needs", "action"
+NODE_NAME_KEY, RECORDS_KEY, REFUSED_KEY = "node-name", "records", "refused"
+SLICE_KEY, LABELS_KEY, CLASS_COUNTS_KEY, DELETED_ARRAY_KEY = "slice", "labels", "class-counts", "deleted"
+#: What a method's planning may ask a node for, beyond its sample ids and their slices.
+NEED_LABELS, NEED_CLASS_COUNTS = "labels", "class-counts"
+KNOWN_NEEDS = (NEED_LABELS, NEED_CLASS_COUNTS)
+
+
+@dataclass(frozen=True)
+class RegisterQuery:
+    """``query`` at the start of a run: which records does this node hold, in which slices, and what does the
+    method's planning need (``needs``: labels, class counts)? ``action``: train, or retrain (the node then
+    checks its data against what it registered for training)."""
+
+    needs: tuple[str, ...] = ()
+    action: str = "train"
+
+    def to_record(self) -> RecordDict:
+        return RecordDict({CONFIG: ConfigRecord({ASK_KEY: ASK_REGISTER, NEEDS_KEY: list(self.needs),
+                                                 ACTION_KEY: self.action})})
+
+    @staticmethod
+    def asked(content: RecordDict) -> bool:
+        config = content[CONFIG] if CONFIG in content else None
+        return isinstance(config, ConfigRecord) and config.get(ASK_KEY) == ASK_REGISTER
+
+    @classmethod
+    def from_record(cls, content: RecordDict) -> RegisterQuery:
+        config = _config(content, CONFIG)
+        if config.get(ASK_KEY) != ASK_REGISTER:
+            raise MalformedMessage(f"a query asks for {config.get(ASK_KEY)!r}, not {ASK_REGISTER!r}")
+        needs = _strings(config, NEEDS_KEY)
+        unknown = sorted(set(needs) - set(KNOWN_NEEDS))
+        if unknown:
+            raise MalformedMessage(f"a registration asks for {unknown}, not one of {list(KNOWN_NEEDS)}")
+        action = config.get(ACTION_KEY)
+        if not isinstance(action, str):
+            raise MalformedMessage(f"no {ACTION_KEY}")
+        return cls(needs, action)
+
+
+def register_queries(nodes: Sequence[int], query: RegisterQuery) -> list[Message]:
+    """One :class:`RegisterQuery` to each of ``nodes``, in the order given."""
+    return [Message(query.to_record(), dst_node_id=n, message_type=MessageType.QUERY) for n in nodes]
+
+
+def _int64(arrays: ArrayRecord, key: str) -> np.ndarray:
+    if key not in arrays:
+        raise MalformedMessage(f"no {key}")
+    values = np.asarray(arrays[key].numpy()).ravel()
+    if not np.issubdtype(values.dtype, np.integer):
+        raise MalformedMessage(f"{key} are {values.dtype}, not integers")
+    return values.astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A node's answer to :class:`RegisterQuery`: who it is and what it holds, or why it refuses.
+
+    ``samples`` are its sample ids (deleted ones included: the plan is fixed at training), ``slices`` the slice
+    of each, ``deleted`` the ids it has already deleted for good; ``labels`` (one per sample, -1 for a deleted
+    record whose label is gone) and ``class_counts`` ride only when the query asked for them. ``refused``: one
+    line naming what is wrong with the node's data; nothing else is then read.
+    """
+
+    partition: int
+    num_partitions: int
+    node_name: str
+    records: str = ""
+    samples: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    slices: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    deleted: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    labels: np.ndarray | None = None
+    class_counts: np.ndarray | None = None
+    refused: str = ""
+
+    def to_record(self) -> RecordDict:
+        info = ConfigRecord({PARTITION_KEY: self.partition, NUM_PARTITIONS_KEY: self.num_partitions,
+                             NODE_NAME_KEY: self.node_name})
+        if self.refused:
+            info[REFUSED_KEY] = self.refused
+            return RecordDict({INFO: info})
+        info[RECORDS_KEY] = self.records
+        arrays = {SAMPLES_KEY: self.samples, SLICE_KEY: self.slices, DELETED_ARRAY_KEY: self.deleted}
+        if self.labels is not None:
+            arrays[LABELS_KEY] = self.labels
+        if self.class_counts is not None:
+            arrays[CLASS_COUNTS_KEY] = self.class_counts
+        record = ArrayRecord({k: Array(np.ascontiguousarray(np.asarray(v, dtype=np.int64))) for k, v in arrays.items()})
+        return RecordDict({INFO: info, ARRAYS: record})
+
+    @classmethod
+    def from_record(cls, content: RecordDict) -> Registration:
+        info = _config(content, INFO)
+        partition, num = _int(info, PARTITION_KEY), _int(info, NUM_PARTITIONS_KEY)
+        name = info.get(NODE_NAME_KEY)
+        if not isinstance(name, str):
+            raise MalformedMessage(f"no {NODE_NAME_KEY}")
+        refused = info.get(REFUSED_KEY, "")
+        if not isinstance(refused, str):
+            raise MalformedMessage(f"{REFUSED_KEY} is not text")
+        if refused:
+            return cls(partition, num, name, refused=refused)
+        records = info.get(RECORDS_KEY)
+        if not isinstance(records, str):
+            raise MalformedMessage(f"no {RECORDS_KEY}")
+        arrays = required_record(content, ARRAYS, ArrayRecord)
+        samples, slices = _int64(arrays, SAMPLES_KEY), _int64(arrays, SLICE_KEY)  # type: ignore[arg-type]
+        if len(samples) != len(slices):
+            raise MalformedMessage(f"{len(samples)} samples but {len(slices)} slices")
+        labels = _int64(arrays, LABELS_KEY) if LABELS_KEY in arrays else None  # type: ignore[arg-type]
+        if labels is not None and len(labels) != len(samples):
+            raise MalformedMessage(f"{len(samples)} samples but {len(labels)} labels")
+        counts = _int64(arrays, CLASS_COUNTS_KEY) if CLASS_COUNTS_KEY in arrays else None  # type: ignore[arg-type]
+        return cls(partition, num, name, records, samples, slices,
+                   _int64(arrays, DELETED_ARRAY_KEY), labels, counts)  # type: ignore[arg-type]
 
 
 # -- forgetting ------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""One driver for every method's run, written once: discover the nodes, prepare or open the store, train
+"""One driver for every method's run, written once: register the nodes, prepare or open the store, train
 or retrain, send the forget messages first (the purge list, the acknowledgements), rebuild corrupt
 artifacts like invalid ones, record what stayed unbuilt, re-plan serving and evaluate it.
 
@@ -18,13 +18,14 @@ from flwr.supercore import log
 
 from fedforget.core.config import RunConfig
 from fedforget.federation.forget_messages import forget_before_retrain
-from fedforget.federation.messaging import discover_partitions
+from fedforget.federation.registration import Federation, register_nodes
 from fedforget.federation.run_setup import ServerRun, open_server_run, prepare_server_run
 from fedforget.federation.serving_eval import evaluate_serving
 from fedforget.store.check import corrupt_artifacts
 from fedforget.store.crash import crash_point
 from fedforget.store.ledger import Ledger
 from fedforget.store.purge import finish_pending_purges
+from fedforget.tasks.server_data import load_server_test
 
 
 @dataclass
@@ -46,7 +47,12 @@ class MethodServer:
         self.grid = grid
         self.cfg = cfg
 
-    def check(self, nodes: dict[int, int]) -> None:
+    def needs(self) -> tuple[str, ...]:
+        """What this method's planning asks each node for at registration, beyond its sample ids and slices
+        (``labels``, ``class-counts``; :mod:`fedforget.federation.control_messages`). The docs list it per method."""
+        return ()
+
+    def check(self, federation: Federation, num_classes: int) -> None:
         """Refuse a run this federation cannot do, before the store exists (raises ConfigError)."""
 
     def train(self, run: ServerRun, ledger: Ledger) -> Built:
@@ -71,12 +77,13 @@ class MethodServer:
 
 def drive(grid: Grid, cfg: RunConfig, server: MethodServer) -> None:
     """Run ``cfg.action`` (train or retrain) of ``server``'s method on the nodes ``grid`` reaches."""
-    nodes = discover_partitions(grid, cfg.round_timeout)
+    server_test = load_server_test(cfg)  # the server's own test set: never a client's row
+    federation = register_nodes(grid, cfg, server.needs(), server_test.num_classes)
     if cfg.action == "retrain":
-        _retrain(server, open_server_run(cfg, nodes))
+        _retrain(server, open_server_run(cfg, federation, server_test))
         return
-    server.check(nodes)
-    _train(server, prepare_server_run(cfg, nodes))
+    server.check(federation, server_test.num_classes)
+    _train(server, prepare_server_run(cfg, federation, server_test))
 
 
 def _train(server: MethodServer, run: ServerRun) -> None:

@@ -12,11 +12,13 @@ from fedforget import __version__
 from fedforget.core.config import RunConfig, stored_run_config
 from fedforget.core.seeds import derive_seed
 from fedforget.core.slicing import iid_shares
+from fedforget.federation.registration import Federation, check_against_manifest
 from fedforget.store import Store
 from fedforget.tasks.base import Backbone, Examples, TaskData
 from fedforget.tasks.partitioning import PartitionPlan
 from fedforget.tasks.peft_modules import TaskModel, build_task_model
-from fedforget.tasks.registry import get_task, load_task_data, partition_plan
+from fedforget.tasks.registry import get_task
+from fedforget.tasks.server_data import ServerTest
 
 DEFAULT_ADAPTER = "default"
 
@@ -86,34 +88,49 @@ def build_manifest(cfg: RunConfig, plan: PartitionPlan, backbone: Backbone, num_
 
 @dataclass
 class ServerRun:
+    """A run as the server sees it: the registered federation, its own test set, never a client's sample."""
+
     cfg: RunConfig
-    nodes: dict[int, int]
-    data: TaskData
-    plan: PartitionPlan
+    federation: Federation
+    test: Examples
+    num_classes: int
     bundle: ModelBundle
     store: Store
 
+    @property
+    def nodes(self) -> dict[int, int]:
+        """partition → node id, as the nodes registered."""
+        return self.federation.nodes
 
-def prepare_server_run(cfg: RunConfig, nodes: dict[int, int]) -> ServerRun:
-    """Load the task, plan the partitions and create the store for a fresh run."""
-    data = load_task_data(cfg)
-    plan = partition_plan(cfg, len(nodes))
-    bundle = build_model(cfg, data.num_classes)
+    @property
+    def plan(self) -> PartitionPlan:
+        """Each partition's slices of sample ids, as the nodes drew them."""
+        return self.federation.plan
+
+
+def prepare_server_run(cfg: RunConfig, federation: Federation, server_test: ServerTest) -> ServerRun:
+    """Create the store for a fresh run, its manifest built from what the nodes registered."""
+    bundle = build_model(cfg, server_test.num_classes)
     store = Store.create(cfg.store, {})
     backbone_artifact = None
     if bundle.backbone.project_trained:
         fresh = get_task(cfg.task).load_backbone(cfg, cfg.seed).module  # unwrapped by peft
         state = {k: v.detach().numpy() for k, v in fresh.state_dict().items()}
         backbone_artifact = store.put_arrays(state, {"kind": "backbone", "task": cfg.task})
-    store.update_manifest(**build_manifest(cfg, plan, bundle.backbone, len(nodes), backbone_artifact))
-    return ServerRun(cfg, nodes, data, plan, bundle, store)
+    manifest = build_manifest(cfg, federation.plan, bundle.backbone, len(federation.nodes), backbone_artifact)
+    manifest["nodes"] = federation.manifest_nodes()
+    if federation.class_counts:
+        manifest["class-counts"] = {str(p): c for p, c in sorted(federation.class_counts.items())}
+    store.update_manifest(**manifest)
+    return ServerRun(cfg, federation, server_test.examples, server_test.num_classes, bundle, store)
 
 
-def open_server_run(cfg: RunConfig, nodes: dict[int, int]) -> ServerRun:
-    """Re-open the store of an earlier run (``action='retrain'``), refusing a different config.
+def open_server_run(cfg: RunConfig, federation: Federation, server_test: ServerTest) -> ServerRun:
+    """Re-open the store of an earlier run (``action='retrain'``), refusing a different config or data.
 
-    Retraining must rebuild with exactly the config that trained the store, else "the same plan"
-    would silently mean something else.
+    Retraining must rebuild with exactly the config that trained the store, and on the data that trained
+    it less what was forgotten, else "the same plan" would silently mean something else. The plan is the
+    manifest's, never the replies': the nodes only confirm it.
     """
     store = Store.open(cfg.store)
     manifest = store.manifest()
@@ -123,10 +140,16 @@ def open_server_run(cfg: RunConfig, nodes: dict[int, int]) -> ServerRun:
     if differ:
         raise ValueError(f"retrain run config differs from the store's in {', '.join(differ)}; "
                          "use `fedforget retrain`, which passes the stored config")
-    if int(manifest["num-partitions"]) != len(nodes):
+    if int(manifest["num-partitions"]) != len(federation.nodes):
         raise ValueError(f"the store was trained with {manifest['num-partitions']} partitions but "
-                         f"{len(nodes)} nodes are connected")
-    data = load_task_data(cfg)
-    plan = partition_plan(cfg, len(nodes))
-    bundle = build_model(cfg, data.num_classes)
-    return ServerRun(cfg, nodes, data, plan, bundle, store)
+                         f"{len(federation.nodes)} nodes are connected")
+    ledger = store.ledger()
+    try:
+        forgotten = {i for ids in ledger.forgotten_by_partition().values() for i in ids}
+    finally:
+        ledger.close()
+    check_against_manifest(federation, manifest, forgotten)
+    federation.plan = PartitionPlan({int(p): [[int(i) for i in s] for s in slices]
+                                     for p, slices in manifest["partitions"].items()})
+    bundle = build_model(cfg, server_test.num_classes)
+    return ServerRun(cfg, federation, server_test.examples, server_test.num_classes, bundle, store)

@@ -16,7 +16,7 @@ def evaluate_serving(run: ServerRun, ledger: Ledger) -> dict[str, float]:
     serving = ledger.serving()
     if not serving.get("available"):
         return {"accuracy": float("nan"), "loss": float("nan"), "num-examples": 0}
-    result = serving_accuracy(run.cfg, run.data.num_classes, run.store, ledger.plan(), serving, ledger.artifacts(),
-                              run.data.test.inputs, run.data.test.labels)
+    result = serving_accuracy(run.cfg, run.num_classes, run.store, ledger.plan(), serving, ledger.artifacts(),
+                              run.test.inputs, run.test.labels)
     ledger.set_meta("accuracy", {"serving": serving["artifacts"], **result})
     return result

@@ -18,9 +18,9 @@ from fedforget.methods.method import Method, resolve
 
 METHOD_PACKAGES: tuple[str, ...] = ("fedavg", "chains", "hosfl", "fedshard", "safe")
 
-#: Handlers every node serves whatever the method: partition discovery and sample deletion.
+#: Handlers every node serves whatever the method: registration (and finding a node mid-run) and sample deletion.
 SHARED_HANDLERS: Mapping[str, str] = {
-    QUERY: "fedforget.federation.client_site:describe",
+    QUERY: "fedforget.federation.node_records:register",
     FORGET: "fedforget.federation.forget_client:forget_samples",
 }
 

@@ -77,6 +77,8 @@ class TaskSpec:
     load_backbone: Callable[[RunConfig, int], Backbone]
     default_train_size: int = 0
     default_test_size: int = 0
+    #: the classes its labels range over (0: known only once its data is read), for nodes that bring their own data
+    num_classes: int = 0
     notes: dict[str, str] = field(default_factory=dict)
     #: strings -> the model's input tensors, tokenized as the loader tokenizes them: a text task the forget
     #: service's ``predict`` takes strings for

@@ -56,5 +56,5 @@ def _scale_raw_fmnist(raw: np.ndarray) -> np.ndarray:
     return normalise_fmnist(raw.reshape(len(raw), 28, 28))
 
 
-DIGITS_MLP = TaskSpec("digits-mlp", _digits_data, _digits_backbone, scale_raw=scale_raw_digits)
-FMNIST_CNN = TaskSpec("fmnist-cnn", _fmnist_data, _fmnist_cnn_backbone, scale_raw=_scale_raw_fmnist)
+DIGITS_MLP = TaskSpec("digits-mlp", _digits_data, _digits_backbone, scale_raw=scale_raw_digits, num_classes=10)
+FMNIST_CNN = TaskSpec("fmnist-cnn", _fmnist_data, _fmnist_cnn_backbone, scale_raw=_scale_raw_fmnist, num_classes=10)

@@ -56,5 +56,7 @@ def _scale_raw_permuted(raw: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(scale_raw_digits(raw)[:, pixel_permutation()])
 
 
-DIGITS_MLP_PERM = TaskSpec("digits-mlp-perm", _perm_data, _digits_backbone, scale_raw=_scale_raw_permuted)
-DIGITS_MLP_PERM_VAL = TaskSpec("digits-mlp-perm-val", _perm_val_data, _digits_backbone, scale_raw=_scale_raw_permuted)
+DIGITS_MLP_PERM = TaskSpec("digits-mlp-perm", _perm_data, _digits_backbone, scale_raw=_scale_raw_permuted,
+                          num_classes=10)
+DIGITS_MLP_PERM_VAL = TaskSpec("digits-mlp-perm-val", _perm_val_data, _digits_backbone, scale_raw=_scale_raw_permuted,
+                          num_classes=10)

@@ -34,4 +34,5 @@ def _digits_val_data(cfg: RunConfig) -> TaskData:
     return TaskData(train=make_examples(xtr, ytr, train), test=make_examples(xtr, ytr, val), num_classes=10)
 
 
-DIGITS_MLP_VAL = TaskSpec("digits-mlp-val", _digits_val_data, _digits_backbone, scale_raw=scale_raw_digits)
+DIGITS_MLP_VAL = TaskSpec("digits-mlp-val", _digits_val_data, _digits_backbone, scale_raw=scale_raw_digits,
+                          num_classes=10)

@@ -97,4 +97,5 @@ def _backbone(cfg: RunConfig, seed: int) -> Backbone:
     )
 
 
-FMNIST_EFFNET = TaskSpec("fmnist-effnet", _data, _backbone, default_train_size=3000, default_test_size=1000)
+FMNIST_EFFNET = TaskSpec("fmnist-effnet", _data, _backbone, default_train_size=3000, default_test_size=1000,
+                         num_classes=10)

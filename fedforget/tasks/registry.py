@@ -5,6 +5,7 @@ from __future__ import annotations
 from fedforget.core.config import RunConfig
 from fedforget.tasks.base import TaskData, TaskSpec
 from fedforget.tasks.builtin_vision import DIGITS_MLP, FMNIST_CNN
+from fedforget.tasks.data_access import require_training_rows
 from fedforget.tasks.digits_permuted import DIGITS_MLP_PERM, DIGITS_MLP_PERM_VAL
 from fedforget.tasks.digits_validation import DIGITS_MLP_VAL
 from fedforget.tasks.effnet import FMNIST_EFFNET
@@ -38,7 +39,10 @@ _PLANS: dict[tuple[object, ...], PartitionPlan] = {}
 
 
 def load_task_data(cfg: RunConfig) -> TaskData:
-    """The task's train pool and test split (cached per process; loading is deterministic)."""
+    """The task's train pool and test split (cached per process; loading is deterministic).
+
+    A node's read: refused in the serving role (:mod:`fedforget.tasks.data_access`)."""
+    require_training_rows(f"loading {cfg.task}'s training pool")
     key = _data_key(cfg)
     if key not in _DATA:
         _DATA.clear()  # one task per process at a time; keeps memory flat in long-lived Ray actors
@@ -47,7 +51,8 @@ def load_task_data(cfg: RunConfig) -> TaskData:
 
 
 def partition_plan(cfg: RunConfig, num_partitions: int) -> PartitionPlan:
-    """Which global ids each partition and slice holds; the same on the server and every client."""
+    """Which global ids each partition and slice holds, drawn over the whole public pool on a node."""
+    require_training_rows(f"partitioning {cfg.task}'s training pool")
     key = (*_data_key(cfg), num_partitions, cfg.partitioner, cfg.dirichlet_alpha, cfg.slices_per_client, cfg.seed)
     if key not in _PLANS:
         train = load_task_data(cfg).train

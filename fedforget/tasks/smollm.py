@@ -201,7 +201,7 @@ def _as_backbone(module: LastTokenDecoder) -> Backbone:
 
 
 RT_SMOLLM = TaskSpec("rt-smollm", _data, _backbone, default_train_size=2000, default_test_size=500,
-                     encode_text=tokenize)
+                     encode_text=tokenize, num_classes=2)
 
 
 def _validation_data(cfg: RunConfig) -> TaskData:
@@ -219,4 +219,4 @@ def _validation_data(cfg: RunConfig) -> TaskData:
 
 #: Tuning the split methods on the language model without the test split (benchmarks/hosfl_learns_llm.py).
 RT_SMOLLM_VAL = TaskSpec("rt-smollm-val", _validation_data, _backbone, default_train_size=2000,
-                         default_test_size=400, encode_text=tokenize)
+                         default_test_size=400, encode_text=tokenize, num_classes=2)

@@ -162,4 +162,4 @@ def _encode(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 RT_MINILM = TaskSpec("rt-minilm", _data, _backbone, default_train_size=4000, default_test_size=1000,
-                     encode_text=_encode)
+                     encode_text=_encode, num_classes=2)

@@ -24,7 +24,7 @@ from fedforget.core.config import ConfigError, RunConfig
 from fedforget.core.seeds import derive_seed, derive_seed32
 from fedforget.core.slicing import UnitId
 from fedforget.core.weighted_mean import weighted_mean
-from fedforget.federation.control_messages import ModuleNeed
+from fedforget.federation.control_messages import NEED_CLASS_COUNTS, ModuleNeed
 from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import check_chain_reply, exchange_redo_or_exclude
 from fedforget.federation.messaging import (
@@ -43,6 +43,7 @@ from fedforget.federation.module_shipping import (
     need_of,
 )
 from fedforget.federation.module_stack import default_module_init, fresh_module, initial_head, slot_name, split_state
+from fedforget.federation.registration import Federation
 from fedforget.federation.run_setup import ServerRun
 from fedforget.federation.serve import load_tensors
 from fedforget.methods.chains.config import parse_prior
@@ -62,16 +63,16 @@ def data_units(plan: PartitionPlan) -> list[str]:
     return [str(UnitId(p, s)) for p, parts in sorted(plan.slices.items()) for s, ids in enumerate(parts) if ids]
 
 
-def cluster_partitions(labels_by_partition: dict[int, np.ndarray], num_classes: int, clusters: int,
-                       seed: int) -> list[list[int]]:
-    """FedCIO's clustering: seeded k-means on the clients' label histograms; clusters in partition order."""
+def cluster_partitions(class_counts: dict[int, list[int]], clusters: int, seed: int) -> list[list[int]]:
+    """FedCIO's clustering: seeded k-means on the clients' label histograms (from the class counts they
+    registered); clusters in partition order."""
     from sklearn.cluster import KMeans
 
-    parts = sorted(labels_by_partition)
+    parts = sorted(class_counts)
     if clusters > len(parts):
         raise ValueError(f"clusters={clusters} exceeds the {len(parts)} clients; lower chains.clusters=")
-    hist = np.stack([np.bincount(labels_by_partition[p], minlength=num_classes) / max(1, len(labels_by_partition[p]))
-                     for p in parts])
+    counts = {p: np.asarray(class_counts[p], dtype=np.int64) for p in parts}
+    hist = np.stack([counts[p] / max(1, int(counts[p].sum())) for p in parts])
     assign = KMeans(n_clusters=clusters, n_init=10, random_state=derive_seed32(seed, "fedcio-kmeans")).fit_predict(hist)
     groups = [[p for p, a in zip(parts, assign, strict=True) if a == c] for c in range(clusters)]
     return sorted((g for g in groups if g), key=min)
@@ -98,8 +99,7 @@ def build_chain_plan(cfg: RunConfig, run: ServerRun) -> ChainPlan:
     prior = parse_prior(cfg.chains.prior, cfg.chains.groups) if cfg.chains.prior else None
     seq_seed = derive_seed(cfg.seed, cfg.method, "sequences")
     if cfg.method == "fedcio":
-        labels = {p: run.data.train.by_ids(run.plan.partition_ids(p)).labels.numpy() for p in run.plan.slices}
-        clusters = cluster_partitions(labels, run.data.num_classes, cfg.chains.clusters, cfg.seed)
+        clusters = cluster_partitions(run.federation.class_counts, cfg.chains.clusters, cfg.seed)
         groups = [[[u for u in units if UnitId.parse(u).partition in members]] for members in clusters]
         return ChainPlan("fedcio", groups, [[(0,)] for _ in groups], "continue", "additive", cfg.num_rounds,
                          cfg.chains.serving)
@@ -162,7 +162,7 @@ class ChainTrainer:
         self.grid, self.run, self.plan, self.ledger, self.watermark = grid, run, plan, ledger, watermark
         self.cfg = run.cfg
         self.targets = position_targets(plan, run)
-        self.num_classes = run.data.num_classes
+        self.num_classes = run.num_classes
         self.rebuilt: list[str] = []
         self.wave = 0
         #: partitions lost in this run and the positions left unbuilt because they needed one
@@ -377,8 +377,11 @@ class ChainsServer(MethodServer):
     """Chains of LoRA modules over groups of slices: a retrain continues each chain from its longest valid
     prefix."""
 
-    def check(self, nodes: dict[int, int]) -> None:
-        refuse_groups_without_data(self.cfg, len(nodes))
+    def needs(self) -> tuple[str, ...]:
+        return (NEED_CLASS_COUNTS,) if self.cfg.method == "fedcio" else ()  # FedCIO clusters label histograms
+
+    def check(self, federation: Federation, num_classes: int) -> None:
+        refuse_groups_without_data(self.cfg, len(federation.nodes))
 
     def train(self, run: ServerRun, ledger: Ledger) -> Built:
         plan = build_chain_plan(self.cfg, run)

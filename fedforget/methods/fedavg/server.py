@@ -199,7 +199,7 @@ def check_fedavg_reply(run: ServerRun, reply: Message, partition: int, sent: Mes
         why = check_reply(reply, partition, sent=to_numpy(sent.content["arrays"]),
                           max_examples=len(run.plan.partition_ids(partition)),
                           numbers=("train-loss", f"{RECEIVED}accuracy", f"{RECEIVED}loss", f"{RECEIVED}examples"))
-        if why is None and not 0 <= int(reply.content["metrics"][f"{RECEIVED}examples"]) <= len(run.data.test):
+        if why is None and not 0 <= int(reply.content["metrics"][f"{RECEIVED}examples"]) <= len(run.test):
             return f"implausible {RECEIVED}examples"
         return why
     return check_reply(reply, partition, numbers=("accuracy", "loss"), max_bytes=0)
@@ -212,7 +212,7 @@ def _train(grid: Grid, run: ServerRun) -> tuple[str, set[int]]:
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         model.load_trainable_state(DEFAULT_ADAPTER, {k: torch.from_numpy(v) for k, v in to_numpy(arrays).items()})
-        result = evaluate(model, run.data.test.inputs, run.data.test.labels)
+        result = evaluate(model, run.test.inputs, run.test.labels)
         row = {"round": server_round, "num-rounds": cfg.num_rounds, "accuracy": result["accuracy"],
                "loss": result["loss"], "artifact": ARTIFACT, "action": cfg.action}
         if server_round > 0:

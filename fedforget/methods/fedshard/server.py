@@ -39,6 +39,7 @@ from flwr.supercore import log
 from fedforget.core.config import RunConfig
 from fedforget.core.seeds import derive_seed
 from fedforget.core.weighted_mean import weighted_mean
+from fedforget.federation.control_messages import NEED_CLASS_COUNTS
 from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import check_chain_reply, exchange_redo_or_exclude
 from fedforget.federation.messaging import (
@@ -101,7 +102,7 @@ class ShardTrainer:
         self.client_rounds = 0
         self.client_angles: dict[int, float] = {}
         self._probe: dict[int, Arrays] = {}
-        num_classes = run.data.num_classes
+        num_classes = run.num_classes
         self.theta0: Arrays = {k: np.ascontiguousarray(v.detach().numpy()) for k, v in
                                {**default_module_init(self.cfg, num_classes), **initial_head(self.cfg, num_classes)}
                                .items()}
@@ -294,6 +295,9 @@ class FedShardServer(MethodServer):
     """A tree of shards trained stage by stage: a retrain rebuilds the invalid shards, each from its
     re-aggregated children."""
 
+    def needs(self) -> tuple[str, ...]:
+        return (NEED_CLASS_COUNTS,)  # the fairness report weighs each client's per-class accuracy drop by them
+
     def train(self, run: ServerRun, ledger: Ledger) -> Built:
         cfg = self.cfg
         replay = load_plan_file(cfg.fedshard.plan_file) if cfg.fedshard.plan_file else None
@@ -353,9 +357,9 @@ def record_first_per_class_accuracy(run: ServerRun, ledger: Ledger, serving: dic
 
     if not serving.get("available"):
         return
-    probs = serving_probabilities(run.cfg, run.data.num_classes, run.store, ledger.plan(), serving,
-                                  ledger.artifacts(), run.data.test.inputs)
-    labels = run.data.test.labels.numpy()
+    probs = serving_probabilities(run.cfg, run.num_classes, run.store, ledger.plan(), serving,
+                                  ledger.artifacts(), run.test.inputs)
+    labels = run.test.labels.numpy()
     hit = probs.argmax(1) == labels
     ledger.set_meta("first-per-class-accuracy", [float(hit[labels == k].mean()) if (labels == k).any() else 0.0
-                                                 for k in range(run.data.num_classes)])
+                                                 for k in range(run.num_classes)])

@@ -51,6 +51,7 @@ from fedforget.core.config import ConfigError, RunConfig
 from fedforget.core.seeds import derive_seed
 from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import FRAMING_PER_TENSOR, check_reply, exchange_redo_or_exclude
+from fedforget.federation.registration import Federation
 from fedforget.federation.run_setup import ServerRun
 from fedforget.federation.units import all_units
 from fedforget.methods.hosfl import zo
@@ -116,7 +117,7 @@ class SplitRun:
         self.nodes = nodes
         self.partition_of = {n: p for p, n in nodes.items()}
         self.run, self.watermark = run, watermark
-        self.split = cached_split_model(cfg, self.run.data.num_classes, "server")
+        self.split = cached_split_model(cfg, self.run.num_classes, "server")
         self.device = split_device(cfg)
         self.split.load_client_vector(self.split.initial_client)
         self.split.load_server_state(self.split.initial_server)
@@ -199,7 +200,7 @@ class SplitRun:
     def _reply_bound(self) -> int:
         """The most bytes of tensors any reply may carry: two batches of activations (ZO-SFL sends z₊ and
         z₋) with their labels, θ_c, the P scalars, and framing; measured on one test example."""
-        inputs = tuple(x[:1].to(self.device) for x in self.run.data.test.inputs)
+        inputs = tuple(x[:1].to(self.device) for x in self.run.test.inputs)
         client, was_training = self.split.client, self.split.client.training
         client.eval()  # no dropout draw, no norm statistics: the run's state is untouched
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
@@ -391,8 +392,8 @@ class SplitRun:
     # -- evaluation, metrics, artifacts -------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
         self.split.load_client_vector(self.theta_c)
-        data = self.run.data
-        return evaluate(Composite(self.split), data.test.inputs, data.test.labels)
+        test = self.run.test
+        return evaluate(Composite(self.split), test.inputs, test.labels)
 
     def run_rounds(self) -> None:
         cfg = self.cfg
@@ -464,8 +465,8 @@ class SplitServer(MethodServer):
         super().__init__(grid, cfg)
         self.replaced: str | None = None  # the replay history a retrain replaces
 
-    def check(self, nodes: dict[int, int]) -> None:
-        _check_clients_per_round(self.cfg, nodes)
+    def check(self, federation: Federation, num_classes: int) -> None:
+        _check_clients_per_round(self.cfg, federation.nodes)
 
     def train(self, run: ServerRun, ledger: Ledger) -> Built:
         ledger.load_samples(run.plan.slices)

@@ -27,7 +27,7 @@ from fedforget.methods.safe.messages import CliqueResults, PlanKeys, PrototypeQu
 from fedforget.methods.safe.node_secret import node_secret
 from fedforget.store.purge import delete_files_named_by
 from fedforget.store.tombstones import add_tombstones
-from fedforget.tasks.registry import get_task, partition_plan
+from fedforget.tasks.registry import get_task
 
 SEP = "|"
 PARAM_KEYS = ("queries", "heads", "bias")
@@ -49,7 +49,8 @@ def frozen_theta(dim: int, seed: int, width: int) -> FrozenCrossAttention:
 def node_cells(site: ClientSite, mode: str, coarse: int, fine: int, group: int | None) -> dict[int, list[int]]:
     """cell -> sample ids of this node, drawn from the original partition plan (deletions never move a
     sample to another cell); deleted samples are removed afterwards."""
-    ids = partition_plan(site.cfg, site.num_partitions).partition_ids(site.partition)
+    held_now = set(site.data.train.ids.tolist())  # a node's own record deleted with its row has no label left
+    ids = [i for i in site.partition_ids() if i in held_now]
     labels = site.data.train.by_ids(ids).labels.tolist()
     lab = dict(zip(ids, labels, strict=True))
     k = site.data.num_classes
@@ -150,7 +151,7 @@ def forget_samples(msg: Message, context: Context) -> Message:
     site = ClientSite.from_context(context)
     request = ForgetSamples.from_record(msg.content)
     ids = list(request.samples)
-    held = set(partition_plan(site.cfg, site.num_partitions).partition_ids(site.partition))
+    held = set(site.partition_ids())
     foreign = sorted(set(ids) - held)
     if foreign:
         raise ValueError(f"partition {site.partition} does not hold sample(s) {foreign[:5]}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from logging import INFO
+from typing import TYPE_CHECKING
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MessageType, RecordDict
@@ -28,9 +29,11 @@ from flwr.supercore import log
 from fedforget.core.config import RunConfig
 from fedforget.core.seeds import derive_seed
 from fedforget.core.weighted_mean import weighted_mean
+from fedforget.federation.control_messages import NEED_LABELS
 from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import FRAMING_PER_TENSOR, check_reply, exchange_redo_or_exclude
 from fedforget.federation.messaging import to_numpy
+from fedforget.federation.registration import Federation
 from fedforget.federation.run_setup import ServerRun
 from fedforget.methods.safe.adapters import init_adapters
 from fedforget.methods.safe.budget import adapter_budget
@@ -42,6 +45,9 @@ from fedforget.methods.safe.shard import SafeShard, load_safe_shard, safe_shard_
 from fedforget.methods.safe.shard_plan import class_counts
 from fedforget.store.ledger import Ledger
 
+if TYPE_CHECKING:
+    import torch
+
 TRAIN_MESSAGE = f"{MessageType.TRAIN}.safe"
 PROTO_MESSAGE = f"{MessageType.QUERY}.safeproto"
 Arrays = dict[str, np.ndarray]
@@ -51,29 +57,25 @@ Contribution = tuple[float, int, Arrays]
 SHARD_ORDER = float("inf")
 
 
-def token_dim(cfg: RunConfig) -> int:
-    """Width of the backbone tokens (what queries live in)."""
+def token_dim(cfg: RunConfig, example: tuple[torch.Tensor, ...]) -> int:
+    """Width of the backbone tokens (what queries live in), read off one example of the server's test set."""
     from fedforget.methods.safe.features import compute_tokens
-    from fedforget.tasks.registry import load_task_data
 
-    data = load_task_data(cfg)
     backbone = frozen_backbone(cfg.task, cfg.hf.model, cfg.seed)
-    tokens, _ = compute_tokens(backbone.module, tuple(x[:1] for x in data.train.inputs))
+    tokens, _ = compute_tokens(backbone.module, tuple(x[:1] for x in example))
     return int(tokens.shape[-1])
 
 
 def make_plan(cfg: RunConfig, run: ServerRun, shard: SafeShard | None = None,
               ) -> tuple[SafePlan, dict[int, dict[int, list[int]]]]:
     """The graph from seeds and the partitions' labels only, plus the safe shard's class counts."""
-    labels = {}
-    for p in sorted(run.plan.slices):
-        ids = run.plan.partition_ids(p)
-        labels[p] = dict(zip(ids, run.data.train.by_ids(ids).labels.tolist(), strict=True))
+    # the labels the nodes registered (SAFE's cells are classes); a record deleted with its row has none
+    labels = {p: {s: y for s, y in sorted(run.federation.labels[p].items()) if y >= 0} for p in sorted(run.plan.slices)}
     mode = "uniform" if cfg.method == "protosisa" else cfg.safe.coarse_by
     safe = cfg.safe
     k = request_budget(safe.dp_epsilon, safe.dp_delta, safe.dp_alpha, safe.dp_beta) if safe.dp else 0
     counts = class_counts(shard.labels.tolist()) if shard is not None else {}
-    return build_safe_plan(cfg.method, labels, run.data.num_classes, safe.coarse, safe.fine, mode, safe.prototypes,
+    return build_safe_plan(cfg.method, labels, run.num_classes, safe.coarse, safe.fine, mode, safe.prototypes,
                            cfg.seed, dp=safe.dp, dp_k=k, shard=counts)
 
 
@@ -343,21 +345,23 @@ class SafeServer(MethodServer):
         self.whole = None  # the whole train split, read once by ``check`` when a safe shard is drawn
         self.shard_ids: list[int] = []
 
-    def check(self, nodes: dict[int, int]) -> None:
-        """Before the store exists: a bad graph or too few unused rows writes nothing."""
-        from fedforget.tasks.registry import load_task_data
+    def needs(self) -> tuple[str, ...]:
+        return (NEED_LABELS,)  # SAFE's cells are (client, class group): each record's class leaves its node
 
+    def check(self, federation: Federation, num_classes: int) -> None:
+        """Before the store exists: a bad graph or too few unused rows writes nothing."""
         cfg = self.cfg
-        check_clique_classes(cfg.method, load_task_data(cfg).num_classes, cfg.safe.fine, cfg.task)
+        check_clique_classes(cfg.method, num_classes, cfg.safe.fine, cfg.task)
         self.whole = whole_train_split(cfg) if cfg.safe.shard > 0 else None  # read once: the draw, then the rows
-        self.shard_ids = safe_shard_ids(cfg, self.whole)
+        used = [i for p in sorted(federation.plan.slices) for i in federation.plan.partition_ids(p)]
+        self.shard_ids = safe_shard_ids(cfg, used, self.whole)
 
     def train(self, run: ServerRun, ledger: Ledger) -> Built:
         cfg, grid = self.cfg, self.grid
         shard = load_safe_shard(cfg, run.store.root, self.shard_ids, self.whole)
         self.whole = None
         plan, cells = make_plan(cfg, run, shard)
-        dim = token_dim(cfg)
+        dim = token_dim(cfg, run.test.inputs)
         width = plan.coarse * plan.num_classes
         ledger.load_samples({p: [cells[p].get(c, []) for c in range(width)] for p in sorted(cells)})
         ledger.set_plan(plan.to_json())

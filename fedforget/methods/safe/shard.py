@@ -10,6 +10,7 @@ seed, method, clique), so a retrain and verify's scratch run replay it bit for b
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,16 +36,14 @@ def whole_train_split(cfg: RunConfig) -> Examples:
     return get_task(cfg.task).load_data(dataclasses.replace(cfg, train_size=WHOLE_SPLIT)).train
 
 
-def safe_shard_ids(cfg: RunConfig, whole: Examples | None = None) -> list[int]:
-    """The run's safe-shard ids; a :class:`ConfigError` if the task has too few rows the run leaves unused.
+def safe_shard_ids(cfg: RunConfig, used: Collection[int], whole: Examples | None = None) -> list[int]:
+    """The run's safe-shard ids, drawn from the rows no node registered (``used``: the nodes' sample ids);
+    a :class:`ConfigError` if the task has too few rows the run leaves unused.
 
     ``whole``: the task's whole training split when the caller has it loaded already.
     """
     if cfg.safe.shard <= 0:
         return []
-    from fedforget.tasks.registry import load_task_data
-
-    used = load_task_data(cfg).train.ids.tolist()
     pool = (whole if whole is not None else whole_train_split(cfg)).ids.tolist()
     return draw_safe_shard(pool, used, cfg.safe.shard, shard_seed(cfg.seed, cfg.task))
 

@@ -9,6 +9,7 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from fedforget.federation import module_training as chain_client
+from fedforget.federation.node_records import register
 from fedforget.inprocess import run_in_process
 from fedforget.methods.fedavg import client as client_work
 from fedforget.methods.fedshard.costs import speedup_r1, training_cost, unlearning_cost
@@ -111,7 +112,7 @@ def _dying_client_app(dead_partition: int, dead_artifact: str) -> ClientApp:
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:
-        return client_work.describe(msg, context)
+        return register(msg, context)
 
     @app.train("chain")
     def train_chain(msg: Message, context: Context) -> Message:
