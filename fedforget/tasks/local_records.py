@@ -49,7 +49,7 @@ SPLITS = ("train", "test")
 FORMATS = ("parquet", "csv")
 RECORD_ID, LABEL, TEXT, PIXELS = "record_id", "label", "text", "pixels"
 DOCS = "see docs/operations/data.md"
-_CSV_INTEGER = re.compile(r"-?[0-9]{1,19}")
+_CSV_INTEGER = re.compile(r"-?[0-9]{1,18}")
 
 
 class NodeDataError(ValueError):
@@ -235,8 +235,8 @@ def _csv_labels(column: Any, path: Path, where: str) -> Any:
     values = column.to_pylist()
     for i, v in enumerate(values):
         if not _CSV_INTEGER.fullmatch(v):
-            raise NodeDataError(f"{where}: {path} row {i + 1}: label {_quote(v)} is not a whole number; labels are "
-                                "class numbers 0, 1, …")
+            raise NodeDataError(f"{where}: {path} row {i + 1}: label {_quote(v)} is not a class number; labels are "
+                                "whole numbers 0, 1, … in ASCII digits")
     return pa.array([int(v) for v in values], type=pa.int64()) if values else pa.array([], type=pa.int64())
 
 
@@ -244,6 +244,9 @@ def _read_saved(path: Path, columns: list[str], where: str) -> Any:
     """A ``save_to_disk`` directory: plain files only (no links), MAX_DATA_BYTES in all, one Dataset."""
     if path.is_symlink() or not path.is_dir():
         raise NodeDataError(f"{where}: {path} is not a directory written by datasets' save_to_disk; {DOCS}")
+    if os.path.lexists(path / "dataset_dict.json"):
+        raise NodeDataError(f"{where}: {path} holds several splits (a DatasetDict); save each split as its own "
+                            "Dataset")
     total = 0
     for entry in os.scandir(path):
         if not entry.is_file(follow_symlinks=False):
