@@ -60,6 +60,7 @@ def check_split(cfg: RunConfig, nodes: int, out: Path) -> None:
     ("digits-mlp", {"partitioner": "iid", "seed": 7, "train-size": 900, "test-size": 200}),
     ("digits-mlp-val", {}),
     ("digits-mlp-perm", {"partitioner": "dirichlet", "dirichlet-alpha": 0.3}),
+    ("digits-mlp-perm-val", {"partitioner": "iid"}),
 ])
 def test_digits_splits_read_back_as_the_loaders_partition_rows(tmp_path, task, keys):
     check_split(config(task, **keys), 4, tmp_path / "out")
@@ -67,7 +68,9 @@ def test_digits_splits_read_back_as_the_loaders_partition_rows(tmp_path, task, k
 
 @pytest.mark.parametrize("task, keys", [("fmnist-cnn", {"train-size": 1500, "test-size": 300}),
                                         ("rt-minilm", {"train-size": 600, "test-size": 150}),
-                                        ("fortunes-minilm", {"train-size": 400, "test-size": 100})])
+                                        ("fortunes-minilm", {"train-size": 400, "test-size": 100}),
+                                        ("rt-smollm", {"train-size": 300, "test-size": 100}),
+                                        ("rt-smollm-val", {"train-size": 300})])
 def test_shipped_tasks_with_assets_split_bit_for_bit(tmp_path, task, keys):
     try:
         cfg = config(task, **keys)
