@@ -38,9 +38,11 @@ from fedforget.tasks.base import Examples, TaskSpec
 from fedforget.tasks.registry import get_task, load_task_data
 
 #: Largest data file (or ``save_to_disk`` directory, all its files together) a node reads.
-MAX_DATA_BYTES = 2 * 2**30
-#: Largest unpacked size of a Parquet file's columns, as its footer declares it.
-MAX_UNPACKED_BYTES = 8 * 2**30
+MAX_DATA_BYTES = 1 * 2**30
+#: Largest unpacked size of the columns read, as a Parquet footer declares it and as they are decoded.
+MAX_UNPACKED_BYTES = 4 * 2**30
+#: Most pixel values in one split (each becomes a float64 before scaling): 2 GiB of them.
+MAX_PIXEL_VALUES = 2**28
 #: Most records in one split of a node's data (the run config's ``train-size`` bound).
 MAX_RECORDS = 10_000_000
 #: Longest text of one record, in characters (tokenizers truncate far below this).
@@ -180,9 +182,20 @@ def _read_table(path: Path, column: str, where: str) -> Any:
         table = _read_saved(path, columns, where)
     if table.num_rows == 0:
         raise NodeDataError(f"{where}: {path} holds no records; write at least one")
+    table = _decode_dictionaries(table)
     if table.num_rows > MAX_RECORDS:
         raise NodeDataError(f"{where}: {path} holds {table.num_rows:,} records, over the {MAX_RECORDS:,} a node "
                             "reads; split the data")
+    return table
+
+
+def _decode_dictionaries(table: Any) -> Any:
+    """Dictionary-encoded columns (pandas categoricals) as their plain values."""
+    import pyarrow as pa
+
+    for i, field in enumerate(table.schema):
+        if pa.types.is_dictionary(field.type):
+            table = table.set_column(i, field.name, table.column(i).cast(field.type.value_type))
     return table
 
 
@@ -193,7 +206,13 @@ def _missing(names: list[str], columns: list[str], path: Path, where: str) -> No
         raise NodeDataError(f"{where}: {path} has no column {', '.join(absent)} (it has {has}); add it ({DOCS})")
 
 
+def declared_unpacked_bytes(meta: Any) -> int:
+    """The unpacked size of a Parquet file's row groups, as its footer declares it."""
+    return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+
+
 def _read_parquet(fh: BinaryIO, columns: list[str], path: Path, where: str) -> Any:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(fh)
@@ -201,12 +220,19 @@ def _read_parquet(fh: BinaryIO, columns: list[str], path: Path, where: str) -> A
     if meta.num_rows > MAX_RECORDS:
         raise NodeDataError(f"{where}: {path} holds {meta.num_rows:,} records, over the {MAX_RECORDS:,} a node "
                             "reads; split the data")
-    unpacked = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    unpacked = declared_unpacked_bytes(meta)
     if unpacked > MAX_UNPACKED_BYTES:
         raise NodeDataError(f"{where}: {path} unpacks to {unpacked:,} bytes, over the {MAX_UNPACKED_BYTES:,} a node "
                             "reads; split the data")
     _missing(list(pf.schema_arrow.names), columns, path, where)
-    return pf.read(columns=columns)
+    batches, decoded = [], 0
+    for batch in pf.iter_batches(batch_size=65_536, columns=columns):  # a footer may understate: count as read
+        decoded += batch.nbytes
+        if decoded > MAX_UNPACKED_BYTES:
+            raise NodeDataError(f"{where}: {path} unpacks to over {MAX_UNPACKED_BYTES:,} bytes, the most a node "
+                                "reads; split the data")
+        batches.append(batch)
+    return pa.Table.from_batches(batches, schema=pf.schema_arrow.empty_table().select(columns).schema)
 
 
 def _read_csv(fh: BinaryIO, columns: list[str], path: Path, where: str) -> Any:
@@ -326,12 +352,16 @@ def _pixels(column: Any, name: str) -> np.ndarray:
 
     kind = column.type
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        rows = [_csv_pixels(text, i, name) for i, text in enumerate(column.to_pylist())]
+        rows, total = [], 0
+        for i, text in enumerate(column.to_pylist()):
+            rows.append(_csv_pixels(text, i, name))
+            total += len(rows[-1])
+            _pixel_bound(total, name)
         sizes = {len(r) for r in rows}
         if len(sizes) > 1:
             raise NodeDataError(f"{name}: records hold {min(sizes)} to {max(sizes)} pixel values; every record "
                                 "needs the task's count")
-        return np.asarray(rows, dtype=np.float64).reshape(len(rows), -1)
+        return np.stack(rows).reshape(len(rows), -1)
     if not (pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)):
         raise NodeDataError(f"{name}: pixels is of type {kind}; write each record's pixels as one flat list of "
                             "numbers")
@@ -347,16 +377,23 @@ def _pixels(column: Any, name: str) -> np.ndarray:
         raise NodeDataError(f"{name}: records hold {sizes.min()} to {sizes.max()} pixel values; every record needs "
                             "the task's count")
     values = array.flatten()
+    _pixel_bound(len(values), name)
     if values.null_count:
         raise NodeDataError(f"{name}: a pixel value is missing (null); every pixel needs a number")
     flat = values.to_numpy(zero_copy_only=False).astype(np.float64)
     return flat.reshape(len(array), int(sizes[0]) if len(sizes) else 0)
 
 
-def _csv_pixels(text: str, row: int, name: str) -> list[float]:
+def _pixel_bound(count: int, name: str) -> None:
+    if count > MAX_PIXEL_VALUES:
+        raise NodeDataError(f"{name}: over {MAX_PIXEL_VALUES:,} pixel values in all, the most a node reads; split "
+                            "the data")
+
+
+def _csv_pixels(text: str, row: int, name: str) -> np.ndarray:
     tokens = text.strip().removeprefix("[").removesuffix("]").replace(",", " ").split()
     try:
-        return [float(t) for t in tokens]
+        return np.array(tokens, dtype=np.float64)
     except ValueError:
         raise NodeDataError(f"{name}: row {row + 1}: pixels {_quote(text)} are not numbers separated by commas or "
                             "spaces") from None

@@ -219,6 +219,33 @@ def test_a_parquet_that_unpacks_past_the_bound_is_refused_from_its_footer(tmp_pa
     refused(folder, "unpacks to")
 
 
+def test_a_parquet_whose_footer_understates_its_size_is_refused_while_decoded(tmp_path, monkeypatch):
+    folder = write_parquet(tmp_path / "d", rows(50))
+    monkeypatch.setattr(local_records, "declared_unpacked_bytes", lambda meta: 0)
+    assert len(read(folder).record_ids) == 50
+    monkeypatch.setattr(local_records, "MAX_UNPACKED_BYTES", 1000)
+    refused(folder, "unpacks to over 1,000 bytes")
+
+
+def test_too_many_pixel_values_in_all_are_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(local_records, "MAX_PIXEL_VALUES", 64 * 4)
+    refused(write_parquet(tmp_path / "p", rows(5)), "over 256 pixel values")
+    refused(write_csv(tmp_path / "c", csv_text(rows(5))), "over 256 pixel values")
+    assert len(read(write_parquet(tmp_path / "ok", rows(4))).record_ids) == 4
+
+
+def test_dictionary_encoded_columns_read_as_their_values(tmp_path):
+    import pandas as pd
+
+    data = rows(6)
+    frame = pd.DataFrame({"record_id": pd.Categorical(data["record_id"]), "label": data["label"],
+                          "pixels": data["pixels"]})
+    folder = tmp_path / "d"
+    folder.mkdir()
+    frame.to_parquet(folder / "train.parquet")
+    assert read(folder).digests == read(write_parquet(tmp_path / "p", data)).digests
+
+
 def test_a_save_to_disk_directory_holding_a_link_or_several_splits_is_refused(tmp_path):
     import datasets
 
