@@ -6,7 +6,8 @@ directory written by ``save_to_disk`` at ``train/`` (and the same for ``test``).
 task's own data set stores them: ``text`` for a text task (tokenized by ``TaskSpec.encode_text``, as the
 loader tokenizes) or ``pixels`` (a flat list of numbers, scaled by ``TaskSpec.scale_raw``, as the loader
 scales). The node's records get sample ids ``local_sample_id(node, record id)``, so the examples come in
-sample-id order and carry those ids.
+sample-id order and carry those ids (:func:`read_local_records`). A reader that needs the file's own row
+order (a server's test set) uses :func:`read_file_rows` and :func:`encode_rows`.
 
 The files are the node owner's, but anything could be placed there: every file is opened without following
 a symbolic link, must be a regular file of at most :data:`MAX_DATA_BYTES`, and at most :data:`MAX_RECORDS`
@@ -88,25 +89,49 @@ def input_column(spec: TaskSpec) -> str:
                         f"that takes text or pixels, {DOCS}")
 
 
+@dataclass
+class FileRows:
+    """One split file's records in file order, checked, inputs still raw (pixels float64 or texts)."""
+
+    source: Path
+    column: str
+    record_ids: list[str]
+    labels: np.ndarray
+    raw: Any
+
+
+def read_file_rows(data_dir: Path, cfg: RunConfig, who: str, num_classes: int, split: str = "train") -> FileRows:
+    """Split ``split`` of ``data_dir`` in file order, every column checked; ``who`` (``node node-3``, ``server``)
+    starts each refusal. ``num_classes`` bounds the labels (``0..num_classes-1``)."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if num_classes < 1:
+        raise ValueError(f"num_classes must be at least 1, got {num_classes}")
+    column = input_column(get_task(cfg.task))
+    source = find_split_file(Path(data_dir), split, who)
+    table = _read_table(source, column, who)
+    name = f"{who}: {source}"
+    record_ids = _record_ids(table.column(RECORD_ID), name)
+    labels = _labels(table.column(LABEL), num_classes, name)
+    raw: Any = _texts(table.column(TEXT), name) if column == TEXT else _pixels(table.column(PIXELS), name)
+    return FileRows(source, column, record_ids, labels, raw)
+
+
+def encode_rows(rows: FileRows, cfg: RunConfig, who: str) -> tuple[torch.Tensor, ...]:
+    """The rows' raw inputs as the model's input tensors, by the task's own ``encode_text`` or ``scale_raw``."""
+    return _encode(get_task(cfg.task), rows.column, rows.raw, f"{who}: {rows.source}")
+
+
 def read_local_records(data_dir: Path, cfg: RunConfig, node: str, num_classes: int,
                        split: str = "train") -> LocalRecords:
     """Split ``split`` of the records in ``data_dir`` as node ``node``'s examples for ``cfg.task``.
 
     ``num_classes`` bounds the labels (``0..num_classes-1``); :func:`task_num_classes` gives the task's.
     """
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    if num_classes < 1:
-        raise ValueError(f"num_classes must be at least 1, got {num_classes}")
-    spec = get_task(cfg.task)
-    column = input_column(spec)
-    where = f"node {node}"
-    source = find_split_file(Path(data_dir), split, where)
-    table = _read_table(source, column, where)
-    name = f"{where}: {source}"
-    record_ids = _record_ids(table.column(RECORD_ID), name)
-    labels = _labels(table.column(LABEL), num_classes, name)
-    raw: Any = _texts(table.column(TEXT), name) if column == TEXT else _pixels(table.column(PIXELS), name)
+    who = f"node {node}"
+    rows = read_file_rows(data_dir, cfg, who, num_classes, split)
+    name = f"{who}: {rows.source}"
+    record_ids = rows.record_ids
     sample_ids = np.fromiter((local_sample_id(node, r) for r in record_ids), dtype=np.int64, count=len(record_ids))
     order = np.argsort(sample_ids, kind="stable")
     sample_ids = sample_ids[order]
@@ -114,12 +139,13 @@ def read_local_records(data_dir: Path, cfg: RunConfig, node: str, num_classes: i
     if len(clash):
         a, b = record_ids[order[clash[0]]], record_ids[order[clash[0] + 1]]
         raise NodeDataError(f"{name}: records {_quote(a)} and {_quote(b)} get the same sample id; rename one of them")
-    record_ids = [record_ids[i] for i in order]
-    labels = labels[order]
-    raw = [raw[i] for i in order] if column == TEXT else raw[order]
-    inputs = _encode(spec, column, raw, name)
-    digests = {r: _digest(int(y), x) for r, y, x in zip(record_ids, labels.tolist(), raw, strict=True)}
-    return LocalRecords(record_ids, Examples(inputs, torch.from_numpy(labels), torch.from_numpy(sample_ids)), digests)
+    rows.record_ids = [record_ids[i] for i in order]
+    rows.labels = rows.labels[order]
+    rows.raw = [rows.raw[i] for i in order] if rows.column == TEXT else rows.raw[order]
+    inputs = encode_rows(rows, cfg, who)
+    digests = {r: _digest(int(y), x) for r, y, x in zip(rows.record_ids, rows.labels.tolist(), rows.raw, strict=True)}
+    return LocalRecords(rows.record_ids, Examples(inputs, torch.from_numpy(rows.labels), torch.from_numpy(sample_ids)),
+                        digests)
 
 
 def find_split_file(data_dir: Path, split: str, where: str) -> Path:

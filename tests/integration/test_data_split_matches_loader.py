@@ -15,7 +15,13 @@ from fedforget.core.record_ids import local_sample_id
 from fedforget.inprocess import default_run_config
 from fedforget.tasks.assets import AssetMissing
 from fedforget.tasks.base import Examples
-from fedforget.tasks.local_records import LocalRecords, read_local_records, task_num_classes
+from fedforget.tasks.local_records import (
+    LocalRecords,
+    encode_rows,
+    read_file_rows,
+    read_local_records,
+    task_num_classes,
+)
 from fedforget.tasks.node_split import SplitMismatch, check_reproduces, raw_rows, write_split
 from fedforget.tasks.registry import load_task_data, partition_plan
 
@@ -52,6 +58,9 @@ def check_split(cfg: RunConfig, nodes: int, out: Path) -> None:
     # the file's own row order is the test split's, which a server reading rows 0..n-1 relies on
     order = pq.read_table(out / "server" / "test.parquet", columns=["record_id"]).column(0).to_pylist()
     assert order == [str(i) for i in data.test.ids.tolist()] and written.test_records == len(data.test)
+    in_order = read_file_rows(out / "server", cfg, "server", num_classes, split="test")
+    assert in_order.record_ids == order and torch.equal(torch.from_numpy(in_order.labels), data.test.labels)
+    assert all(torch.equal(a, b) for a, b in zip(encode_rows(in_order, cfg, "server"), data.test.inputs, strict=True))
     assert not (out / "server" / "train.parquet").exists()
 
 

@@ -194,6 +194,14 @@ def test_a_file_that_is_not_parquet_is_refused(tmp_path):
     refused(tmp_path / "d", "not readable parquet")
 
 
+def test_a_csv_that_is_not_utf8_or_has_ragged_rows_is_refused(tmp_path):
+    good = csv_text(rows(3))
+    (tmp_path / "l").mkdir()
+    (tmp_path / "l" / "train.csv").write_bytes(good.encode().replace(b"r1", b"r\xe9"))  # latin-1, not UTF-8
+    refused(tmp_path / "l", "not readable csv")
+    refused(write_csv(tmp_path / "r", good + "extra,1,2,3,4\n"), "not readable csv")
+
+
 def test_a_parquet_without_records_or_a_csv_with_a_header_only_is_refused(tmp_path):
     empty = pa.table({"record_id": pa.array([], pa.string()), "label": pa.array([], pa.int64()),
                       "pixels": pa.array([], pa.list_(pa.int64()))})
