@@ -27,16 +27,18 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
-import torch
 
 from fedforget.core.config import RunConfig
 from fedforget.core.ids import QUOTED_CHARS
 from fedforget.core.record_ids import check_record_id, local_sample_id
-from fedforget.tasks.base import Examples, TaskSpec
-from fedforget.tasks.registry import get_task, load_task_data
+
+if TYPE_CHECKING:
+    import torch
+
+    from fedforget.tasks.base import Examples, TaskSpec
 
 #: Largest data file (or ``save_to_disk`` directory, all its files together) a node reads.
 MAX_DATA_BYTES = 1 * 2**30
@@ -75,6 +77,8 @@ class LocalRecords:
 def task_num_classes(cfg: RunConfig) -> int:
     """How many classes the task's labels range over: the spec's declared count where it has one (a
     positive ``num_classes``), else the count the task's loader reports, which loads the shipped data."""
+    from fedforget.tasks.registry import get_task, load_task_data
+
     declared = int(getattr(get_task(cfg.task), "num_classes", 0) or 0)
     return declared if declared > 0 else load_task_data(cfg).num_classes
 
@@ -103,13 +107,12 @@ class FileRows:
 def read_file_rows(data_dir: Path, cfg: RunConfig, who: str, num_classes: int, split: str = "train") -> FileRows:
     """Split ``split`` of ``data_dir`` in file order, every column checked; ``who`` (``node node-3``, ``server``)
     starts each refusal. ``num_classes`` bounds the labels (``0..num_classes-1``)."""
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    if num_classes < 1:
-        raise ValueError(f"num_classes must be at least 1, got {num_classes}")
+    _check_arguments(split, num_classes)
+    from fedforget.tasks.registry import get_task
+
     column = input_column(get_task(cfg.task))
     source = find_split_file(Path(data_dir), split, who)
-    table = _read_table(source, column, who)
+    table = _read_table(source, [RECORD_ID, LABEL, column], who)
     name = f"{who}: {source}"
     record_ids = _record_ids(table.column(RECORD_ID), name)
     labels = _labels(table.column(LABEL), num_classes, name)
@@ -119,6 +122,8 @@ def read_file_rows(data_dir: Path, cfg: RunConfig, who: str, num_classes: int, s
 
 def encode_rows(rows: FileRows, cfg: RunConfig, who: str) -> tuple[torch.Tensor, ...]:
     """The rows' raw inputs as the model's input tensors, by the task's own ``encode_text`` or ``scale_raw``."""
+    from fedforget.tasks.registry import get_task
+
     return _encode(get_task(cfg.task), rows.column, rows.raw, f"{who}: {rows.source}")
 
 
@@ -128,10 +133,48 @@ def read_local_records(data_dir: Path, cfg: RunConfig, node: str, num_classes: i
 
     ``num_classes`` bounds the labels (``0..num_classes-1``); :func:`task_num_classes` gives the task's.
     """
+    import torch
+
+    from fedforget.tasks.base import Examples
+
     who = f"node {node}"
     rows = read_file_rows(data_dir, cfg, who, num_classes, split)
-    name = f"{who}: {rows.source}"
-    record_ids = rows.record_ids
+    order, sample_ids = _sample_id_order(node, rows.record_ids, f"{who}: {rows.source}")
+    rows.record_ids = [rows.record_ids[i] for i in order]
+    rows.labels = rows.labels[order]
+    rows.raw = [rows.raw[i] for i in order] if rows.column == TEXT else rows.raw[order]
+    inputs = encode_rows(rows, cfg, who)
+    digests = {r: _digest(int(y), x) for r, y, x in zip(rows.record_ids, rows.labels.tolist(), rows.raw, strict=True)}
+    return LocalRecords(rows.record_ids, Examples(inputs, torch.from_numpy(rows.labels), torch.from_numpy(sample_ids)),
+                        digests)
+
+
+@dataclass
+class RecordIndex:
+    """A split's record ids, sample ids and labels in sample-id order, without its inputs."""
+
+    record_ids: list[str]
+    sample_ids: np.ndarray
+    labels: np.ndarray
+
+
+def read_record_index(data_dir: Path, node: str, num_classes: int, split: str = "train") -> RecordIndex:
+    """Which records node ``node`` holds, their sample ids and labels, reading only the ``record_id`` and
+    ``label`` columns: what a node answers about its data without loading torch or the task (the same
+    checks as :func:`read_local_records` on those columns)."""
+    _check_arguments(split, num_classes)
+    who = f"node {node}"
+    source = find_split_file(Path(data_dir), split, who)
+    table = _read_table(source, [RECORD_ID, LABEL], who)
+    name = f"{who}: {source}"
+    record_ids = _record_ids(table.column(RECORD_ID), name)
+    labels = _labels(table.column(LABEL), num_classes, name)
+    order, sample_ids = _sample_id_order(node, record_ids, name)
+    return RecordIndex([record_ids[i] for i in order], sample_ids, labels[order])
+
+
+def _sample_id_order(node: str, record_ids: list[str], name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(the row order that sorts by sample id, the sorted sample ids); NodeDataError if two ids collide."""
     sample_ids = np.fromiter((local_sample_id(node, r) for r in record_ids), dtype=np.int64, count=len(record_ids))
     order = np.argsort(sample_ids, kind="stable")
     sample_ids = sample_ids[order]
@@ -139,13 +182,15 @@ def read_local_records(data_dir: Path, cfg: RunConfig, node: str, num_classes: i
     if len(clash):
         a, b = record_ids[order[clash[0]]], record_ids[order[clash[0] + 1]]
         raise NodeDataError(f"{name}: records {_quote(a)} and {_quote(b)} get the same sample id; rename one of them")
-    rows.record_ids = [record_ids[i] for i in order]
-    rows.labels = rows.labels[order]
-    rows.raw = [rows.raw[i] for i in order] if rows.column == TEXT else rows.raw[order]
-    inputs = encode_rows(rows, cfg, who)
-    digests = {r: _digest(int(y), x) for r, y, x in zip(rows.record_ids, rows.labels.tolist(), rows.raw, strict=True)}
-    return LocalRecords(rows.record_ids, Examples(inputs, torch.from_numpy(rows.labels), torch.from_numpy(sample_ids)),
-                        digests)
+    return order, sample_ids
+
+
+def _check_arguments(split: str, num_classes: int) -> None:
+    """A caller's mistake (not the data's): ValueError."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if num_classes < 1:
+        raise ValueError(f"num_classes must be at least 1, got {num_classes}")
 
 
 def find_split_file(data_dir: Path, split: str, where: str) -> Path:
@@ -192,9 +237,8 @@ def _open_file(path: Path, where: str) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def _read_table(path: Path, column: str, where: str) -> Any:
-    """The columns ``record_id``, ``label`` and ``column`` of a split file, as a pyarrow Table."""
-    columns = [RECORD_ID, LABEL, column]
+def _read_table(path: Path, columns: list[str], where: str) -> Any:
+    """The ``columns`` of a split file, as a pyarrow Table."""
     if path.suffix in (".parquet", ".csv"):
         with _open_file(path, where) as fh:
             try:
@@ -427,6 +471,7 @@ def _csv_pixels(text: str, row: int, name: str) -> np.ndarray:
 
 def _encode(spec: TaskSpec, column: str, raw: Any, name: str) -> tuple[torch.Tensor, ...]:
     """Raw inputs → the model's input tensors, by the task's own code."""
+    import torch
     if column == TEXT:
         assert spec.encode_text is not None
         try:

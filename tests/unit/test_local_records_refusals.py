@@ -16,7 +16,7 @@ import torch
 from fedforget.core.config import RunConfig
 from fedforget.core.record_ids import local_sample_id
 from fedforget.tasks import local_records
-from fedforget.tasks.local_records import NodeDataError, read_local_records
+from fedforget.tasks.local_records import NodeDataError, read_local_records, read_record_index
 
 DIGITS = RunConfig(task="digits-mlp")
 NODE = "node-7"
@@ -138,6 +138,37 @@ def test_a_hundred_thousand_records_read_in_seconds(tmp_path):
     got = read(folder)
     assert time.monotonic() - start < 30
     assert len(got.record_ids) == n and got.examples.inputs[0].shape == (n, 64)
+
+
+def test_the_record_index_matches_the_full_read_and_needs_no_inputs_column(tmp_path):
+    data = rows(30)
+    full = read(write_parquet(tmp_path / "d", data))
+    index = read_record_index(tmp_path / "d", NODE, 10)
+    assert index.record_ids == full.record_ids and index.sample_ids.tolist() == full.examples.ids.tolist()
+    assert index.labels.tolist() == full.examples.labels.tolist()
+    del data["pixels"]
+    assert read_record_index(write_parquet(tmp_path / "bare", data), NODE, 10).record_ids == full.record_ids
+    data["record_id"][1] = data["record_id"][0]
+    with pytest.raises(NodeDataError, match="appears twice"):
+        read_record_index(write_parquet(tmp_path / "dup", data), NODE, 10)
+
+
+def test_the_record_index_reads_without_torch_or_datasets(tmp_path):
+    from tests.unit.test_client_app_imports import heavy_modules_after
+
+    write_parquet(tmp_path / "d", rows(10))
+    write_csv(tmp_path / "c", csv_text(rows(10)))
+    code = f"""
+        from fedforget.tasks.local_records import read_record_index
+        assert len(read_record_index({str(tmp_path / "d")!r}, "node-1", 10).record_ids) == 10
+        assert len(read_record_index({str(tmp_path / "c")!r}, "node-1", 10).record_ids) == 10
+    """
+    assert heavy_modules_after(code) == []
+    assert "torch" in heavy_modules_after(code + "\n" + f"""
+        from fedforget.tasks.local_records import read_local_records
+        from fedforget.core.config import RunConfig
+        read_local_records({str(tmp_path / "d")!r}, RunConfig(task="digits-mlp"), "node-1", 10)
+    """)
 
 
 # --- where the data is ----------------------------------------------------------------------------------------
