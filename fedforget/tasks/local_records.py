@@ -7,7 +7,8 @@ task's own data set stores them: ``text`` for a text task (tokenized by ``TaskSp
 loader tokenizes) or ``pixels`` (a flat list of numbers, scaled by ``TaskSpec.scale_raw``, as the loader
 scales). The node's records get sample ids ``local_sample_id(node, record id)``, so the examples come in
 sample-id order and carry those ids (:func:`read_local_records`). A reader that needs the file's own row
-order (a server's test set) uses :func:`read_file_rows` and :func:`encode_rows`.
+order (a server's test set) uses :func:`read_file_rows` and :func:`encode_rows`; one that only needs to know
+which records it holds, :func:`read_record_index`, which reads neither inputs nor torch.
 
 The files are the node owner's, but anything could be placed there: every file is opened without following
 a symbolic link, must be a regular file of at most :data:`MAX_DATA_BYTES`, and at most :data:`MAX_RECORDS`
@@ -197,8 +198,8 @@ def find_split_file(data_dir: Path, split: str, where: str) -> Path:
     """The one file (or ``save_to_disk`` directory) holding ``split``; NodeDataError if none or several."""
     if not data_dir.is_dir():
         what = "is not a directory" if data_dir.exists() else "does not exist"
-        raise NodeDataError(f"{where}: data-dir {data_dir} {what}; point data-dir at the node's data directory "
-                            f"({DOCS})")
+        raise NodeDataError(f"{where}: data directory {data_dir} {what}; point data-dir (a server: test-data) at "
+                            f"a directory in the node data format ({DOCS})")
     names = [f"{split}.{ext}" for ext in FORMATS] + [split]
     found = [data_dir / n for n in names if os.path.lexists(data_dir / n)]
     if not found:
@@ -310,18 +311,22 @@ def _read_csv(fh: BinaryIO, columns: list[str], path: Path, where: str) -> Any:
     import pyarrow as pa
     import pyarrow.csv as pcsv
 
-    reader = pcsv.open_csv(fh, parse_options=pcsv.ParseOptions(newlines_in_values=True),
+    parse = pcsv.ParseOptions(newlines_in_values=True)
+    header = pcsv.open_csv(fh, parse_options=parse).schema.names  # the first block only
+    _missing(list(header), columns, path, where)
+    fh.seek(0)
+    # only the columns used are converted: an unrelated column cannot make the file unreadable
+    reader = pcsv.open_csv(fh, parse_options=parse,
                            convert_options=pcsv.ConvertOptions(column_types={c: pa.string() for c in columns},
-                                                               strings_can_be_null=False))
-    _missing(list(reader.schema.names), columns, path, where)
+                                                               include_columns=columns, strings_can_be_null=False))
     batches, rows = [], 0
     for batch in reader:
         rows += batch.num_rows
         if rows > MAX_RECORDS:
             raise NodeDataError(f"{where}: {path} holds over {MAX_RECORDS:,} records, the most a node reads; "
                                 "split the data")
-        batches.append(batch.select(columns))
-    table = pa.Table.from_batches(batches, schema=pa.schema([reader.schema.field(c) for c in columns]))
+        batches.append(batch)
+    table = pa.Table.from_batches(batches, schema=reader.schema)
     return table.set_column(table.schema.get_field_index(LABEL), LABEL, _csv_labels(table.column(LABEL), path, where))
 
 

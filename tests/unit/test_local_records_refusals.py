@@ -225,6 +225,17 @@ def test_a_file_that_is_not_parquet_is_refused(tmp_path):
     refused(tmp_path / "d", "not readable parquet")
 
 
+def test_a_csv_column_the_task_does_not_read_may_hold_anything(tmp_path):
+    """An unused column that looks numeric for the first megabyte and then holds text is not converted."""
+    data = rows(15_000)
+    lines = csv_text(data).splitlines()
+    notes = ["1"] * (len(lines) - 2) + ["two"]
+    lines = [lines[0] + ",note"] + [line + f",{v}" for line, v in zip(lines[1:], notes, strict=True)]
+    assert len("\n".join(lines)) > 2 * 2**20
+    assert read(write_csv(tmp_path / "d", "\n".join(lines) + "\n")).digests == \
+        read(write_parquet(tmp_path / "p", data)).digests
+
+
 def test_a_csv_that_is_not_utf8_or_has_ragged_rows_is_refused(tmp_path):
     good = csv_text(rows(3))
     (tmp_path / "l").mkdir()
