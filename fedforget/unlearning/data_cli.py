@@ -32,8 +32,7 @@ def split(
     test_size: Annotated[int, typer.Option("--test-size", help="Rows of the test split (0 = the task's).")] = 0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Write a shipped task's partition p to OUT/node-<p>/train.parquet, as a run with the same keys draws it,
-    and its test split to OUT/server/test.parquet."""
+    """A shipped task's partitions as nodes' data (OUT/node-<p>/train.parquet), its test split in OUT/server."""
     from fedforget.core.config import parse_run_config
     from fedforget.inprocess import default_run_config
     from fedforget.tasks.assets import AssetMissing
