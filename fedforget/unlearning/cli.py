@@ -26,7 +26,6 @@ from fedforget.unlearning.cli_support import (
     read_only_errors,
     store_errors,
 )
-from fedforget.unlearning.data_cli import data_app
 from fedforget.unlearning.errors import fail
 from fedforget.unlearning.flwr_runner import flwr_run
 from fedforget.unlearning.status import print_status, store_status
@@ -36,7 +35,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 token_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                         help="Bearer tokens of `fedforget serve` (kept hashed in the secrets directory).")
 app.add_typer(token_app, name="token")
-app.add_typer(data_app, name="data")
 
 FederationOpt = Annotated[str, typer.Option(help="SuperLink connection in $FLWR_HOME/config.toml.",
                                             envvar="FEDFORGET_FEDERATION")]
@@ -689,6 +687,16 @@ def add_method_commands(cli: typer.Typer) -> None:
 
 
 add_method_commands(app)
+
+
+def add_data_commands(cli: typer.Typer) -> None:
+    """``fedforget data``: nodes' own data directories (imported when the CLI is built, like the methods')."""
+    from fedforget.unlearning.data_cli import data_app
+
+    cli.add_typer(data_app, name="data")
+
+
+add_data_commands(app)
 
 
 def main(argv: list[str] | None = None) -> None:
