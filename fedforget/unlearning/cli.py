@@ -689,6 +689,16 @@ def add_method_commands(cli: typer.Typer) -> None:
 add_method_commands(app)
 
 
+def add_data_commands(cli: typer.Typer) -> None:
+    """``fedforget data``: nodes' own data directories (imported when the CLI is built, like the methods')."""
+    from fedforget.unlearning.data_cli import data_app
+
+    cli.add_typer(data_app, name="data")
+
+
+add_data_commands(app)
+
+
 def main(argv: list[str] | None = None) -> None:
     """The ``fedforget`` entry point: a usage error is one line on stderr and exit code 2 (no usage
     box, no traceback), like every other error the user must fix."""
