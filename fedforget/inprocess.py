@@ -8,7 +8,7 @@ ClientApp exception comes back as an error reply, as it would from a real SuperN
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from flwr.app import Context, Error, Message, RecordDict
@@ -39,12 +39,14 @@ class InProcessGrid(Grid):
 
     SERVER_NODE_ID = 1
 
-    def __init__(self, client_app: ClientApp, num_nodes: int, run_config: Mapping[str, object]) -> None:
+    def __init__(self, client_app: ClientApp, num_nodes: int, run_config: Mapping[str, object],
+                 node_configs: Sequence[Mapping[str, object]] = ()) -> None:
         self.client_app = client_app
         first = 1000
+        extra = list(node_configs) + [{}] * (num_nodes - len(node_configs))
         self.contexts = {
             first + i: Context(run_id=1, node_id=first + i,
-                               node_config={"partition-id": i, "num-partitions": num_nodes},
+                               node_config={"partition-id": i, "num-partitions": num_nodes, **extra[i]},
                                state=RecordDict(), run_config=dict(run_config))
             for i in range(num_nodes)
         }
@@ -92,8 +94,12 @@ class InProcessGrid(Grid):
 
 
 def run_in_process(run_config: Mapping[str, object], num_nodes: int,
-                   server_app: ServerApp | None = None, client_app: ClientApp | None = None) -> None:
-    """Run the app once with ``num_nodes`` in-process nodes; overrides merge into the defaults."""
+                   server_app: ServerApp | None = None, client_app: ClientApp | None = None,
+                   node_configs: Sequence[Mapping[str, object]] = ()) -> None:
+    """Run the app once with ``num_nodes`` in-process nodes; overrides merge into the defaults.
+
+    ``node_configs``: each node's own node config (``node-name``, ``data-dir``), as ``--node-config`` gives
+    a SuperNode; the partition keys are set here."""
     if server_app is None or client_app is None:
         from fedforget.client_app import app as default_client
         from fedforget.server_app import app as default_server
@@ -102,7 +108,7 @@ def run_in_process(run_config: Mapping[str, object], num_nodes: int,
         client_app = client_app or default_client
     config = {**default_run_config(), **run_config}
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, InProcessGrid.SERVER_NODE_ID, 1
-    grid = InProcessGrid(client_app, num_nodes, config)
+    grid = InProcessGrid(client_app, num_nodes, config, node_configs)
     context = Context(run_id=1, node_id=InProcessGrid.SERVER_NODE_ID, node_config={}, state=RecordDict(),
                       run_config=config)
     server_app(grid, context)

@@ -80,13 +80,16 @@ def _load(site: ClientSite) -> TaskData:
         whole = load_task_data(site.cfg)
         return TaskData(whole.train.by_ids(site.partition_ids()), whole.test, whole.num_classes)
     from fedforget.tasks.base import TaskData
-    from fedforget.tasks.local_records import has_split, read_local_records
+    from fedforget.tasks.local_records import NodeDataError, find_split_file, read_local_records
 
     classes = task_classes(site)
     train = read_local_records(site.data_dir, site.cfg, site.name, classes).examples
-    test = (read_local_records(site.data_dir, site.cfg, site.name, classes, split="test").examples
-            if has_split(site.data_dir, "test") else _empty_like(train))
-    return TaskData(train, test, classes)
+    try:
+        find_split_file(site.data_dir, "test", f"node {site.name}")
+    except NodeDataError:  # a node without a test split evaluates nothing locally
+        return TaskData(train, _empty_like(train), classes)
+    return TaskData(train, read_local_records(site.data_dir, site.cfg, site.name, classes, split="test").examples,
+                    classes)
 
 
 def local_slices(site: ClientSite) -> list[list[int]]:

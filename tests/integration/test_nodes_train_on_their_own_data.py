@@ -1,0 +1,125 @@
+"""Nodes that bring their own records (data-dir): the server learns only ids, a record is forgotten by the
+name its owner knows it by, a retrain is exact, and a node whose data changed behind forget's back is refused."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from fedforget.core.config import ConfigError
+from fedforget.core.record_ids import local_sample_id
+from fedforget.federation.node_records import REGISTERED
+from fedforget.inprocess import run_in_process
+from fedforget.store import Store
+from fedforget.store.tombstones import add_tombstones
+from fedforget.unlearning.cli import app
+from .helpers import served_sha
+
+NODES = 3
+CONFIG = {"task": "digits-mlp", "method": "fedsgt", "num-rounds": 2, "slices-per-client": 2, "chains.groups": 2,
+          "local-epochs": 1}
+
+
+@pytest.fixture(scope="module")
+def split(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("data") / "split"
+    result = CliRunner().invoke(app, ["data", "split", "--task", "digits-mlp", "--nodes", str(NODES), "--out",
+                                      str(out), "--train-size", "300"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def names(p: int) -> str:
+    return f"clinic-{p}"
+
+
+def train(store: Path, data: Path, action: str = "train") -> None:
+    run_in_process({**CONFIG, "store": str(store), "action": action, "test-data": str(data / "server")}, NODES,
+                   node_configs=[{"data-dir": str(data / f"node-{p}"), "node-name": names(p)} for p in range(NODES)])
+
+
+def copy_data(split: Path, to: Path) -> Path:
+    shutil.copytree(split, to)
+    return to
+
+
+def record_ids(data: Path, p: int) -> list[str]:
+    return [str(r) for r in pq.read_table(data / f"node-{p}" / "train.parquet").column("record_id").to_pylist()]
+
+
+def drop_record(data: Path, p: int, record: str) -> None:
+    path = data / f"node-{p}" / "train.parquet"
+    table = pq.read_table(path)
+    keep = [i for i, r in enumerate(table.column("record_id").to_pylist()) if str(r) != record]
+    pq.write_table(table.take(keep), path)
+
+
+@pytest.fixture(scope="module")
+def trained(split, tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("own")
+    data = copy_data(split, root / "data")
+    train(root / "s", data)
+    return root / "s", data
+
+
+def test_the_manifest_names_each_node_and_holds_only_hashed_sample_ids(trained):
+    store, data = trained
+    manifest = Store.open(store).manifest()
+    assert manifest["nodes"] == {str(p): {"name": names(p), "records": "local"} for p in range(NODES)}
+    for p in range(NODES):
+        held = sorted(i for s in manifest["partitions"][str(p)] for i in s)
+        assert held == sorted(local_sample_id(names(p), r) for r in record_ids(data, p))
+
+
+def test_forgetting_a_record_by_its_owners_id_then_retraining_equals_training_without_it(trained, tmp_path):
+    store, data = trained
+    work = tmp_path / "s"
+    shutil.copytree(store, work)
+    record = record_ids(data, 1)[7]
+    result = CliRunner().invoke(app, ["forget", "--store", str(work), "--record", f"{names(1)}:{record}"])
+    assert result.exit_code == 0, result.output
+    drop_record(data_copy := copy_data(data, tmp_path / "data"), 1, record)  # the owner deletes the row too
+    for p in range(NODES):  # each node keeps its state dir (the registration, tombstones) with the store
+        assert (work / "clients" / str(p) / REGISTERED).is_file()
+    train(work, data_copy, action="retrain")
+
+    reference = tmp_path / "ref"  # from scratch on the remaining data, the slices drawn over the same records
+    add_tombstones(reference / "clients" / "1", f"local:{names(1)}", [local_sample_id(names(1), record)])
+    train(reference, data_copy)
+    assert served_sha(Store.open(work)) == served_sha(Store.open(reference))
+
+    kept = tmp_path / "kept"  # negative control: the record still trained on
+    train(kept, data)
+    assert served_sha(Store.open(kept)) != served_sha(Store.open(work))
+
+
+def test_a_node_whose_records_changed_behind_forgets_back_refuses_the_retrain(trained, tmp_path):
+    store, data = trained
+    work = tmp_path / "s"
+    shutil.copytree(store, work)
+    edited = copy_data(data, tmp_path / "data")
+    drop_record(edited, 2, record_ids(data, 2)[3])  # removed without a forget request
+    before = (work / "ledger.sqlite").read_bytes()
+    with pytest.raises(ConfigError, match=f"node {names(2)}.s records changed since training: removed without forget 1"):
+        train(work, edited, action="retrain")
+    assert (work / "ledger.sqlite").read_bytes() == before
+
+
+def test_two_nodes_with_one_name_refuse_the_run_and_write_no_store(split, tmp_path):
+    with pytest.raises(ConfigError, match="both named 'same'"):
+        run_in_process({**CONFIG, "store": str(tmp_path / "s"), "test-data": str(split / "server")}, NODES,
+                       node_configs=[{"data-dir": str(split / f"node-{p}"), "node-name": "same"} for p in range(NODES)])
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_node_with_an_unreadable_data_dir_is_named_in_the_refusal(split, tmp_path):
+    configs = [{"data-dir": str(split / f"node-{p}")} for p in range(NODES)]
+    configs[1] = {"data-dir": str(tmp_path / "missing")}
+    with pytest.raises(ConfigError, match="node node-1 .partition 1. refused the run: .*does not exist"):
+        run_in_process({**CONFIG, "store": str(tmp_path / "s"), "test-data": str(split / "server")}, NODES,
+                       node_configs=configs)
+    assert not (tmp_path / "s").exists()
