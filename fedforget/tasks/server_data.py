@@ -101,10 +101,39 @@ def read_copy(folder: Path, key: dict[str, Any]) -> ServerTest | None:
         blob = tensor_path.read_bytes()
         if hashlib.sha256(blob).hexdigest() != meta["sha256"]:
             return None
-        tensors = load(blob)
+        tensors = _with_strides(load(blob), meta["strides"])
         return _as_test(tensors, meta["num_classes"], f"test-only copy {folder}")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def _with_strides(tensors: dict[str, torch.Tensor], strides: object) -> dict[str, torch.Tensor]:
+    """Each tensor laid out with the strides the loader gave it: convolution kernels are picked by layout (a
+    (N, 1, H, W) batch with a unit channel stride reads as channels-last), so equal values are not enough."""
+    if not isinstance(strides, dict) or set(strides) != set(tensors):
+        raise ValueError("the copy's strides do not name its tensors")
+    out = {}
+    for name, t in tensors.items():
+        want = strides[name]
+        if not (isinstance(want, list) and len(want) == t.dim() and _dense(list(t.shape), want)):
+            raise ValueError(f"the copy's strides of {name} are not a dense layout of its shape")
+        laid = torch.empty_strided(tuple(t.shape), tuple(want), dtype=t.dtype)
+        out[name] = laid.copy_(t)
+    return out
+
+
+def _dense(shape: list[int], strides: list[object]) -> bool:
+    """Whether ``strides`` lay ``shape`` out densely with no element twice (size-1 dimensions: any stride)."""
+    if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in strides):
+        return False
+    if 0 in shape:
+        return True
+    expected = 1
+    for size, stride in sorted(((n, s) for n, s in zip(shape, strides, strict=True) if n != 1), key=lambda p: p[1]):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _as_test(tensors: dict[str, torch.Tensor], num_classes: object, source: str) -> ServerTest | None:
@@ -132,11 +161,10 @@ def write_copy(cfg: RunConfig) -> Path:
     key = copy_key(cfg)
     data = load_task_data(key_config(key))
     test = data.test
-    tensors = {"labels": test.labels.contiguous(), "ids": test.ids.contiguous(),
-               **{f"input.{i}": t.contiguous() for i, t in enumerate(test.inputs)}}
-    blob = save(tensors)
+    blob = save({name: t.contiguous() for name, t in _named(test).items()})
     meta = {"key": key, "num_classes": int(data.num_classes), "bytes": len(blob),
-            "sha256": hashlib.sha256(blob).hexdigest()}
+            "sha256": hashlib.sha256(blob).hexdigest(),
+            "strides": {name: list(t.stride()) for name, t in _named(test).items()}}
     folder = copy_dir(key)
     folder.mkdir(parents=True, exist_ok=True)
     # each file replaced whole; the json (which names the tensors' digest) last, so a reader that sees the new
@@ -144,6 +172,10 @@ def write_copy(cfg: RunConfig) -> Path:
     _replace(folder / TENSORS, blob)
     _replace(folder / META, json.dumps(meta, sort_keys=True).encode())
     return folder
+
+
+def _named(examples: Examples) -> dict[str, torch.Tensor]:
+    return {"labels": examples.labels, "ids": examples.ids, **{f"input.{i}": t for i, t in enumerate(examples.inputs)}}
 
 
 def _replace(path: Path, data: bytes) -> None:
@@ -253,6 +285,8 @@ def main(argv: list[str]) -> int:
     if argv == ["write"]:
         try:
             raw = json.loads(sys.stdin.read(MAX_META_BYTES * 16))
+            if not isinstance(raw, dict) or "task" not in raw:
+                raise ValueError("expected an object with at least 'task'")
             cfg = RunConfig().with_keys({k: raw[k] for k in WRITER_KEYS if k in raw})
             copy_key(cfg)
         except (ValueError, ConfigError, TypeError, AttributeError) as exc:
