@@ -254,6 +254,17 @@ def _declared_classes(cfg: RunConfig) -> int:
     return int(getattr(get_task(cfg.task), "num_classes", 0) or 0)
 
 
+def holds_local_records(manifest: dict[str, Any]) -> bool:
+    """Whether any node of a store holds its own records (manifest ``nodes``; absent: every node the public
+    set's): the coordinator then holds none of the training rows, and no public file has them."""
+    from fedforget.core.record_ids import LOCAL_RECORDS
+
+    nodes = manifest.get("nodes") or {}
+    if not isinstance(nodes, dict):  # not what a store writes: read nothing on its behalf
+        return True
+    return any(not isinstance(n, dict) or n.get("records") == LOCAL_RECORDS for n in nodes.values())
+
+
 # -- the writer's command line --------------------------------------------------------------------------------
 #: The shipped tasks whose default configs ``make setup`` writes copies of (``hf`` has no default data set).
 SHIPPED_TASKS = ("digits-mlp", "digits-mlp-val", "digits-mlp-perm", "digits-mlp-perm-val", "fmnist-cnn",

@@ -214,8 +214,10 @@ def evaluate(store: StoreOpt, as_json: JsonOpt = False) -> None:
     from fedforget.federation.serve import ServingError
     from fedforget.unlearning.evaluate import evaluate_store
 
+    from fedforget.tasks.server_data import ServerTestError
+
     handle = open_store(store)
-    with store_errors():
+    with store_errors(ServerTestError):
         try:
             result = evaluate_store(handle)
         except ServingError as exc:
@@ -269,10 +271,12 @@ def verify(
     what is served with it bit for bit (-v shows the reference run's log)."""
     from fedforget.unlearning.verify import verify_store
 
+    from fedforget.tasks.server_data import ServerTestError
+
     handle = open_store(store)
     try:
         result = reference_run(lambda: verify_store(handle, include_all=include_all), verbose)
-    except (StoreError, LedgerUsageError) as exc:
+    except (StoreError, LedgerUsageError, ServerTestError) as exc:
         fail(str(exc))
     if as_json:
         emit(result, True)
@@ -313,6 +317,7 @@ def audit(store: StoreOpt, as_json: JsonOpt = False) -> None:
     if as_json:
         emit(result, True)
         return
+    console.print(f"reads: the {result['reads']} (the forgotten and retained training rows)")
     before = result["before"]
     if before is None:
         console.print("before: not measured")
