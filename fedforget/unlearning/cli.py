@@ -212,9 +212,8 @@ def forget(
 def evaluate(store: StoreOpt, as_json: JsonOpt = False) -> None:
     """Test accuracy of exactly what is served now."""
     from fedforget.federation.serve import ServingError
-    from fedforget.unlearning.evaluate import evaluate_store
-
     from fedforget.tasks.server_data import ServerTestError
+    from fedforget.unlearning.evaluate import evaluate_store
 
     handle = open_store(store)
     with store_errors(ServerTestError):
@@ -269,9 +268,8 @@ def verify(
 ) -> None:
     """Retrain from scratch (in process) on the data minus everything forgotten, as the reference; compare
     what is served with it bit for bit (-v shows the reference run's log)."""
-    from fedforget.unlearning.verify import verify_store
-
     from fedforget.tasks.server_data import ServerTestError
+    from fedforget.unlearning.verify import verify_store
 
     handle = open_store(store)
     try:
