@@ -238,7 +238,10 @@ def _explicit_test(cfg: RunConfig) -> ServerTest:
     except ImportError:
         raise ServerTestError("run-config 'test-data' needs fedforget.tasks.local_records, which this install "
                               "lacks; reinstall fedforget") from None
-    records = read_local_records(folder, cfg, SERVER_NODE, split="test")
+    try:
+        records = read_local_records(folder, cfg, SERVER_NODE, split="test")
+    except ValueError as exc:  # the reader's refusal (NodeDataError), already one line
+        raise ServerTestError(f"run-config 'test-data': {exc}") from None
     ex = records.examples
     examples = Examples(ex.inputs, ex.labels, torch.arange(len(ex), dtype=torch.int64))
     num_classes = _declared_classes(cfg) or (int(ex.labels.max()) + 1 if len(ex) else 0)
