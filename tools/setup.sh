@@ -56,6 +56,7 @@ fi
 [ -x "$VENV/bin/python" ] || { say "creating .venv with $PY"; "$PY" -m venv "$VENV"; }
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 stamp="$VENV/.fedforget-setup"
+REWRITE_COPIES=""
 want=$(cat "$ROOT/requirements.lock" "$ROOT/tools/setup.sh" "$ROOT/tools/tv_cpu_compat.py" "$ROOT/pyproject.toml" | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   say "pip: torch 2.13.0 (CPU build), then the pinned set in requirements.lock"
@@ -76,6 +77,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "$VENV/bin/python" -c 'import flwr, peft, timm, transformers, flwr_datasets, fedforget' \
     || { echo "setup: the venv does not import; see the pip output above" >&2; exit 1; }
   echo "$want" > "$stamp"
+  REWRITE_COPIES="--force"  # new code or pins may load a test split differently
 else
   say ".venv is up to date"
 fi
@@ -106,4 +108,11 @@ ACT
 
 # 5. Flower's SuperLink connections: the Ray simulation (10 nodes) and the loopback deployment.
 "$VENV/bin/python" -m fedforget.flwr_config "$ROOT/.flwr/config.toml"
+
+# 6. The test-only copies of the shipped tasks' test splits, which the ServerApp and the coordinator read instead
+#    of the public files that hold every client's training rows too (fedforget/tasks/server_data.py).
+say "test-only copies of the shipped tasks' test splits"
+FEDFORGET_CACHE="$ROOT/.cache" FEDFORGET_FMNIST_DIR="$FMNIST_DIR" FEDFORGET_FORTUNES_DIR="$FORTUNES_DIR" HF_HUB_OFFLINE=1 \
+  "$VENV/bin/python" -m fedforget.tasks.server_data write-defaults $REWRITE_COPIES
+
 say "ready: source .venv/bin/activate (local SuperLink of this checkout: 127.0.0.1:$SL_HTTP, control :$SL_CONTROL)"

@@ -33,6 +33,8 @@ METHODS: tuple[str, ...] = tuple(BY_VARIANT)  # each method package's variants, 
 ACTIONS = ("train", "retrain", "propagate")
 PARTITIONERS = ("iid", "dirichlet")
 OPTIMIZERS = ("sgd", "adam")
+#: The longest path a path-valued run-config key may hold (Linux's PATH_MAX).
+MAX_PATH_CHARS = 4096
 
 
 def model_task(task: str) -> str:
@@ -124,6 +126,8 @@ class RunConfig(ConfigTable):
     head_only: bool = option(False)
     train_size: int = option(0, low=0, high=10_000_000)
     test_size: int = option(0, low=0, high=10_000_000)
+    #: a directory of records the server evaluates on (the node data format); "" = the task's test split
+    test_data: str = option("")
     round_timeout: float = option(900.0, positive=True)
     action: str = option("train", choices=ACTIONS)
     #: each group's typed keys, in :data:`TABLES` order (any left out take their defaults)
@@ -188,6 +192,10 @@ class RunConfig(ConfigTable):
             raise ConfigError(f"run-config 'fraction-train' must be in (0, 1], got {self.fraction_train}")
         if not self.store.strip():
             raise ConfigError("run-config 'store' must be a directory path, got an empty string")
+        if self.test_data and (not self.test_data.strip() or len(self.test_data) > MAX_PATH_CHARS
+                               or any(ord(c) < 32 or ord(c) == 127 for c in self.test_data)):
+            raise ConfigError(f"run-config 'test-data' must be a directory path (at most {MAX_PATH_CHARS} "
+                              f"characters, no control characters), got {self.test_data[:80]!r}")
         probes = [v for m in FAMILIES if m.head_only for v in m.variants]  # the methods that declare head_only
         if self.head_only and self.method not in probes:
             raise ConfigError(f"head-only=true (a linear probe) needs method={' or '.join(map(repr, probes))}, "

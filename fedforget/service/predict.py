@@ -74,14 +74,14 @@ class ModelCache:
     """The served model of the current plan id; replaced (the old one dropped) when the id changes."""
 
     def __init__(self, store: Store) -> None:
-        from fedforget.tasks.registry import load_task_data
+        from fedforget.tasks.server_data import load_server_test
         from fedforget.unlearning.evaluate import stored_config
 
         self.store = store
         self.cfg = stored_config(store)
-        data = load_task_data(self.cfg)
-        self.num_classes = data.num_classes
-        first = data.test.inputs
+        test = load_server_test(self.cfg)
+        self.num_classes = test.num_classes
+        first = test.examples.inputs
         self.example_shape = tuple(first[0].shape[1:]) if len(first) == 1 and first[0].is_floating_point() else None
         self._model: ServedModel | None = None
         self._lock = threading.Lock()

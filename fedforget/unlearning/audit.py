@@ -11,6 +11,10 @@ measured on demand and never stored. Held out is the whole first half of the tes
 (not one test sample per forgotten one), every AUC comes with a 95% bootstrap interval, and below
 ``MIN_FORGOTTEN`` forgotten samples the report says plainly that it cannot tell.
 An AUC near 0.5 after forgetting means the forgotten samples look like data the model never saw.
+
+The attacks need the forgotten and retained training rows, which the coordinator otherwise never reads:
+the audit reads them from the task's public data set (its output says so, ``"reads"``), and refuses a
+store whose nodes hold their own records, since no public file has those.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from fedforget.store.purge import AUDIT_KEY, audit_decision
 
 MAX_SAMPLES = 1000
 MAX_HELD_OUT = 5000
+#: what the audit reads besides the store, stated in its output
+READS = "public data set"
 #: below this many forgotten samples the audit reports "too few forgotten samples to tell"
 MIN_FORGOTTEN = 20
 BOOTSTRAP = 200
@@ -87,8 +93,12 @@ def audit_served(store: Store, serving: dict[str, Any], artifacts: list[dict[str
     """Both attacks on one served model: forgotten samples against one half of the test split (held
     out), the shadow model trained on retained members against the other half."""
     from fedforget.tasks.registry import load_task_data
+    from fedforget.tasks.server_data import holds_local_records
     from fedforget.unlearning.evaluate import stored_config
 
+    if holds_local_records(store.manifest()):
+        raise LedgerUsageError("this store's nodes hold their own records and the coordinator holds no samples; "
+                               "run the membership audit where the data is")
     cfg = stored_config(store)
     ledger = store.ledger()
     try:
@@ -107,7 +117,7 @@ def audit_served(store: Store, serving: dict[str, Any], artifacts: list[dict[str
     retained = [i for i in data.train.ids.tolist() if i not in gone]
     members = data.train.by_ids(sorted(rng.sample(retained, min(len(shadow_out.labels), len(retained)))))
     forgotten = data.train.by_ids(forgotten_ids)
-    out = {"forgotten": len(forgotten_ids), "held_out": int(len(held.labels)),
+    out = {"reads": READS, "forgotten": len(forgotten_ids), "held_out": int(len(held.labels)),
            "verdict": None if len(forgotten_ids) >= MIN_FORGOTTEN else
            f"too few forgotten samples to tell (fewer than {MIN_FORGOTTEN}): the AUC's interval is too wide"}
     if not serving.get("available"):
@@ -149,6 +159,6 @@ def audit_store(store: Store) -> dict[str, Any]:
         note = "before: not measured; pass --audit-before to `fedforget forget` (the old models are purged)"
     elif before["request"] != last:
         note = f"before: measured at request #{before['request']}, on the samples forgotten up to it"
-    return {"forgotten": after["forgotten"], "held_out": after["held_out"], "verdict": after["verdict"],
+    return {"reads": READS, "forgotten": after["forgotten"], "held_out": after["held_out"], "verdict": after["verdict"],
             "before": audit_decision(before) if before else None,
             "before_request": before["request"] if before else None, "after": after["result"], "note": note}

@@ -212,10 +212,11 @@ def forget(
 def evaluate(store: StoreOpt, as_json: JsonOpt = False) -> None:
     """Test accuracy of exactly what is served now."""
     from fedforget.federation.serve import ServingError
+    from fedforget.tasks.server_data import ServerTestError
     from fedforget.unlearning.evaluate import evaluate_store
 
     handle = open_store(store)
-    with store_errors():
+    with store_errors(ServerTestError):
         try:
             result = evaluate_store(handle)
         except ServingError as exc:
@@ -267,12 +268,13 @@ def verify(
 ) -> None:
     """Retrain from scratch (in process) on the data minus everything forgotten, as the reference; compare
     what is served with it bit for bit (-v shows the reference run's log)."""
+    from fedforget.tasks.server_data import ServerTestError
     from fedforget.unlearning.verify import verify_store
 
     handle = open_store(store)
     try:
         result = reference_run(lambda: verify_store(handle, include_all=include_all), verbose)
-    except (StoreError, LedgerUsageError) as exc:
+    except (StoreError, LedgerUsageError, ServerTestError) as exc:
         fail(str(exc))
     if as_json:
         emit(result, True)
@@ -313,6 +315,7 @@ def audit(store: StoreOpt, as_json: JsonOpt = False) -> None:
     if as_json:
         emit(result, True)
         return
+    console.print(f"reads: the {result['reads']} (the forgotten and retained training rows)")
     before = result["before"]
     if before is None:
         console.print("before: not measured")

@@ -16,21 +16,21 @@ def stored_config(store: Store) -> RunConfig:
 
 
 def evaluate_store(store: Store) -> dict[str, Any]:
-    """Accuracy and loss of the served ensemble on the task's test split; cached in the ledger when the
-    store can be written (on a read-only store it is measured all the same).
+    """Accuracy and loss of the served ensemble on the server's test set (:mod:`fedforget.tasks.server_data`);
+    cached in the ledger when the store can be written (on a read-only store it is measured all the same).
 
     Raises ``ServingError`` when nothing valid is left to serve.
     """
     from fedforget.federation.serve import serving_accuracy
-    from fedforget.tasks.registry import load_task_data
+    from fedforget.tasks.server_data import load_server_test
 
     cfg = stored_config(store)
-    data = load_task_data(cfg)
+    test = load_server_test(cfg)
     ledger = store.ledger()
     try:
         serving = ledger.serving()
-        result = serving_accuracy(cfg, data.num_classes, store, ledger.plan(), serving, ledger.artifacts(),
-                                  data.test.inputs, data.test.labels)
+        result = serving_accuracy(cfg, test.num_classes, store, ledger.plan(), serving, ledger.artifacts(),
+                                  test.examples.inputs, test.examples.labels)
         try:
             ledger.set_meta("accuracy", {"serving": sorted(serving["artifacts"]), **result})
         except sqlite3.OperationalError as exc:  # a read-only store: the result stands, only its cache is lost

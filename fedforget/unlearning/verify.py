@@ -59,15 +59,15 @@ def served_file_problems(store: Store, shas: dict[str, str], served: set[str]) -
 
 def served_outputs(store: Store, serving: dict[str, Any], plan: dict[str, Any],
                    artifacts: list[dict[str, Any]]) -> tuple[Any, str | None]:
-    """The served model's class probabilities on the test split, or (None, why they cannot be computed)."""
+    """The served model's class probabilities on the server's test set, or (None, why they cannot be computed)."""
     from fedforget.federation.serve import ServingError, serving_probabilities
-    from fedforget.tasks.registry import load_task_data
+    from fedforget.tasks.server_data import load_server_test
     from fedforget.unlearning.evaluate import stored_config
 
     cfg = stored_config(store)
-    data = load_task_data(cfg)
+    test = load_server_test(cfg)
     try:
-        return serving_probabilities(cfg, data.num_classes, store, plan, serving, artifacts, data.test.inputs), None
+        return serving_probabilities(cfg, test.num_classes, store, plan, serving, artifacts, test.examples.inputs), None
     except ServingError as exc:
         return None, str(exc)
 

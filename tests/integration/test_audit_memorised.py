@@ -5,7 +5,10 @@ such."""
 
 from __future__ import annotations
 
+import pytest
+
 from fedforget.inprocess import run_in_process
+from fedforget.store.ledger import LedgerUsageError
 from fedforget.unlearning.audit import MIN_FORGOTTEN, audit_store
 from fedforget.unlearning.forget import forget_request
 
@@ -35,3 +38,23 @@ def test_one_forgotten_sample_is_too_few_to_tell(tmp_path):
     report = audit_store(store)
     assert report["forgotten"] == 1 and "too few forgotten samples to tell" in report["verdict"]
     assert report["before"] is None and "--audit-before" in report["note"]
+    assert report["reads"] == "public data set"  # the training rows it needs come from the public set, said so
+
+
+def test_a_store_whose_nodes_hold_their_own_records_is_refused_in_one_line(tmp_path, monkeypatch):
+    store = train_in_process(tmp_path / "store", 3, method="fedavg", **{"num-rounds": 1, "train-size": 150,
+                                                                       "partitioner": "iid"})
+    forget_request(store, samples=[store.manifest()["partitions"]["0"][0][0]])
+    manifest = store.manifest()
+    nodes = {str(p): {"name": f"node-{p}", "records": "public"} for p in range(3)}
+    monkeypatch.setattr(type(store), "manifest", lambda self: {**manifest, "nodes": nodes})
+    assert audit_store(store)["reads"] == "public data set"  # the negative control: all public
+    nodes["1"]["records"] = "local"
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the audit read the public data set for a store of local records")
+
+    monkeypatch.setattr("fedforget.tasks.registry.load_task_data", refuse)
+    with pytest.raises(LedgerUsageError) as err:
+        audit_store(store)
+    assert "\n" not in str(err.value) and "run the membership audit where the data is" in str(err.value)

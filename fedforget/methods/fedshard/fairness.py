@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from fedforget.core.config import RunConfig
 from fedforget.store import Store
 from fedforget.unlearning.errors import UsageError
 
@@ -34,6 +35,41 @@ def client_label_shares(manifest: dict[str, Any], data, clients: list[int]) -> d
     return out
 
 
+def stored_label_shares(manifest: dict[str, Any], num_classes: int, clients: list[int]) -> dict[int, np.ndarray] | None:
+    """Each client's label shares from the counts its node reported at registration (manifest ``class-counts``);
+    None when the store predates them."""
+    counts = manifest.get("class-counts")
+    if counts is None:
+        return None
+    out = {}
+    for c in clients:
+        row = counts.get(str(c)) if isinstance(counts, dict) else None
+        if not (isinstance(row, list) and len(row) == num_classes
+                and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in row)):
+            raise UsageError(f"the manifest's class-counts of client {c} is not {num_classes} counts; the store is "
+                             "damaged")
+        hist = np.asarray(row, dtype=float)
+        out[c] = hist / max(1.0, hist.sum())
+    return out
+
+
+def label_shares(manifest: dict[str, Any], cfg: RunConfig, num_classes: int,
+                 clients: list[int]) -> dict[int, np.ndarray]:
+    """The clients' label shares: as their nodes reported them, else (a store from before the reports, whose
+    nodes hold the task's public records) counted on the public data set."""
+    from fedforget.tasks.server_data import holds_local_records
+
+    shares = stored_label_shares(manifest, num_classes, clients)
+    if shares is not None:
+        return shares
+    if holds_local_records(manifest):
+        raise UsageError("this store records no class-counts and its nodes hold their own records, which the "
+                         "coordinator never reads; train it again to have the nodes report their label counts")
+    from fedforget.tasks.registry import load_task_data
+
+    return client_label_shares(manifest, load_task_data(cfg), clients)
+
+
 def accuracy_drops(shares: dict[int, np.ndarray], before: np.ndarray, after: np.ndarray) -> dict[int, float]:
     """ΔY_c: per-class accuracy before − after, weighted by client c's label shares."""
     return {c: float(h @ (before - after)) for c, h in shares.items()}
@@ -43,7 +79,7 @@ def fairness_of_store(store: Store) -> dict[str, Any]:
     from fedforget.federation.serve import serving_probabilities
     from fedforget.methods.fedshard.costs import MP_EPSILON, client_costs, fairness_report, training_cost
     from fedforget.methods.fedshard.plan import ShardTree
-    from fedforget.tasks.registry import load_task_data
+    from fedforget.tasks.server_data import load_server_test
     from fedforget.unlearning.evaluate import stored_config
 
     manifest = store.manifest()
@@ -83,21 +119,22 @@ def fairness_of_store(store: Store) -> dict[str, Any]:
         report["mp-note"] = "no client has left yet" if not leavers else "nothing is served; run `fedforget retrain`"
         return report
     cfg = stored_config(store)
-    data = load_task_data(cfg)
-    inputs, labels = data.test.inputs, data.test.labels.numpy()
+    test = load_server_test(cfg)
+    num_classes = test.num_classes
+    inputs, labels = test.examples.inputs, test.examples.labels.numpy()
     if first_per_class is not None:  # measured by training: the first model's bytes are purged by a leave
         before = np.asarray(first_per_class, dtype=np.float64)
     elif first_sha and store.verify_artifact(first_sha):
         before_rows = [dict(a, sha256=first_sha) if a["artifact"] == root else a for a in artifacts]
-        before = per_class_accuracy(serving_probabilities(cfg, data.num_classes, store, plan_json, first,
-                                                           before_rows, inputs), labels, data.num_classes)
+        before = per_class_accuracy(serving_probabilities(cfg, num_classes, store, plan_json, first,
+                                                           before_rows, inputs), labels, num_classes)
     else:
         report["mp"] = None
         report["mp-note"] = "the first served model was purged and its accuracy was not recorded; train again"
         return report
-    after = per_class_accuracy(serving_probabilities(cfg, data.num_classes, store, plan_json, serving, artifacts,
-                                                      inputs), labels, data.num_classes)
-    delta = accuracy_drops(client_label_shares(manifest, data, sorted({*angles, *scrubbed})), before, after)
+    after = per_class_accuracy(serving_probabilities(cfg, num_classes, store, plan_json, serving, artifacts,
+                                                      inputs), labels, num_classes)
+    delta = accuracy_drops(label_shares(manifest, cfg, num_classes, sorted({*angles, *scrubbed})), before, after)
     if scrubbed:
         from fedforget.methods.fedshard.costs import performance_fairness
 

@@ -48,6 +48,6 @@ def check_before_submit(cfg: RunConfig) -> None:
         safe_shard_ids(cfg)
     if cfg.method == "safe" and cfg.safe.fine > 1:  # one class per clique
         from fedforget.methods.safe.graph import check_clique_classes
-        from fedforget.tasks.registry import load_task_data
+        from fedforget.tasks.server_data import load_server_test
 
-        check_clique_classes(cfg.method, load_task_data(cfg).num_classes, cfg.safe.fine, cfg.task)
+        check_clique_classes(cfg.method, load_server_test(cfg).num_classes, cfg.safe.fine, cfg.task)

@@ -8,7 +8,8 @@ all without prototypes.
 
 from __future__ import annotations
 
-from typing import Any
+import hashlib
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -21,19 +22,34 @@ from fedforget.methods.safe.features import cached_tokens
 from fedforget.methods.safe.graph import SafePlan
 from fedforget.store import Store
 
+if TYPE_CHECKING:
+    from fedforget.tasks.server_data import ServerTest
+
 UNSCORED = -1e9
 
 
 def test_tokens(cfg: RunConfig, store: Store) -> tuple[torch.Tensor, np.ndarray, torch.Tensor]:
-    """Tokens, normalised pooled features and labels of the test split (cached in the store)."""
-    from fedforget.tasks.registry import load_task_data
+    """Tokens, normalised pooled features and labels of the server's test set (cached in the store)."""
+    from fedforget.tasks.server_data import load_server_test
 
-    data = load_task_data(cfg)
+    test = load_server_test(cfg)
     backbone = frozen_backbone(cfg.task, cfg.hf.model, cfg.seed)
-    ids = data.test.ids.tolist()
-    tokens, pooled = cached_tokens(store.root, f"test-{cfg.task}", backbone.weights_sha256, ids, backbone.module,
-                                   data.test.inputs)
-    return torch.from_numpy(tokens), normalised(torch.from_numpy(pooled)), data.test.labels
+    ids = test.examples.ids.tolist()
+    tokens, pooled = cached_tokens(store.root, _tokens_kind(cfg, test), backbone.weights_sha256, ids,
+                                   backbone.module, test.examples.inputs)
+    return torch.from_numpy(tokens), normalised(torch.from_numpy(pooled)), test.examples.labels
+
+
+def _tokens_kind(cfg: RunConfig, test: ServerTest) -> str:
+    """The token cache's name: the task's, or for ``test-data`` (rows numbered 0..n-1 whatever they hold) one
+    named by the rows' content, so tokens of other records are never read as these."""
+    if not cfg.test_data:
+        return f"test-{cfg.task}"
+    digest = hashlib.sha256()
+    for t in (*test.examples.inputs, test.examples.labels):
+        digest.update(f"{t.dtype}|{tuple(t.shape)}\n".encode())
+        digest.update(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return f"test-data-{digest.hexdigest()[:16]}"
 
 
 def prototype_bank(plan: SafePlan, store: Store, shas: dict[str, str], served: list[str], dim: int) -> PrototypeBank:
