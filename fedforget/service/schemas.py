@@ -17,7 +17,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-#: at most this many ids (samples + slices + clients) in one forget request, inputs in one prediction
+#: at most this many ids (samples + records + slices + clients) in one forget request, inputs in one prediction
 MAX_IDS = 10_000
 MAX_INPUTS = 128
 #: the ledger keeps ids in SQLite INTEGER columns: 0 <= id < 2**63
