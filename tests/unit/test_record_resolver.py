@@ -7,6 +7,8 @@ from __future__ import annotations
 import unicodedata
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fedforget.core.record_ids import local_sample_id
 from fedforget.store.ledger import LedgerUsageError
@@ -63,6 +65,7 @@ def test_a_local_sample_maps_back_to_its_node_only():
     (":alice", "node name"),
     ("clin ic:alice", "node name"),
     ("clinic:a\nb", "control"),
+    ("clinic:\udcff", "non-printable"),  # an argv byte that is not UTF-8, as Python passes it on
     ("clinic:" + "x" * 257, "longer than 256"),
     ("ⓒlinic:alice", "node name"),
 ])
@@ -98,3 +101,14 @@ def test_a_nodes_table_training_never_writes_is_a_broken_store_not_a_usage_error
 def test_a_store_without_a_plan_has_no_records_yet():
     with pytest.raises(RecordError, match="no trained plan"):
         record_sample_id({}, "node-0:1")
+
+
+@given(st.text(max_size=400))
+def test_any_text_is_a_held_record_or_one_line_refusal_never_another_error(text):
+    try:
+        got = record_sample_ids(NEW, [text])
+    except RecordError as exc:
+        assert "\n" not in str(exc) and len(str(exc)) < 800
+    else:
+        assert text in {"node-0:1", "node-0:2", "node-0:3", "node-0:4", "node-0:9", "clinic:alice", "clinic:b:c",
+                        f"clinic:{CAFE}", "clinic:17"} and len(got) == 1
