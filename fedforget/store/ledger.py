@@ -266,8 +266,9 @@ class Ledger:
                 for i, at, k, sp, n, u, inv, lat in rows]
 
     def request_specs(self) -> list[tuple[int, Any]]:
-        """Every request's id and what it named (``spec``: samples, slices, clients), in id order: what a
-        check of the sample index, or a reference that must not trust it, resolves against the manifest."""
+        """Every request's id and what it named (``spec``: samples, slices, clients; ``records`` as given, already
+        resolved into its samples), in id order: what a check of the sample index, or a reference that must not
+        trust it, resolves against the manifest."""
         return [(int(i), json.loads(spec)) for i, spec in self.db.execute("SELECT id, spec FROM requests ORDER BY id")]
 
     def last_request(self) -> int:

@@ -194,7 +194,8 @@ def forget(
         "before it is purged (needs torch; `fedforget audit` shows it as 'before').")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Forget samples, slices or clients now: invalidate and purge what saw them, re-plan serving (no training)."""
+    """Forget samples, records (NODE:RECORD_ID), slices or clients now: invalidate and purge what saw them,
+    re-plan serving (no training)."""
     from fedforget.unlearning.forget import forget_request
 
     handle = open_store(store, writes="forget")
