@@ -120,3 +120,12 @@ def test_records_and_samples_share_the_bound_on_ids(store, tok):
     body = {"idempotency_key": "k", "records": ["node-1:1"] * (MAX_IDS // 2 + 1), "samples": [1] * (MAX_IDS // 2)}
     response = client(store).post("/v1/forget-requests", json=body, headers=bearer(tok["forget:write"]))
     assert response.status_code == 422 and "at most" in response.json()["detail"]
+
+
+def test_a_nodes_table_training_never_writes_is_503_not_a_caller_error(store, tok):
+    Store.open(store).update_manifest(nodes={"0": {"name": "node-0", "records": "public"}})
+    record = f"node-0:{sample_of(store, 0)}"
+    response = client(store).post("/v1/forget-requests", json={"idempotency_key": "k", "records": [record]},
+                                  headers=bearer(tok["forget:write"]))
+    assert response.status_code == 503 and "partition 1 has no node" in response.json()["detail"], response.text
+    assert service_rows(store) == 0 and ledger_specs(store) == []
