@@ -175,6 +175,7 @@ def test_a_nodes_table_training_never_writes_is_a_broken_store(store):
     sid = Store.open(store).manifest()["partitions"]["0"][0][0]
     Store.open(store).update_manifest(nodes={"0": {"name": "node-0", "records": "public"}})
     before = snapshot(store)
-    code, _, err = run("forget", "--store", str(store), "--record", f"node-0:{sid}")
-    assert code == 1 and "partition 1 has no node" in err and len(err.strip().splitlines()) == 1
+    for args in (["forget", "--record", f"node-0:{sid}"], ["status"], ["locate", "--sample", str(sid)]):
+        code, _, err = run(args[0], "--store", str(store), *args[1:])
+        assert code == 1 and "partition 1 has no node" in err and len(err.strip().splitlines()) == 1, err
     assert snapshot(store) == before

@@ -123,9 +123,10 @@ def test_records_and_samples_share_the_bound_on_ids(store, tok):
 
 
 def test_a_nodes_table_training_never_writes_is_503_not_a_caller_error(store, tok):
+    c = client(store)
     Store.open(store).update_manifest(nodes={"0": {"name": "node-0", "records": "public"}})
     record = f"node-0:{sample_of(store, 0)}"
-    response = client(store).post("/v1/forget-requests", json={"idempotency_key": "k", "records": [record]},
+    response = c.post("/v1/forget-requests", json={"idempotency_key": "k", "records": [record]},
                                   headers=bearer(tok["forget:write"]))
     assert response.status_code == 503 and "partition 1 has no node" in response.json()["detail"], response.text
     assert service_rows(store) == 0 and ledger_specs(store) == []
