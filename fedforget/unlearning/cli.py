@@ -118,7 +118,8 @@ def samples(
                                                click_type=SLICE_INDEX)] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """A client's sample ids by slice (unit PARTITION:SLICE), and which are forgotten: what `forget` can name."""
+    """A client's (--client) or node's (--node) sample ids by slice (unit PARTITION:SLICE), and which are
+    forgotten: what `forget` can name."""
     from fedforget.core.record_ids import PUBLIC_RECORDS
     from fedforget.unlearning.samples import client_samples, node_samples
 
