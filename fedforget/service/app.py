@@ -141,20 +141,23 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
               responses={200: {"model": ForgetRequestOut, "description": "The key was used before: that request."},
                          **refusals(409, *BODY_ERRORS, *ERRORS)}, dependencies=[Security(bearer)])
     def submit(body: ForgetBody, request: Request, response: Response) -> ForgetRequestOut:
-        """Forget samples, slices or clients now (scope forget:write); one request per idempotency key."""
+        """Forget samples, records, slices or clients now (scope forget:write); one request per idempotency key."""
         from fedforget.store import StoreError
+        from fedforget.store.forget_plan import PlanError
         from fedforget.store.ledger import LedgerUsageError
+        from fedforget.store.records import record_sample_ids
 
         s = service()
         try:
-            spec = canonical_spec(body.samples, body.slices, body.clients)
+            records = record_sample_ids(s.store.manifest(), body.records) if body.records else None
+            spec = canonical_spec(body.samples, body.slices, body.clients, records)
             with s.forget_lock:
                 row, created = s.db.submit(spec, body.idempotency_key, request.state.token.name)
         except IdempotencyConflict as exc:
             raise HTTPException(409, _one_line(str(exc))) from None
         except LedgerUsageError as exc:
             raise HTTPException(422, _one_line(str(exc))) from None
-        except StoreError as exc:
+        except (StoreError, PlanError) as exc:
             raise HTTPException(503, _one_line(str(exc))) from None
         response.status_code = 201 if created else 200
         return describe(row, states_of(s, row), receipt=False)

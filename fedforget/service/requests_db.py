@@ -17,7 +17,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,11 +55,19 @@ class ServiceRequest:
     applied_at: float | None
 
 
-def canonical_spec(samples: Sequence[int], slices: Sequence[str], clients: Sequence[int]) -> dict[str, list[Any]]:
+def canonical_spec(samples: Sequence[int], slices: Sequence[str], clients: Sequence[int],
+                   records: Mapping[str, int] | None = None) -> dict[str, list[Any]]:
     """The request as the ledger will read it (sorted, deduplicated, slices in ``P:S`` form), so two bodies
-    that name the same things in another order are one request under one key."""
-    return {"samples": sorted({int(s) for s in samples}), "slices": sorted(set(parse_slices(slices))),
-            "clients": sorted({int(c) for c in clients})}
+    that name the same things in another order are one request under one key. ``records`` (``NODE:RECORD_ID``
+    → its sample id, resolved against the manifest) add their sample ids to ``samples`` and are kept as
+    given under ``records``, a key present only when some were named (as in the ledger's spec)."""
+    records = records or {}
+    spec: dict[str, list[Any]] = {"samples": sorted({int(s) for s in (*samples, *records.values())}),
+                                  "slices": sorted(set(parse_slices(slices))),
+                                  "clients": sorted({int(c) for c in clients})}
+    if records:
+        spec["records"] = sorted(records)
+    return spec
 
 
 def same_spec(ledger_spec: Any, spec: dict[str, list[Any]]) -> bool:
@@ -67,7 +75,7 @@ def same_spec(ledger_spec: Any, spec: dict[str, list[Any]]) -> bool:
     if not isinstance(ledger_spec, dict):
         return False
     return all(sorted(map(str, ledger_spec.get(k) or [])) == sorted(map(str, spec.get(k) or []))
-               for k in ("samples", "slices", "clients"))
+               for k in ("samples", "slices", "clients", "records"))
 
 
 def _digest(spec: dict[str, Any]) -> str:
@@ -130,7 +138,8 @@ class RequestsDB:
         return self.get(rid), True
 
     def _apply(self, rid: int, spec: dict[str, list[Any]]) -> None:
-        result = forget_request(self.store, spec["samples"], spec["slices"], spec["clients"])
+        result = forget_request(self.store, spec["samples"], spec["slices"], spec["clients"],
+                                records=spec.get("records") or [])
         ledger_request = result.request if result.request is not None else self.forgetting_request(spec)
         db = self._connect()
         try:

@@ -17,13 +17,16 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-#: at most this many ids (samples + slices + clients) in one forget request, inputs in one prediction
+#: at most this many ids (samples + records + slices + clients) in one forget request, inputs in one prediction
 MAX_IDS = 10_000
 MAX_INPUTS = 128
 #: the ledger keeps ids in SQLite INTEGER columns: 0 <= id < 2**63
 ID_LIMIT = 2**63
 ID_EXPECTED = "expected an integer id, 0 <= id < 2**63 (a JSON number: not a boolean, string or float)"
 SLICE_EXPECTED = "expected a slice 'PARTITION:SLICE', two ids 0 <= id < 2**63 in ASCII digits (e.g. '3:1')"
+RECORD_EXPECTED = "expected a record 'NODE:RECORD_ID' (a string, e.g. 'node-0:17')"
+#: a node name (64) + ':' + a record id (fedforget.core.record_ids.MAX_RECORD_ID)
+MAX_RECORD_CHARS = 64 + 1 + 256
 _DIGITS = re.compile(r"[0-9]{1,19}")
 
 
@@ -49,6 +52,19 @@ def _strict_slice(value: Any, handler: ValidatorFunctionWrapHandler) -> str:
     return handler(value)
 
 
+def _strict_record(value: Any, handler: ValidatorFunctionWrapHandler) -> str:
+    """'NODE:RECORD_ID' as :func:`fedforget.core.record_ids.parse_record` reads it (split at the first colon)."""
+    from fedforget.core.record_ids import parse_record
+
+    if not isinstance(value, str):
+        raise PydanticCustomError("record", f"{RECORD_EXPECTED}, got {{got}}", {"got": _shown(value)})
+    try:
+        parse_record(value)
+    except ValueError as exc:
+        raise PydanticCustomError("record", "{why}", {"why": str(exc)}) from None
+    return handler(value)
+
+
 def digits_only(value: Any) -> Any:
     """An integer in a URL as the URL spells it: ASCII digits only ('1_8', '+1', ' 1' are refused, not read)."""
     if isinstance(value, str) and not _DIGITS.fullmatch(value):
@@ -68,6 +84,7 @@ def url_id(value: Any, handler: ValidatorFunctionWrapHandler) -> int:
 ID = Annotated[int, Field(strict=True, ge=0, lt=ID_LIMIT), WrapValidator(_strict_id)]
 SLICE = Annotated[str, StringConstraints(min_length=3, max_length=39, pattern=r"^[0-9]{1,19}:[0-9]{1,19}$"),
                   WrapValidator(_strict_slice)]
+RECORD = Annotated[str, StringConstraints(min_length=3, max_length=MAX_RECORD_CHARS), WrapValidator(_strict_record)]
 KEY = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")]
 
 
@@ -79,14 +96,17 @@ class ForgetBody(BaseModel):
     samples: list[ID] = Field(default_factory=list, max_length=MAX_IDS, description="Sample ids (train split).")
     slices: list[SLICE] = Field(default_factory=list, max_length=MAX_IDS, description="PARTITION:SLICE units.")
     clients: list[ID] = Field(default_factory=list, max_length=MAX_IDS, description="Whole clients.")
+    records: list[RECORD] = Field(default_factory=list, max_length=MAX_IDS,
+                                  description="Records as their owners know them, 'NODE:RECORD_ID' (split at the "
+                                              "first colon; a node's name, then its record id as written).")
 
     @model_validator(mode="after")
     def _names_something(self) -> ForgetBody:
-        total = len(self.samples) + len(self.slices) + len(self.clients)
+        total = len(self.samples) + len(self.slices) + len(self.clients) + len(self.records)
         if total == 0:
-            raise ValueError("name something to forget: samples, slices or clients")
+            raise ValueError("name something to forget: samples, records, slices or clients")
         if total > MAX_IDS:
-            raise ValueError(f"at most {MAX_IDS} ids in one request (samples + slices + clients)")
+            raise ValueError(f"at most {MAX_IDS} ids in one request (samples + records + slices + clients)")
         return self
 
 

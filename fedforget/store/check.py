@@ -3,7 +3,8 @@ edit must never break, checked from the files alone: every command that opens a 
 (``fedforget.unlearning.cli.open_store``), and so do the crash campaigns.
 
 - the manifest parses, names a known task, and says what training recorded in the ledger (its
-  identity fingerprint; stores written before the fingerprint existed skip this comparison);
+  identity fingerprint; stores written before the fingerprint existed skip this comparison); its
+  ``nodes`` table, when present, names each partition of its plan once (``fedforget.store.records``);
 - the ledger is a sound SQLite file holding the fedforget tables (``PRAGMA integrity_check`` of every table,
   ``quick_check`` of the forgotten rows;
   the sample index, linear in the data set, is walked page by page instead, see ``UNCHECKED_TABLES``);
@@ -149,6 +150,13 @@ def _check_manifest(store: Store, out: StoreCheck) -> dict[str, Any] | None:
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         out.problems.append(f"{store.root / 'manifest.json'} does not describe a run: {str(exc)[:300]}")
         return None
+    if "nodes" in manifest and "partitions" in manifest:
+        from fedforget.store.records import store_nodes
+
+        try:
+            store_nodes(manifest)
+        except ValueError as exc:  # NodesError, or a plan the index check names too
+            out.problems.append(f"{store.root / 'manifest.json'} does not describe a run: {str(exc)[:300]}")
     return manifest
 
 

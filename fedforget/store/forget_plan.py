@@ -102,6 +102,19 @@ def _partition(key: Any) -> int:  # noqa: ANN401
     return p
 
 
+def partition_ids(manifest: Mapping[str, Any], partition: int) -> np.ndarray:
+    """Every sample id of ``partition`` in the manifest's plan, sorted (empty for a partition it does not hold):
+    one partition's look-up, without building the whole plan's index."""
+    parts = manifest.get("partitions")
+    if not isinstance(parts, dict):
+        raise PlanError("the manifest's partitions are not a table")
+    slices = parts.get(str(partition), [])
+    if not isinstance(slices, list):
+        raise PlanError(f"partition {partition}'s slices are not a list")
+    arrays = [_ids(ids, f"slice {partition}:{s}") for s, ids in enumerate(slices)]
+    return np.sort(np.concatenate(arrays)) if arrays else np.zeros(0, np.int64)
+
+
 def sample_plan(manifest: Mapping[str, Any]) -> SamplePlan | None:
     """The manifest's units: ``partitions[P][S]`` is unit ``P:S``; a SAFE store's units are its class cells
     (``cells[P][C]`` is unit ``P:C``), which must split each partition exactly. None before training wrote

@@ -86,6 +86,8 @@ class ForgetResult:
     affected: dict[str, Any] = field(default_factory=dict)
     #: what the purge after the commit deleted (files relative to the store), filled in by the coordinator
     purged: dict[str, Any] = field(default_factory=dict)
+    #: the records the request named (``NODE:RECORD_ID`` → sample id), filled in by the coordinator
+    records: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"request": self.request, "new-samples": self.new_samples, "already-forgotten": self.already,
@@ -93,6 +95,7 @@ class ForgetResult:
                 "affected-groups": self.affected.get("groups", []),
                 "affected-sequences": self.affected.get("sequences", []),
                 "latency-ms": self.latency_ms, "no-op": self.request is None, "purged": self.purged,
+                "records": dict(self.records),
                 **{k: v for k, v in self.affected.items() if k not in ("groups", "sequences")}}  # a method's own detail
 
 
@@ -263,8 +266,9 @@ class Ledger:
                 for i, at, k, sp, n, u, inv, lat in rows]
 
     def request_specs(self) -> list[tuple[int, Any]]:
-        """Every request's id and what it named (``spec``: samples, slices, clients), in id order: what a
-        check of the sample index, or a reference that must not trust it, resolves against the manifest."""
+        """Every request's id and what it named (``spec``: samples, slices, clients; ``records`` as given, already
+        resolved into its samples), in id order: what a check of the sample index, or a reference that must not
+        trust it, resolves against the manifest."""
         return [(int(i), json.loads(spec)) for i, spec in self.db.execute("SELECT id, spec FROM requests ORDER BY id")]
 
     def last_request(self) -> int:
@@ -308,18 +312,21 @@ class Ledger:
 
     # -- the forget path ----------------------------------------------------------------------
     def forget(self, samples: Sequence[int] = (), slices: Sequence[str] = (), clients: Sequence[int] = (),
-               clock: Callable[[], float] = time.perf_counter) -> ForgetResult:
+               clock: Callable[[], float] = time.perf_counter, records: Sequence[str] = ()) -> ForgetResult:
         """Apply one request: forget samples, whole slices or whole clients, in one transaction.
 
         Unknown ids raise :class:`LedgerUsageError` before anything is written; a request naming only
-        what is already forgotten is a no-op (no request row, nothing invalidated).
+        what is already forgotten is a no-op (no request row, nothing invalidated). ``records`` are the
+        ``NODE:RECORD_ID`` names the caller resolved into ``samples``: kept in the request's spec as given,
+        so that it (and its receipt) says what was asked; the spec holds the key only when some were named.
         """
         start = clock()
         samples = sorted({int(s) for s in samples})
         slices = sorted(set(slices))
         clients = sorted({int(c) for c in clients})
         if not (samples or slices or clients):
-            raise LedgerUsageError("name something to forget: --sample ID, --slice P:S or --client P")
+            raise LedgerUsageError("name something to forget: --sample ID, --record NODE:RECORD_ID, --slice P:S or "
+                                   "--client P")
         negative = [i for i in (*samples, *clients) if not 0 <= i < 2**63]  # ids are SQLite int64, never < 0
         if negative:
             raise LedgerUsageError(f"unknown id(s) {', '.join(map(str, negative[:5]))}: sample and client ids "
@@ -336,7 +343,9 @@ class Ledger:
                 serving = json.loads(row[0]) if row else {"available": False, "artifacts": []}  # as serving()
                 return ForgetResult(None, 0, [], [], serving, (clock() - start) * 1000.0,
                                     already=len(samples))
-            spec = {"samples": samples, "slices": slices, "clients": clients}
+            spec: dict[str, list[Any]] = {"samples": samples, "slices": slices, "clients": clients}
+            if records:
+                spec["records"] = sorted(set(records))
             kind = "client" if clients else "slice" if slices else "sample"
             cur = db.execute("INSERT INTO requests(at, kind, spec, samples, units, invalidated, latency_ms) "
                              "VALUES(?, ?, ?, 0, '[]', '[]', 0)", (time.time(), kind, json.dumps(spec)))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
@@ -26,7 +28,7 @@ from fedforget.unlearning.cli_support import (
     read_only_errors,
     store_errors,
 )
-from fedforget.unlearning.errors import fail
+from fedforget.unlearning.errors import BROKEN_STORE_EXIT, fail
 from fedforget.unlearning.flwr_runner import flwr_run
 from fedforget.unlearning.status import print_status, store_status
 
@@ -89,52 +91,90 @@ def status(
         print_status(info, console, show_artifacts=artifacts)
 
 
+RecordOpt = Annotated[list[str] | None, typer.Option(
+    "--record", help="A record as its owner knows it, NODE:RECORD_ID (split at the first colon).")]
+
+
+@contextmanager
+def record_errors() -> Iterator[None]:
+    """A record the store does not hold exits 2 (:func:`store_errors`); a manifest whose ``nodes`` or plan is
+    not what training writes exits as a broken store."""
+    from fedforget.store.forget_plan import PlanError
+
+    try:
+        with store_errors():
+            yield
+    except PlanError as exc:
+        fail(f"the store's manifest is not what a training run writes: {exc}", code=BROKEN_STORE_EXIT)
+
+
 @app.command()
 def samples(
     store: StoreOpt,
-    client: Annotated[int, typer.Option("--client", help="The client (partition id) whose samples to list.",
-                                        click_type=CLIENT_ID)],
+    client: Annotated[int | None, typer.Option("--client", help="The client (partition id) whose samples to list.",
+                                               click_type=CLIENT_ID)] = None,
+    node: Annotated[str | None, typer.Option("--node", help="The node (by name) whose samples to list.")] = None,
     slice_: Annotated[int | None, typer.Option("--slice", help="Only this slice of the client (its index).",
                                                click_type=SLICE_INDEX)] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """A client's sample ids by slice (unit PARTITION:SLICE), and which are forgotten: what `forget` can name."""
-    from fedforget.unlearning.samples import client_samples
+    """A client's (--client) or node's (--node) sample ids by slice (unit PARTITION:SLICE), and which are
+    forgotten: what `forget` can name."""
+    from fedforget.core.record_ids import PUBLIC_RECORDS
+    from fedforget.unlearning.samples import client_samples, node_samples
 
+    if (client is None) == (node is None):
+        fail("name one client (--client N) or one node (--node NAME)")
     handle = open_store(store)
-    with store_errors():
-        data = client_samples(handle, client, slice_)
+    with record_errors():
+        data = client_samples(handle, client, slice_) if node is None else node_samples(handle, node, slice_)
     if as_json:
         emit(data, True)
         return
+    client, name = data["client"], data["node"]
     for s in data["slices"]:
         gone = set(s["forgotten"])
         ids = " ".join(f"[strike dim]{i}[/]" if i in gone else str(i) for i in s["samples"])
-        console.print(f"client {client} slice {s['slice']} (unit [cyan]{s['unit']}[/]): {len(s['samples'])} "
-                      f"sample(s)" + (f", {len(gone)} forgotten" if gone else "") + f": {ids}", soft_wrap=True)
-    console.print(f"[dim]forget one with `fedforget forget --store {store} --sample ID`, a slice with --slice "
-                  f"{client}:S, the client with --client {client}[/]", soft_wrap=True)
+        console.print(f"{escape(f'node {name} (client {client})')} slice {s['slice']} (unit [cyan]{s['unit']}[/]): "
+                      f"{len(s['samples'])} sample(s)" + (f", {len(gone)} forgotten" if gone else "") + f": {ids}",
+                      soft_wrap=True)
+    if data["records"] == PUBLIC_RECORDS:
+        record = f"--record {name}:ID (its record ids are these sample ids)"
+    else:
+        record = f"--record {name}:RECORD_ID (its record ids are known only to the node)"
+    console.print(escape(f"forget one with `fedforget forget --store {store} {record}` or --sample ID, a slice "
+                         f"with --slice {client}:S, the client with --client {client}"), style="dim", soft_wrap=True)
 
 
 @app.command()
 def locate(
     store: StoreOpt,
-    sample: Annotated[int, typer.Option("--sample", help="Sample id (index in the train split).",
-                                        click_type=SAMPLE_ID)],
+    sample: Annotated[int | None, typer.Option("--sample", help="Sample id (the ledger's id of a record).",
+                                               click_type=SAMPLE_ID)] = None,
+    record: Annotated[str | None, typer.Option(
+        "--record", help="A record as its owner knows it, NODE:RECORD_ID.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Which client, slice and unit hold a sample, and whether it is forgotten."""
-    from fedforget.unlearning.samples import locate_sample
+    """Which node, client, slice and unit hold a sample or a record, and whether it is forgotten."""
+    from fedforget.unlearning.samples import locate_record, locate_sample
 
+    if (sample is None) == (record is None):
+        fail("name one sample (--sample ID) or one record (--record NODE:RECORD_ID)")
     handle = open_store(store)
-    with store_errors():
-        data = locate_sample(handle, sample)
+    with record_errors():
+        data = locate_sample(handle, sample) if record is None else locate_record(handle, record)
     if as_json:
         emit(data, True)
         return
     state = f"forgotten by request #{data['request']}" if data["forgotten"] else "held"
-    console.print(f"sample {sample}: client {data['client']}, slice {data['slice']} (unit [cyan]{data['unit']}[/]) "
-                  f"· {state}", soft_wrap=True)
+    if data["record"] is None:
+        what = f"sample {data['sample']} (its record id is known only to node {data['node']})"
+    elif record is None:
+        what = f"sample {data['sample']} (record {data['record']})"
+    else:
+        what = f"record {data['record']} (sample {data['sample']})"
+    console.print(escape(f"{what}: node {data['node']}, client {data['client']}, slice {data['slice']} (unit ")
+                  + f"[cyan]{data['unit']}[/]) · {state}", soft_wrap=True, highlight=False)
 
 
 @app.command()
@@ -145,6 +185,7 @@ def forget(
     slice_: Annotated[list[str] | None, typer.Option("--slice", help="A client's slice, PARTITION:SLICE.")] = None,
     client: Annotated[list[int] | None, typer.Option("--client", help="A whole client (partition id).",
                                                      click_type=CLIENT_ID)] = None,
+    record: RecordOpt = None,
     propagate: Annotated[bool, typer.Option(
         "--propagate", help="Reach the owning clients through Flower now: they delete the samples and "
         "acknowledge (`status` shows who did); an offline client is reached by the next retrain.")] = False,
@@ -154,7 +195,8 @@ def forget(
         "before it is purged (needs torch; `fedforget audit` shows it as 'before').")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Forget samples, slices or clients now: invalidate and purge what saw them, re-plan serving (no training)."""
+    """Forget samples, records (NODE:RECORD_ID), slices or clients now: invalidate and purge what saw them,
+    re-plan serving (no training)."""
     from fedforget.unlearning.forget import forget_request
 
     handle = open_store(store, writes="forget")
@@ -162,7 +204,9 @@ def forget(
         refuse_if_busy(handle)  # before the request is applied: a refused propagation changes nothing
     try:
         with read_only_errors(handle, "forget"):
-            result = forget_request(handle, sample or [], slice_ or [], client or [], audit_before=audit_before)
+            with record_errors():
+                result = forget_request(handle, sample or [], slice_ or [], client or [], audit_before=audit_before,
+                                        records=record or [])
     except (LedgerUsageError, StoreError) as exc:
         fail(str(exc))
     data = result.to_json()
@@ -196,6 +240,9 @@ def forget(
         console.print(f"propagated: partition(s) {mine.get('acknowledged', [])} deleted the samples and acknowledged"
                       + (f"; pending {mine['pending']} (reached by the next retrain)" if mine.get("pending") else ""))
     serving = result.serving
+    if result.records:
+        console.print(escape("records: " + ", ".join(f"{r} (sample {i})" for r, i in sorted(result.records.items()))),
+                      soft_wrap=True, highlight=False)
     console.print(f"request [bold]#{result.request}[/]: forgot {result.new_samples} sample(s) in unit(s) "
                   f"{', '.join(result.units)}; invalidated {len(result.invalidated)} artifact(s) "
                   f"in {result.latency_ms:.1f} ms; purged {len(result.purged.get('files', []))} file(s)")

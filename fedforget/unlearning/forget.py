@@ -29,19 +29,29 @@ def parse_slices(texts: Sequence[str]) -> list[str]:
 
 
 def forget_request(store: Store, samples: Sequence[int] = (), slices: Sequence[str] = (),
-                   clients: Sequence[int] = (), audit_before: bool = False) -> ForgetResult:
+                   clients: Sequence[int] = (), audit_before: bool = False,
+                   records: Sequence[str] = ()) -> ForgetResult:
     """Apply the request (one transaction), then purge what it invalidated.
 
+    ``records`` (``NODE:RECORD_ID``) are resolved against the manifest into sample ids before anything is
+    written (:func:`fedforget.store.records.record_sample_ids`); the request's spec keeps them as given.
     ``audit_before`` measures the membership-inference audit on the model served *before* this
     request, between the commit and the purge: the only moment both that model and the request exist.
     """
-    method = store_method(store.manifest())
+    manifest = store.manifest()
+    named: dict[str, int] = {}
+    if records:
+        from fedforget.store.records import record_sample_ids
+
+        named = record_sample_ids(manifest, records)
+        samples = [*samples, *named.values()]
+    method = store_method(manifest)
     if method is not None and method.forget_check:  # ids this method never forgets are refused before any change
         resolve(method.forget_check)(store, samples)
     ledger = store.ledger()
     try:
         before = {"serving": ledger.serving(), "artifacts": ledger.artifacts()} if audit_before else None
-        result = ledger.forget(samples=samples, slices=parse_slices(slices), clients=clients)
+        result = ledger.forget(samples=samples, slices=parse_slices(slices), clients=clients, records=records)
         plan = ledger.plan()
         result.affected = {"groups": [], "sequences": []}
         entry = entry_for_plan(plan.get("kind")) if plan else None
@@ -49,6 +59,7 @@ def forget_request(store: Store, samples: Sequence[int] = (), slices: Sequence[s
             result.affected.update(resolve(entry.forget_detail)(plan, result))
     finally:
         ledger.close()
+    result.records = named
     if before is not None and result.request is not None:
         from fedforget.unlearning.audit import record_audit_before
 

@@ -1,8 +1,10 @@
 """``fedforget samples`` and ``fedforget locate``: find what to forget, from the ledger's sample index.
 
-Training records every sample id (an index into the task's train split) under its unit, a client's
-slice ``PARTITION:SLICE`` (the ``units`` and ``samples`` tables of ``ledger.sqlite``); ``forget``
-resolves ids through the same index. No torch, no Flower: read-only look-ups in milliseconds.
+Training records every sample id under its unit, a client's slice ``PARTITION:SLICE`` (the ``units`` and
+``samples`` tables of ``ledger.sqlite``); ``forget`` resolves ids through the same index. Each answer also
+names the node holding the sample and, for a node of public records, the record (``NODE:RECORD_ID``); a
+node's own records are named by their owner only (``fedforget.store.records``). No torch, no Flower:
+read-only look-ups in milliseconds.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any
 
 from fedforget.store import Store
 from fedforget.store.ledger import FIND_COMMANDS, LedgerUsageError
+from fedforget.store.records import node_named, node_of_partition, record_of, record_sample_id
 
 
 def _partitions(db) -> list[int]:  # noqa: ANN001 - a sqlite3.Connection
@@ -48,8 +51,16 @@ def client_samples(store: Store, client: int, slice_: int | None = None) -> dict
                         "forgotten": sorted(gone), "held": len(ids) - len(gone)})
     finally:
         ledger.close()
+    node = node_of_partition(store.manifest(), client)
     return {"store": str(store.root), "client": client, "slices": out,
-            "samples": sum(len(s["samples"]) for s in out), "forgotten": sum(len(s["forgotten"]) for s in out)}
+            "samples": sum(len(s["samples"]) for s in out), "forgotten": sum(len(s["forgotten"]) for s in out),
+            "node": None if node is None else node.name, "records": None if node is None else node.records}
+
+
+def node_samples(store: Store, name: str, slice_: int | None = None) -> dict[str, Any]:
+    """:func:`client_samples` of the node called ``name`` (its partition); :class:`RecordError` for a name the
+    store's manifest does not hold."""
+    return client_samples(store, node_named(store.manifest(), name).partition, slice_)
 
 
 def locate_sample(store: Store, sample: int) -> dict[str, Any]:
@@ -72,5 +83,16 @@ def locate_sample(store: Store, sample: int) -> dict[str, Any]:
         gone = db.execute("SELECT request FROM forgotten WHERE sample=?", (sample,)).fetchone()
     finally:
         ledger.close()
+    node = node_of_partition(store.manifest(), partition)
     return {"store": str(store.root), "sample": sample, "client": partition, "slice": int(unit.split(":")[1]),
-            "unit": unit, "forgotten": gone is not None, "request": None if gone is None else int(gone[0])}
+            "unit": unit, "forgotten": gone is not None, "request": None if gone is None else int(gone[0]),
+            "node": None if node is None else node.name, "records": None if node is None else node.records,
+            "record": None if node is None else record_of(node, sample)}
+
+
+def locate_record(store: Store, record: str) -> dict[str, Any]:
+    """:func:`locate_sample` of the record ``NODE:RECORD_ID``, naming the record as given.
+
+    Raises :class:`RecordError` (one line) for text that is not a record, or a record the store does not hold."""
+    sample = record_sample_id(store.manifest(), record)
+    return {**locate_sample(store, sample), "record": record}

@@ -1,0 +1,132 @@
+"""The forget service takes records as their owners know them (``records: ["NODE:RECORD_ID", ...]``): the
+request and its receipt say which records were asked for, a repeated key is the same request, and a record
+the store does not hold is 422 with one line, nothing written."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from fedforget.service.requests_db import SERVICE_DB
+from fedforget.service.schemas import MAX_IDS
+from fedforget.store import Store
+
+from .service_helpers import bearer, client, private_copy, tokens, train_service_store
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    return train_service_store(tmp_path_factory.mktemp("service-records") / "store")
+
+
+@pytest.fixture
+def store(trained, tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDFORGET_SECRETS", str(tmp_path / "secrets"))
+    monkeypatch.delenv("FEDFORGET_RECEIPT_KEY", raising=False)
+    return private_copy(trained, tmp_path)
+
+
+@pytest.fixture
+def tok(store):
+    return tokens(store)
+
+
+def sample_of(store, partition: int, slice_: int = 0, at: int = 0) -> int:  # noqa: ANN001
+    return Store.open(store).manifest()["partitions"][str(partition)][slice_][at]
+
+
+def ledger_specs(store) -> list[dict]:  # noqa: ANN001
+    ledger = Store.open(store).ledger()
+    try:
+        return [spec for _, spec in ledger.request_specs()]
+    finally:
+        ledger.close()
+
+
+def service_rows(store) -> int:  # noqa: ANN001
+    path = store / SERVICE_DB
+    if not path.exists():
+        return 0
+    db = sqlite3.connect(path)
+    try:
+        return db.execute("SELECT COUNT(*) FROM requests").fetchone()[0]
+    finally:
+        db.close()
+
+
+def test_a_record_is_forgotten_and_its_request_and_receipt_name_it(store, tok):
+    c = client(store)
+    sid, other = sample_of(store, 1), sample_of(store, 2)
+    record = f"node-1:{sid}"
+    body = {"idempotency_key": "dsr-r", "records": [record, record], "samples": [other]}
+    first = c.post("/v1/forget-requests", json=body, headers=bearer(tok["forget:write"]))
+    assert first.status_code == 201, first.text
+    data = first.json()
+    assert data["spec"]["records"] == [record] and data["spec"]["samples"] == sorted([sid, other])
+    assert ledger_specs(store) == [{"samples": sorted([sid, other]), "slices": [], "clients": [],
+                                    "records": [record]}]
+    read = c.get(f"/v1/forget-requests/{data['id']}", headers=bearer(tok["status:read"]))
+    assert read.status_code == 200, read.text  # the ledger's spec matches the service's: no 503
+    assert read.json()["receipt"]["request"]["spec"]["records"] == [record]
+    again = c.post("/v1/forget-requests", json={**body, "records": [record]}, headers=bearer(tok["forget:write"]))
+    assert again.status_code == 200 and again.json()["id"] == data["id"]
+    assert service_rows(store) == 1 and len(ledger_specs(store)) == 1
+
+
+def test_a_body_naming_only_records_is_accepted(store, tok):
+    record = f"node-0:{sample_of(store, 0)}"
+    response = client(store).post("/v1/forget-requests", json={"idempotency_key": "r", "records": [record]},
+                                  headers=bearer(tok["forget:write"]))
+    assert response.status_code == 201, response.text
+    assert json.loads(json.dumps(response.json()["spec"]))["records"] == [record]
+
+
+@pytest.mark.parametrize(("records", "needle"), [
+    (["node-1:999999"], "unknown record 'node-1:999999'"),
+    (["node-7:1"], "unknown node 'node-7'"),
+    (["node-1:01"], "without leading zeros"),
+    ("OTHER", "not in node node-1's training data"),  # a row that exists, in node-0
+])
+def test_a_record_the_store_does_not_hold_is_422_one_line_and_nothing_is_written(store, tok, records, needle):
+    if records == "OTHER":
+        records = [f"node-1:{sample_of(store, 0)}"]
+    before = (store / "ledger.sqlite").read_bytes()
+    response = client(store).post("/v1/forget-requests", json={"idempotency_key": "k", "records": records},
+                                  headers=bearer(tok["forget:write"]))
+    assert response.status_code == 422 and needle in response.json()["detail"], response.text
+    assert "\n" not in response.json()["detail"]
+    assert (store / "ledger.sqlite").read_bytes() == before and service_rows(store) == 0
+
+
+@pytest.mark.parametrize(("records", "needle"), [
+    ([17], "body.records.0"),
+    (["node-1"], "body.records.0"),
+    (["node-1:"], "body.records.0"),
+    (["node-1:" + "x" * 400], "body.records.0"),
+    (["nöde:1"], "body.records.0"),
+    ("node-1:1", "body.records"),
+    (["node-1:1"] * (MAX_IDS + 1), "body.records"),
+], ids=["int", "no-colon", "empty-id", "too-long", "bad-node", "not-a-list", "too-many"])
+def test_a_records_field_the_contract_refuses_is_422_naming_it(store, tok, records, needle):
+    response = client(store).post("/v1/forget-requests", json={"idempotency_key": "k", "records": records},
+                                  headers=bearer(tok["forget:write"]))
+    assert response.status_code == 422 and response.json()["detail"].startswith(needle), response.text
+    assert service_rows(store) == 0 and ledger_specs(store) == []
+
+
+def test_records_and_samples_share_the_bound_on_ids(store, tok):
+    body = {"idempotency_key": "k", "records": ["node-1:1"] * (MAX_IDS // 2 + 1), "samples": [1] * (MAX_IDS // 2)}
+    response = client(store).post("/v1/forget-requests", json=body, headers=bearer(tok["forget:write"]))
+    assert response.status_code == 422 and "at most" in response.json()["detail"]
+
+
+def test_a_nodes_table_training_never_writes_is_503_not_a_caller_error(store, tok):
+    c = client(store)
+    Store.open(store).update_manifest(nodes={"0": {"name": "node-0", "records": "public"}})
+    record = f"node-0:{sample_of(store, 0)}"
+    response = c.post("/v1/forget-requests", json={"idempotency_key": "k", "records": [record]},
+                                  headers=bearer(tok["forget:write"]))
+    assert response.status_code == 503 and "partition 1 has no node" in response.json()["detail"], response.text
+    assert service_rows(store) == 0 and ledger_specs(store) == []
