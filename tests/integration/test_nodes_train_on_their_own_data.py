@@ -17,10 +17,12 @@ from fedforget.inprocess import run_in_process
 from fedforget.store import Store
 from fedforget.store.tombstones import add_tombstones
 from fedforget.unlearning.cli import app
+
 from .helpers import served_sha
 
 NODES = 3
 CONFIG = {"task": "digits-mlp", "method": "fedsgt", "num-rounds": 2, "slices-per-client": 2, "chains.groups": 2,
+          "chains.budget": 2,
           "local-epochs": 1}
 
 
@@ -104,7 +106,8 @@ def test_a_node_whose_records_changed_behind_forgets_back_refuses_the_retrain(tr
     edited = copy_data(data, tmp_path / "data")
     drop_record(edited, 2, record_ids(data, 2)[3])  # removed without a forget request
     before = (work / "ledger.sqlite").read_bytes()
-    with pytest.raises(ConfigError, match=f"node {names(2)}.s records changed since training: removed without forget 1"):
+    changed = f"node {names(2)}.s records changed since training: removed without forget 1"
+    with pytest.raises(ConfigError, match=changed):
         train(work, edited, action="retrain")
     assert (work / "ledger.sqlite").read_bytes() == before
 

@@ -11,7 +11,6 @@ from flwr.clientapp import ClientApp
 from fedforget.federation import module_training as chain_client
 from fedforget.federation.node_records import register
 from fedforget.inprocess import run_in_process
-from fedforget.methods.fedavg import client as client_work
 from fedforget.methods.fedshard.costs import speedup_r1, training_cost, unlearning_cost
 from fedforget.methods.fedshard.fairness import fairness_of_store
 from fedforget.methods.fedshard.plan import ShardTree
