@@ -193,9 +193,12 @@ def _replace(path: Path, data: bytes) -> None:
 
 def _run_writer(cfg: RunConfig) -> None:
     """``python -m fedforget.tasks.server_data write`` on this config; its one-line error as ours."""
-    package_root = str(Path(__file__).resolve().parents[2])  # the same fedforget as this process's
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    package_root = str(Path(__file__).resolve().parents[2])
+    if package_root not in {str(Path(p).resolve()) for p in sys.path if p}:
+        # this fedforget came from outside the path (a checkout beside an installed copy): the writer imports it
+        # too; a root already on the path (site-packages) is left where it is, after the standard library
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     try:
         done = subprocess.run([sys.executable, "-m", "fedforget.tasks.server_data", "write"],
                               input=json.dumps(cfg.to_dict()), capture_output=True, text=True, env=env,
