@@ -246,10 +246,10 @@ def _explicit_test(cfg: RunConfig) -> ServerTest:
     except ValueError as exc:  # the reader's refusal (NodeDataError), already one line
         raise ServerTestError(f"run-config 'test-data': {exc}") from None
     ex = records.examples
-    examples = Examples(ex.inputs, ex.labels, torch.arange(len(ex), dtype=torch.int64))
-    num_classes = _declared_classes(cfg) or (int(ex.labels.max()) + 1 if len(ex) else 0)
-    if num_classes < 1:
+    if not len(ex):
         raise ServerTestError(f"run-config 'test-data' {folder} holds no test records; add some or unset it")
+    examples = Examples(ex.inputs, ex.labels, torch.arange(len(ex), dtype=torch.int64))
+    num_classes = _declared_classes(cfg) or int(ex.labels.max()) + 1
     return ServerTest(examples, num_classes, f"test-data {folder}")
 
 
