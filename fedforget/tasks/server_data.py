@@ -193,9 +193,12 @@ def _replace(path: Path, data: bytes) -> None:
 
 def _run_writer(cfg: RunConfig) -> None:
     """``python -m fedforget.tasks.server_data write`` on this config; its one-line error as ours."""
-    package_root = str(Path(__file__).resolve().parents[2])  # the same fedforget as this process's
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    package_root = str(Path(__file__).resolve().parents[2])
+    if package_root not in {str(Path(p).resolve()) for p in sys.path if p}:
+        # this fedforget came from outside the path (a checkout beside an installed copy): the writer imports it
+        # too; a root already on the path (site-packages) is left where it is, after the standard library
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     try:
         done = subprocess.run([sys.executable, "-m", "fedforget.tasks.server_data", "write"],
                               input=json.dumps(cfg.to_dict()), capture_output=True, text=True, env=env,
@@ -243,10 +246,10 @@ def _explicit_test(cfg: RunConfig) -> ServerTest:
     except ValueError as exc:  # the reader's refusal (NodeDataError), already one line
         raise ServerTestError(f"run-config 'test-data': {exc}") from None
     ex = records.examples
-    examples = Examples(ex.inputs, ex.labels, torch.arange(len(ex), dtype=torch.int64))
-    num_classes = _declared_classes(cfg) or (int(ex.labels.max()) + 1 if len(ex) else 0)
-    if num_classes < 1:
+    if not len(ex):
         raise ServerTestError(f"run-config 'test-data' {folder} holds no test records; add some or unset it")
+    examples = Examples(ex.inputs, ex.labels, torch.arange(len(ex), dtype=torch.int64))
+    num_classes = _declared_classes(cfg) or int(ex.labels.max()) + 1
     return ServerTest(examples, num_classes, f"test-data {folder}")
 
 
