@@ -72,10 +72,11 @@ class Traffic:
     payload_up: int = 0
     node_s: float = 0.0
     node_max_s: float = 0.0
+    node_cpu_s: float = 0.0
     #: message type → [calls, serialized bytes both ways]
     types: dict[str, list[int]] = field(default_factory=dict)
 
-    def add(self, msg: Message, reply: Message, seconds: float) -> None:
+    def add(self, msg: Message, reply: Message, seconds: float, cpu_s: float = 0.0) -> None:
         down, up = wire_bytes(msg), wire_bytes(reply)
         self.calls += 1
         self.down += down
@@ -87,6 +88,7 @@ class Traffic:
         self.payload_up += 0 if reply.has_error() else payload_bytes(reply.content)
         self.node_s += seconds
         self.node_max_s = max(self.node_max_s, seconds)
+        self.node_cpu_s += cpu_s
 
     @property
     def total(self) -> int:
@@ -101,9 +103,9 @@ class CountingClient:
     phases: dict[str, Traffic] = field(default_factory=lambda: {REGISTRATION: Traffic(), TRAINING: Traffic()})
 
     def __call__(self, msg: Message, context: Context) -> Message:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         reply = self.app(msg, context)
-        self.phases[phase_of(msg)].add(msg, reply, time.perf_counter() - started)
+        self.phases[phase_of(msg)].add(msg, reply, time.perf_counter() - started, time.process_time() - cpu)
         return reply
 
 
@@ -112,10 +114,12 @@ def ratio(part: float, whole: float) -> float | None:
     return float(f"{part / whole:.4g}") if whole > 0 else None
 
 
-def registration_row(wall_s: float, traffic: Traffic, fed: Federation) -> dict[str, Any]:
-    """One registration's figures: wall, the nodes' and the server's seconds, bytes each way."""
+def registration_row(wall_s: float, traffic: Traffic, fed: Federation, cpu_s: float = 0.0) -> dict[str, Any]:
+    """One registration's figures: wall and CPU seconds, the nodes' and the server's, bytes each way."""
     return {"wall-s": round(wall_s, 3), "nodes-s": round(traffic.node_s, 3),
             "slowest-node-s": round(traffic.node_max_s, 4), "server-s": round(max(0.0, wall_s - traffic.node_s), 3),
+            "cpu-s": round(cpu_s, 3), "nodes-cpu-s": round(traffic.node_cpu_s, 3),
+            "server-cpu-s": round(max(0.0, cpu_s - traffic.node_cpu_s), 3),
             "calls": traffic.calls, "query-bytes": traffic.down, "reply-bytes": traffic.up,
             "bytes": traffic.total, "payload-bytes": traffic.payload_down + traffic.payload_up,
             "federation-reply-bytes": fed.reply_bytes}
@@ -147,9 +151,10 @@ def timed_registration(into: dict[str, Any]) -> Iterator[None]:
     real = driver.register_nodes
 
     def timed(*args: Any, **kwargs: Any) -> Federation:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         fed = real(*args, **kwargs)
-        into["wall-s"], into["federation"] = time.perf_counter() - started, fed
+        into["wall-s"], into["cpu-s"] = time.perf_counter() - started, time.process_time() - cpu
+        into["federation"] = fed
         return fed
 
     driver.register_nodes = timed
@@ -166,16 +171,19 @@ def one_federation(nodes: int, config: dict[str, Any], client_app: ClientApp) ->
     from fedforget.inprocess import InProcessGrid, default_run_config, run_in_process
     from fedforget.tasks.data_access import serving_role
     from fedforget.tasks.plan_memory import remembered_plan
+    from fedforget.tasks.registry import get_task
 
     remembered_plan(parse_run_config({**default_run_config(), **config}), nodes)  # drawn once, before timing
     counter, seen = CountingClient(client_app), {}
-    started = time.perf_counter()
+    load_before = os.getloadavg()[0]
+    started, cpu = time.perf_counter(), time.process_time()
     with quiet_flower(), timed_registration(seen):
         run_in_process(config, nodes, client_app=counter)
-    run_wall = time.perf_counter() - started
-    reg = registration_row(seen["wall-s"], counter.phases[REGISTRATION], seen["federation"])
+    run_wall, run_cpu = time.perf_counter() - started, time.process_time() - cpu
+    reg = registration_row(seen["wall-s"], counter.phases[REGISTRATION], seen["federation"], seen["cpu-s"])
     train = counter.phases[TRAINING]
-    training = {"wall-s": round(run_wall - seen["wall-s"], 3), "nodes-s": round(train.node_s, 3),
+    training = {"wall-s": round(run_wall - seen["wall-s"], 3), "cpu-s": round(run_cpu - seen["cpu-s"], 3),
+                "nodes-s": round(train.node_s, 3),
                 "calls": train.calls, "bytes-down": train.down, "bytes-up": train.up, "bytes": train.total,
                 "payload-bytes": train.payload_down + train.payload_up,
                 "by-message-type": {k: {"calls": c, "bytes": b} for k, (c, b) in sorted(train.types.items())}}
@@ -184,23 +192,27 @@ def one_federation(nodes: int, config: dict[str, Any], client_app: ClientApp) ->
         "registration": reg, "training": training,
         "registration-vs-training": {"wall": ratio(reg["wall-s"], training["wall-s"]),
                                      "server-side": ratio(reg["server-s"], training["wall-s"]),
+                                     "cpu": ratio(reg["cpu-s"], training["cpu-s"]),
                                      "bytes": ratio(reg["bytes"], training["bytes"])},
+        "load-average-1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "with-needs": {},
     }
     row["default-run-projection"] = default_run_projection(nodes, training["by-message-type"], reg["bytes"],
                                                            defaults_of(config))
     cfg = parse_run_config({**default_run_config(), **config})
+    classes = get_task(cfg.task).num_classes or 10  # only checks the labels' range here
     for name, needs in EXTRA_NEEDS.items():
         counter = CountingClient(client_app)
         TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, InProcessGrid.SERVER_NODE_ID, 1
         grid = InProcessGrid(counter, nodes, {**default_run_config(), **config})
         with quiet_flower(), serving_role():
-            started = time.perf_counter()
-            fed = register_nodes(grid, cfg, needs, 10)
-            wall = time.perf_counter() - started
-        extra = registration_row(wall, counter.phases[REGISTRATION], fed)
+            started, cpu = time.perf_counter(), time.process_time()
+            fed = register_nodes(grid, cfg, needs, classes)
+            wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+        extra = registration_row(wall, counter.phases[REGISTRATION], fed, cpu)
         extra["vs-training"] = {"wall": ratio(extra["wall-s"], training["wall-s"]),
                                 "server-side": ratio(extra["server-s"], training["wall-s"]),
+                                "cpu": ratio(extra["cpu-s"], training["cpu-s"]),
                                 "bytes": ratio(extra["bytes"], training["bytes"])}
         row["with-needs"][name] = extra
     return row
@@ -216,6 +228,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     xs = [r["nodes"] for r in rows]
     fig, (ax_s, ax_b) = plt.subplots(1, 2, figsize=(10, 4))
     ax_s.plot(xs, [r["training"]["wall-s"] for r in rows], "k-o", label="training run (after registration)")
+    ax_s.plot(xs, [r["training"]["cpu-s"] for r in rows], "k:", label="training run, CPU seconds")
     ax_s.plot(xs, [r["registration"]["wall-s"] for r in rows], "C0-o", label="registration, in process (nodes serial)")
     ax_s.plot(xs, [r["registration"]["server-s"] for r in rows], "C0--s", label="registration, server's side")
     ax_s.plot(xs, [r["registration"]["slowest-node-s"] for r in rows], "C0:^", label="registration, slowest node")
