@@ -226,7 +226,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
     rows = sorted(report["runs"], key=lambda r: r["nodes"])
     xs = [r["nodes"] for r in rows]
-    fig, (ax_s, ax_b) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (ax_s, ax_b) = plt.subplots(1, 2, figsize=(11, 4.8))
     ax_s.plot(xs, [r["training"]["wall-s"] for r in rows], "k-o", label="training run (after registration)")
     ax_s.plot(xs, [r["training"]["cpu-s"] for r in rows], "k:", label="training run, CPU seconds")
     ax_s.plot(xs, [r["registration"]["wall-s"] for r in rows], "C0-o", label="registration, in process (nodes serial)")
@@ -236,14 +236,16 @@ def plot(report: dict[str, Any], path: Path) -> None:
         ax_s.plot(xs, [r["with-needs"][name]["server-s"] for r in rows], f"C{i}--s",
                   label=f"registration with {name}, server's side")
     ax_s.set_ylabel("seconds")
-    ax_b.plot(xs, [r["training"]["bytes"] for r in rows], "k-o", label="training run")
+    ax_b.plot(xs, [r["training"]["bytes"] for r in rows], "k-o", label="training run (measured)")
+    ax_b.plot(xs, [r["default-run-projection"]["training-bytes"] for r in rows], "k--", alpha=0.6,
+              label="the task's default run (projected: its client-rounds × one train exchange)")
     ax_b.plot(xs, [r["registration"]["bytes"] for r in rows], "C0-o", label="registration")
     for i, name in enumerate(EXTRA_NEEDS, start=1):
         ax_b.plot(xs, [r["with-needs"][name]["bytes"] for r in rows], f"C{i}-o", label=f"registration with {name}")
     for r in rows:
-        ax_b.annotate(f"{100 * r['registration-vs-training']['bytes']:.2g} %", (r["nodes"], r["registration"]["bytes"]),
+        ax_b.annotate(f"{100 * r['registration-vs-training']['bytes']:.3g} %", (r["nodes"], r["registration"]["bytes"]),
                       textcoords="offset points", xytext=(4, -10), fontsize=7, color="C0")
-    ax_b.set_ylabel("bytes on the wire (serialized messages, both ways)")
+    ax_b.set_ylabel("bytes, serialized messages both ways")
     for ax in (ax_s, ax_b):
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -255,7 +257,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
                  f"{cfg['method']} {cfg['num-rounds']} rounds × {cfg['local-epochs']} epoch, "
                  f"fraction-train {cfg['fraction-train']}; in process, {report['machine']['cores']} cores",
                  fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
