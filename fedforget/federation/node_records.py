@@ -140,7 +140,7 @@ def registration(site: ClientSite, query: RegisterQuery) -> Registration:
     gone = load_tombstones(site.state_dir, site.dataset_key)
     deleted = np.asarray(sorted(int(i) for i in samples.tolist() if int(i) in gone), dtype=np.int64)
     if site.data_dir is not None:
-        if query.action == "retrain":
+        if query.action == "retrain" or site.cfg.reference:  # a reference run must not re-register the data
             _check_unchanged(site)
         else:
             mkdir_private(site.state_dir)
