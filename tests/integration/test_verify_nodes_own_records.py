@@ -1,0 +1,83 @@
+"""A store whose nodes hold their own records: in-process verify refuses (it cannot read them) and points at
+`--federation`; a reference run (run-config reference=true) checks the nodes' records as a retrain does and
+leaves what they registered for training untouched, so the store's next retrain still checks against it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from fedforget.core.config import ConfigError
+from fedforget.federation.node_records import REGISTERED
+from fedforget.inprocess import run_in_process
+from fedforget.unlearning.cli import app
+
+NODES = 2
+CONFIG = {"task": "digits-mlp", "method": "fedsgt", "num-rounds": 1, "slices-per-client": 2, "chains.groups": 2,
+          "chains.budget": 2, "local-epochs": 1}
+
+
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory) -> tuple[Path, Path, Path]:
+    root = tmp_path_factory.mktemp("nodes")
+    data = root / "data"
+    result = CliRunner().invoke(app, ["data", "split", "--task", "digits-mlp", "--nodes", str(NODES), "--out",
+                                      str(data), "--train-size", "200"])
+    assert result.exit_code == 0, result.output
+    run(root / "s", data, root / "state")
+    return root / "s", data, root / "state"
+
+
+def run(store: Path, data: Path, state: Path, **extra: object) -> None:
+    run_in_process({**CONFIG, "store": str(store), "test-data": str(data / "server"), **extra}, NODES,
+                   node_configs=[{"data-dir": str(data / f"node-{p}"), "node-name": f"node-{p}",
+                                  "state-dir": str(state / f"node{p}")} for p in range(NODES)])
+
+
+def test_in_process_verify_refuses_a_store_whose_nodes_hold_their_own_records(deployed):
+    store, _, _ = deployed
+    before = tree_bytes(store)
+    for command in (["verify", "--store", str(store)], ["receipt", "1", "--store", str(store)]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2, result.output
+        if command[0] == "verify":
+            assert "node-0, node-1 hold their own records" in result.output
+            assert "--federation" in result.output
+    assert tree_bytes(store) == before
+
+
+def test_a_reference_run_keeps_what_the_nodes_registered_for_training(deployed, tmp_path):
+    store, data, state = deployed
+    registered = [(state / f"node{p}" / REGISTERED) for p in range(NODES)]
+    inodes = [p.stat().st_ino for p in registered]
+    contents = [p.read_bytes() for p in registered]
+    run(tmp_path / "ref", data, state, reference=True)
+    assert [p.stat().st_ino for p in registered] == inodes  # not rewritten
+    assert [p.read_bytes() for p in registered] == contents
+    other = tmp_path / "train"  # negative control: a plain training run re-registers (a new file)
+    shutil.copytree(state, tmp_path / "state2")
+    copied = tmp_path / "state2" / "node0" / REGISTERED
+    inode = copied.stat().st_ino
+    run(other, data, tmp_path / "state2")
+    assert copied.stat().st_ino != inode
+
+
+def test_a_reference_run_refuses_records_changed_behind_forgets_back(deployed, tmp_path):
+    _, data, state = deployed
+    edited = tmp_path / "data"
+    shutil.copytree(data, edited)
+    path = edited / "node-1" / "train.parquet"
+    table = pq.read_table(path)
+    pq.write_table(table.slice(1), path)  # a record removed without a forget request
+    kept = (state / "node1" / REGISTERED).read_bytes()
+    with pytest.raises(ConfigError, match="node-1.s records changed since training: removed without forget 1"):
+        run(tmp_path / "ref", edited, state, reference=True)
+    assert (state / "node1" / REGISTERED).read_bytes() == kept
