@@ -13,10 +13,11 @@ from flwr.supercore import log
 
 from fedforget.core.config import ConfigError, parse_run_config
 from fedforget.federation.messaging import ReliableGrid
+from fedforget.federation.node_data import REGISTERED
 from fedforget.methods.registry import get_method
 from fedforget.store import StoreError
 from fedforget.store.lock import LOCK_FILE, store_run_lock
-from fedforget.store.store import resolve_store_path
+from fedforget.store.store import CLIENTS, resolve_store_path
 from fedforget.tasks.data_access import serving_role
 
 app = ServerApp()
@@ -107,7 +108,18 @@ def main(grid: Grid, context: Context) -> None:
 
 
 def remove_unwritten_store(root: Path) -> None:
-    """Take back the directory a refused training run made for its lock, when that is all it holds."""
-    if root.is_dir() and {p.name for p in root.iterdir()} <= {LOCK_FILE}:
-        (root / LOCK_FILE).unlink(missing_ok=True)
-        root.rmdir()
+    """Take back the directory a refused training run made for its lock, when that is all it holds besides
+    what simulated nodes registered in it (their state dirs live under the store in simulation)."""
+    if not root.is_dir() or not {p.name for p in root.iterdir()} <= {LOCK_FILE, CLIENTS}:
+        return
+    clients = root / CLIENTS
+    states = list(clients.iterdir()) if clients.is_dir() else []
+    if any(not d.is_dir() or {f.name for f in d.iterdir()} - {REGISTERED} for d in states):
+        return
+    for d in states:
+        (d / REGISTERED).unlink(missing_ok=True)
+        d.rmdir()
+    if clients.is_dir():
+        clients.rmdir()
+    (root / LOCK_FILE).unlink(missing_ok=True)
+    root.rmdir()

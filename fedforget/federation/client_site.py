@@ -101,7 +101,7 @@ class ClientSite:
         """This partition's slices of sample ids, fixed at training (deleted ones included)."""
         if self.data_dir is None:
             return remembered_plan(self.cfg, self.num_partitions).slices[self.partition]
-        from fedforget.federation.node_records import local_slices
+        from fedforget.federation.node_data import local_slices
 
         return local_slices(self)
 
@@ -127,6 +127,6 @@ class ClientSite:
 
 def node_data(site: ClientSite) -> TaskData:
     """``site``'s own rows: its records, or its partition of the public set (cached per process)."""
-    from fedforget.federation.node_records import load_node_data
+    from fedforget.federation.node_data import load_node_data
 
     return load_node_data(site)

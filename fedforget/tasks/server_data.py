@@ -193,9 +193,12 @@ def _replace(path: Path, data: bytes) -> None:
 
 def _run_writer(cfg: RunConfig) -> None:
     """``python -m fedforget.tasks.server_data write`` on this config; its one-line error as ours."""
-    package_root = str(Path(__file__).resolve().parents[2])  # the same fedforget as this process's
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    package_root = str(Path(__file__).resolve().parents[2])
+    if package_root not in {str(Path(p).resolve()) for p in sys.path if p}:
+        # this fedforget came from outside the path (a checkout beside an installed copy): the writer imports it
+        # too; a root already on the path (site-packages) is left where it is, after the standard library
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     try:
         done = subprocess.run([sys.executable, "-m", "fedforget.tasks.server_data", "write"],
                               input=json.dumps(cfg.to_dict()), capture_output=True, text=True, env=env,
@@ -233,20 +236,19 @@ def _explicit_test(cfg: RunConfig) -> ServerTest:
     if not folder.is_dir():
         raise ServerTestError(f"run-config 'test-data' is {cfg.test_data!r}, but {folder} is not a directory; "
                               "point it at a directory holding test.parquet or test.csv")
+    num_classes = _declared_classes(cfg)
+    if num_classes <= 0:
+        raise ServerTestError(f"run-config 'test-data' needs a task that fixes its classes; {cfg.task!r} does not")
+    from fedforget.tasks.local_records import encode_rows, read_file_rows
+
     try:
-        from fedforget.tasks.local_records import read_local_records
-    except ImportError:
-        raise ServerTestError("run-config 'test-data' needs fedforget.tasks.local_records, which this install "
-                              "lacks; reinstall fedforget") from None
-    try:
-        records = read_local_records(folder, cfg, SERVER_NODE, split="test")
+        rows = read_file_rows(folder, cfg, SERVER_NODE, num_classes, split="test")
+        inputs = encode_rows(rows, cfg, SERVER_NODE)
     except ValueError as exc:  # the reader's refusal (NodeDataError), already one line
         raise ServerTestError(f"run-config 'test-data': {exc}") from None
-    ex = records.examples
-    examples = Examples(ex.inputs, ex.labels, torch.arange(len(ex), dtype=torch.int64))
-    num_classes = _declared_classes(cfg) or (int(ex.labels.max()) + 1 if len(ex) else 0)
-    if num_classes < 1:
+    if not len(rows.labels):
         raise ServerTestError(f"run-config 'test-data' {folder} holds no test records; add some or unset it")
+    examples = Examples(inputs, torch.from_numpy(rows.labels), torch.arange(len(rows.labels), dtype=torch.int64))
     return ServerTest(examples, num_classes, f"test-data {folder}")
 
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from fedforget.core.config import ConfigError
 from fedforget.core.record_ids import local_sample_id
-from fedforget.federation.node_records import REGISTERED
+from fedforget.federation.node_data import REGISTERED
 from fedforget.inprocess import run_in_process
 from fedforget.store import Store
 from fedforget.store.tombstones import add_tombstones
@@ -39,8 +39,10 @@ def names(p: int) -> str:
     return f"clinic-{p}"
 
 
-def train(store: Path, data: Path, action: str = "train") -> None:
-    run_in_process({**CONFIG, "store": str(store), "action": action, "test-data": str(data / "server")}, NODES,
+def train(store: Path, data: Path, action: str = "train", test: Path | None = None) -> None:
+    """``test``: the server's test set (a retrain passes the one the store was trained with)."""
+    test = test or data / "server"
+    run_in_process({**CONFIG, "store": str(store), "action": action, "test-data": str(test)}, NODES,
                    node_configs=[{"data-dir": str(data / f"node-{p}"), "node-name": names(p)} for p in range(NODES)])
 
 
@@ -87,15 +89,15 @@ def test_forgetting_a_record_by_its_owners_id_then_retraining_equals_training_wi
     drop_record(data_copy := copy_data(data, tmp_path / "data"), 1, record)  # the owner deletes the row too
     for p in range(NODES):  # each node keeps its state dir (the registration, tombstones) with the store
         assert (work / "clients" / str(p) / REGISTERED).is_file()
-    train(work, data_copy, action="retrain")
+    train(work, data_copy, action="retrain", test=data / "server")
 
     reference = tmp_path / "ref"  # from scratch on the remaining data, the slices drawn over the same records
     add_tombstones(reference / "clients" / "1", f"local:{names(1)}", [local_sample_id(names(1), record)])
-    train(reference, data_copy)
+    train(reference, data_copy, test=data / "server")
     assert served_sha(Store.open(work)) == served_sha(Store.open(reference))
 
     kept = tmp_path / "kept"  # negative control: the record still trained on
-    train(kept, data)
+    train(kept, data, test=data / "server")
     assert served_sha(Store.open(kept)) != served_sha(Store.open(work))
 
 
@@ -106,9 +108,9 @@ def test_a_node_whose_records_changed_behind_forgets_back_refuses_the_retrain(tr
     edited = copy_data(data, tmp_path / "data")
     drop_record(edited, 2, record_ids(data, 2)[3])  # removed without a forget request
     before = (work / "ledger.sqlite").read_bytes()
-    changed = f"node {names(2)}.s records changed since training: removed without forget 1"
+    changed = f"node {names(2)} .partition 2. does not hold what trained this store: missing sample"
     with pytest.raises(ConfigError, match=changed):
-        train(work, edited, action="retrain")
+        train(work, edited, action="retrain", test=data / "server")
     assert (work / "ledger.sqlite").read_bytes() == before
 
 

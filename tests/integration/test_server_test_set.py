@@ -101,6 +101,25 @@ def test_the_server_process_never_opens_the_digits_data_set_when_its_copy_exists
     assert _digits_files(seen["all"]) == [] and any(p.endswith(TENSORS) for p in seen["all"])
 
 
+def test_servers_that_start_together_on_an_empty_cache_all_get_the_copy(cache: Path) -> None:
+    script = ("from fedforget.core.config import RunConfig; from fedforget.tasks.server_data import load_server_test; "
+              "print(len(load_server_test(RunConfig(task='digits-mlp')).examples))")
+    env = {**os.environ, "FEDFORGET_CACHE": str(cache)}
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env) for _ in range(3)]
+    try:
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in outs]
+    assert [out.strip() for out, _ in outs] == ["360"] * 3
+    _same(load_server_test(RunConfig(task="digits-mlp")), RunConfig(task="digits-mlp"))
+    assert not [p for p in copy_dir(copy_key(RunConfig(task="digits-mlp"))).iterdir() if p.name.startswith(".")]
+
+
 def _refuse_writer(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(cfg: RunConfig) -> None:
         raise AssertionError("an intact copy was written again")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pandas  # noqa: F401  (parquet round trip)
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
@@ -70,14 +71,15 @@ def test_a_reference_run_keeps_what_the_nodes_registered_for_training(deployed, 
     assert copied.stat().st_ino != inode
 
 
-def test_a_reference_run_refuses_records_changed_behind_forgets_back(deployed, tmp_path):
+def test_a_reference_run_refuses_edited_records_and_keeps_the_registration(deployed, tmp_path):
     _, data, state = deployed
     edited = tmp_path / "data"
     shutil.copytree(data, edited)
     path = edited / "node-1" / "train.parquet"
-    table = pq.read_table(path)
-    pq.write_table(table.slice(1), path)  # a record removed without a forget request
+    table = pq.read_table(path).to_pandas()
+    table.loc[0, "label"] = (int(table.loc[0, "label"]) + 1) % 10  # a record edited behind the store's back
+    table.to_parquet(path, index=False)
     kept = (state / "node1" / REGISTERED).read_bytes()
-    with pytest.raises(ConfigError, match="node-1.s records changed since training: removed without forget 1"):
+    with pytest.raises(ConfigError, match="node-1.s records changed since training: 1 edited"):
         run(tmp_path / "ref", edited, state, reference=True)
     assert (state / "node1" / REGISTERED).read_bytes() == kept

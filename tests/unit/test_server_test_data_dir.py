@@ -78,6 +78,16 @@ def test_records_the_reader_refuses_are_refused_in_one_line(tmp_path: Path, reco
     assert str(err.value) == "run-config 'test-data': node 'server': test.csv has no column 'label'; add it"
 
 
+def test_a_test_data_directory_without_test_records_is_refused_in_one_line(tmp_path: Path, records: list,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    empty = Examples((torch.zeros(0, 64),), torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64))
+    monkeypatch.setattr(sys.modules["fedforget.tasks.local_records"], "read_local_records",
+                        lambda *a, **k: types.SimpleNamespace(record_ids=[], examples=empty, digests={}))
+    with pytest.raises(ServerTestError) as err:
+        load_server_test(RunConfig(task="digits-mlp").with_keys({"test-data": str(tmp_path)}))
+    assert "holds no test records" in str(err.value) and "\n" not in str(err.value)
+
+
 def test_safe_token_caches_of_test_data_are_named_by_their_rows() -> None:
     from fedforget.methods.safe.serve import _tokens_kind
     from fedforget.tasks.server_data import ServerTest
