@@ -7,7 +7,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import pandas  # noqa: F401  (parquet round trip)
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
