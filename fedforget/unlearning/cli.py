@@ -312,9 +312,10 @@ def retrain(store: StoreOpt, federation: FederationOpt = "local-simulation", as_
 def verified(handle: Store, federation: str, verbose: bool, as_json: bool, include_all: bool = False,
              what: str = "retraining from scratch as the reference") -> dict:
     """``verify``'s report: the reference in process, or through ``federation`` (its failure exits 1)."""
-    from fedforget.unlearning.verify import verify_store
+    from fedforget.unlearning.verify import refuse_in_process, verify_store
 
     if not federation:
+        refuse_in_process(handle.manifest())  # before the progress line: the refusal is the one line printed
         return reference_run(lambda: verify_store(handle, include_all=include_all), verbose, what)
     from fedforget.unlearning.verify_federation import ReferenceFailed, verify_through
 
