@@ -278,6 +278,7 @@ def _receipt_checks(deployment: Compose, request: int, connection: str) -> None:
     signed = json.loads(deployment.exec("fedforget", "receipt", str(request), "--store", STORE, "--federation",
                                         connection, "--json", timeout=RUN_TIMEOUT).stdout)
     assert signed["request"]["id"] == request and signed["verify"]["exact"]
+    assert signed["verify"]["federation"] == connection and signed["verify"]["held"]["equal"]
     path = f"{STORE}/receipts/request-{request}.json"
     checked = json.loads(deployment.exec("fedforget", "receipt", "--check", path, "--json").stdout)
     assert checked["valid"] and checked["request"] == request

@@ -82,3 +82,45 @@ def test_a_reference_run_refuses_edited_records_and_keeps_the_registration(deplo
     with pytest.raises(ConfigError, match="node-1.s records changed since training: 1 edited"):
         run(tmp_path / "ref", edited, state, reference=True)
     assert (state / "node1" / REGISTERED).read_bytes() == kept
+
+
+def test_verify_and_receipt_through_the_nodes_once_the_request_reached_them(deployed, tmp_path, monkeypatch):
+    """`--federation` end to end with the Flower run played in process by the same nodes (their state dirs):
+    refused while the forget has not reached node-1, exact after the retrain delivered it, and the receipt
+    names the federation its reference was trained through."""
+    import json
+
+    from flwr.common.config import parse_config_args
+
+    from fedforget.unlearning import verify_federation
+
+    source, data, state = deployed
+    store, nodes = tmp_path / "s", tmp_path / "state"
+    shutil.copytree(source, store)
+    shutil.copytree(state, nodes)
+
+    def flwr_run(federation, run_config, store_dir, console):  # noqa: ANN001, ANN202
+        assert federation == "fake"
+        config = parse_config_args([run_config])
+        assert config["action"] == "train" and config["reference"] is True
+        run(Path(store_dir), data, nodes, **{k: v for k, v in config.items() if k not in ("test-data",)})
+        return 0, Path(store_dir) / "flwr-run.log"
+
+    monkeypatch.setattr(verify_federation, "flwr_run", flwr_run)
+    record = pq.read_table(data / "node-1" / "train.parquet").column("record_id").to_pylist()[3]
+    cli = CliRunner()
+    assert cli.invoke(app, ["forget", "--store", str(store), "--record", f"node-1:{record}"]).exit_code == 0
+    pending = cli.invoke(app, ["verify", "--store", str(store), "--federation", "fake"])
+    assert pending.exit_code == 2 and "#1 (partition(s) 1) have not reached the nodes" in pending.output
+
+    run(store, data, nodes, action="retrain")
+    registered = (nodes / "node1" / REGISTERED).stat().st_ino
+    verdict = cli.invoke(app, ["verify", "--store", str(store), "--federation", "fake", "--json"])
+    assert verdict.exit_code == 0, verdict.output
+    report = json.loads(verdict.stdout)
+    assert report["exact"] and report["held"]["equal"] and report["federation"] == "fake"
+    assert not (store / verify_federation.SCRATCH).exists()
+    assert (nodes / "node1" / REGISTERED).stat().st_ino == registered
+    signed = cli.invoke(app, ["receipt", "1", "--store", str(store), "--federation", "fake", "--json"])
+    assert signed.exit_code == 0, signed.output
+    assert json.loads(signed.stdout)["verify"]["federation"] == "fake"
