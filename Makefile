@@ -93,7 +93,7 @@ bench: setup
 bench-ops: setup
 	@$(ACTIVATE) && python benchmarks/crash_campaign.py && python benchmarks/ops_concurrency.py \
 		&& python benchmarks/ops_tls_cost.py && python benchmarks/ops_node_recovery.py \
-		&& python benchmarks/many_clients.py
+		&& python benchmarks/many_clients.py && python benchmarks/registration_cost.py
 
 clean-runs:
 	rm -rf runs

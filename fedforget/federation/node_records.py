@@ -92,16 +92,11 @@ def registration(site: ClientSite, query: RegisterQuery) -> Registration:
 
 
 def _labels(site: ClientSite, samples: np.ndarray) -> np.ndarray:
-    """Each sample's label; -1 where a deleted record's row is gone (only a node's own data loses rows)."""
+    """Each sample's label; -1 where a deleted record's row is gone (only a node's own data loses rows: a
+    public-set node's rows are its whole plan, deleted ones included)."""
     train = site.data.train
     row_of = {int(g): r for r, g in enumerate(train.ids.tolist())}
     all_labels = train.labels.numpy()
-    if site.data_dir is None:  # the public set keeps every row: labels as the plan was drawn over them
-        from fedforget.tasks.registry import load_task_data
-
-        whole = load_task_data(site.cfg).train
-        row_of = {int(g): r for r, g in enumerate(whole.ids.tolist())}
-        all_labels = whole.labels.numpy()
     return np.asarray([int(all_labels[row_of[int(s)]]) if int(s) in row_of else -1 for s in samples.tolist()],
                       dtype=np.int64)
 

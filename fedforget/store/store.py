@@ -36,6 +36,9 @@ METADATA_KEY = "fedforget"
 #: The manifest fields training writes once and every later step reads (task, config, partitions, backbone):
 #: their fingerprint goes into the ledger, so a hand edit of the manifest is caught (``store.check``).
 IDENTITY_FIELDS = ("task", "method", "config", "seed", "num-partitions", "partitions", "backbone")
+#: Identity fields a store has only since nodes register what they hold: pinned when present, so a store
+#: written before them keeps its identity.
+REGISTERED_FIELDS = ("nodes", "class-counts")
 #: A safetensors header larger than this is not one of ours (the header length is read from the file).
 MAX_HEADER_BYTES = 16 * 2**20
 #: No artifact is larger (the largest real one, a full project-trained backbone copy, is a few hundred MB): a file
@@ -209,7 +212,7 @@ class Store:
         data = self.manifest()
         data.update(fields)
         atomic_write_json(self.root / MANIFEST, data)
-        if any(k in fields for k in IDENTITY_FIELDS):
+        if any(k in fields for k in (*IDENTITY_FIELDS, *REGISTERED_FIELDS)):
             ledger = self.ledger()
             try:
                 ledger.set_meta("manifest-identity", self.manifest_identity(data))
@@ -220,6 +223,7 @@ class Store:
     def manifest_identity(manifest: dict[str, Any]) -> str:
         """The sha256 of the manifest's identity fields (canonical JSON), as the ledger records it."""
         identity = {k: manifest.get(k) for k in IDENTITY_FIELDS}
+        identity.update({k: manifest[k] for k in REGISTERED_FIELDS if k in manifest})
         return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
 
     def append_metrics(self, record: dict[str, Any]) -> None:

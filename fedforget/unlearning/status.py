@@ -147,7 +147,8 @@ def print_status(status: dict[str, Any], console: Console, show_artifacts: bool 
     index = status.get("index")
     if index:
         console.print(f"data {index['samples']} samples in {index['slices']} slices of {index['clients']} clients · "
-                      "`fedforget samples --client N` lists a client's, `fedforget locate --sample ID` finds one",
+                      "`fedforget samples --client N` lists a client's, `fedforget locate --sample ID` finds one "
+                      "(`--record NODE:RECORD_ID` for a record as its node knows it)",
                       soft_wrap=True)
     for request, a in status.get("acknowledgements", {}).items():
         console.print(f"request #{request}: clients acknowledged deletion {a['acknowledged'] or '—'}"

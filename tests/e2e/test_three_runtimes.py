@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +17,9 @@ from ..integration.helpers import finished_store, flwr_run_config, served_sha, t
 pytestmark = pytest.mark.e2e
 
 NODES = 3
+#: The file scikit-learn ships the digits in: both splits' rows, which only nodes may open.
+DIGITS_FILE = "digits.csv.gz"
+AUDIT = Path(__file__).with_name("open_audit")
 CONFIG = {"task": "digits-mlp", "num-rounds": 2, "lr": 0.02, "local-epochs": 2, "seed": 11}
 
 
@@ -41,13 +47,23 @@ def test_flwr_run_with_a_bad_value_names_the_key_and_writes_no_store(tmp_path, s
     assert not store.exists()
 
 
-def test_loopback_deployment_matches_the_in_process_run(tmp_path, in_process_sha):
-    store = tmp_path / "s"
+def test_loopback_deployment_matches_the_in_process_run_and_its_server_opens_no_training_file(
+        tmp_path, in_process_sha, monkeypatch):
+    store, opened = tmp_path / "s", tmp_path / "opened.jsonl"
+    monkeypatch.setenv("FEDFORGET_OPEN_AUDIT", str(opened))  # every process of the deployment logs its opens
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(AUDIT), os.environ.get("PYTHONPATH", "")]))
     with loopback_deployment(tmp_path / "deploy", NODES) as fed:
         proc = fed.flwr_run(flwr_run_config(CONFIG, store), timeout=900)
     result = finished_store(proc, store)
     assert served_sha(result) == in_process_sha
     assert result.manifest()["num-partitions"] == NODES
+
+    rows = [json.loads(line) for line in opened.read_text().splitlines()]
+    training = [(argv, path) for _, argv, path in rows if Path(path).name == DIGITS_FILE]
+    assert any("flwr-clientapp" in argv for argv, _ in training), "the nodes' reads were not seen: the audit is blind"
+    server = [path for _, argv, path in rows if "flwr-serverapp" in argv]
+    assert server, "no ServerApp process was seen"
+    assert not [p for p in server if Path(p).name == DIGITS_FILE]
 
 
 def test_a_different_seed_does_not_match(tmp_path, in_process_sha):

@@ -128,3 +128,20 @@ def test_a_node_with_an_unreadable_data_dir_is_named_in_the_refusal(split, tmp_p
         run_in_process({**CONFIG, "store": str(tmp_path / "s"), "test-data": str(split / "server")}, NODES,
                        node_configs=configs)
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("field", ["nodes", "class-counts"])
+def test_an_edited_registration_in_the_manifest_is_refused_by_every_command(trained, tmp_path, field):
+    import json
+
+    store, _ = trained
+    work = tmp_path / "s"
+    shutil.copytree(store, work)
+    manifest = json.loads((work / "manifest.json").read_text())
+    if field == "nodes":
+        manifest["nodes"]["1"]["name"] = "impostor"
+    else:
+        manifest["class-counts"] = {"0": [1] * 10}
+    (work / "manifest.json").write_text(json.dumps(manifest))
+    result = CliRunner().invoke(app, ["status", "--store", str(work)])
+    assert result.exit_code == 1 and "manifest.json was edited after training" in result.output

@@ -26,7 +26,10 @@ def _tensors(record: ArrayRecord) -> dict[str, torch.Tensor]:
 
 
 def _evaluate_share(site: ClientSite, model: torch.nn.Module) -> dict[str, float]:
-    """Accuracy and loss of ``model`` on this client's share of the test split."""
+    """Accuracy and loss of ``model`` on this client's share of the public test split, or on its own test
+    records (a node with its own data, which may hold none)."""
+    if site.data_dir is not None:
+        return evaluate(model, site.data.test.inputs, site.data.test.labels)
     share = local_test_share(site.data, site.partition, site.num_partitions, site.cfg.seed)
     return evaluate(model, share.inputs, share.labels)
 

@@ -36,14 +36,20 @@ def whole_train_split(cfg: RunConfig) -> Examples:
     return get_task(cfg.task).load_data(dataclasses.replace(cfg, train_size=WHOLE_SPLIT)).train
 
 
-def safe_shard_ids(cfg: RunConfig, used: Collection[int], whole: Examples | None = None) -> list[int]:
+def safe_shard_ids(cfg: RunConfig, used: Collection[int] | None = None, whole: Examples | None = None) -> list[int]:
     """The run's safe-shard ids, drawn from the rows no node registered (``used``: the nodes' sample ids);
     a :class:`ConfigError` if the task has too few rows the run leaves unused.
 
-    ``whole``: the task's whole training split when the caller has it loaded already.
+    ``used`` None: the run's rows of the public set, as ``fedforget run`` checks a config before submitting
+    it (a node's read: refused inside the ServerApp). ``whole``: the task's whole training split when the
+    caller has it loaded already.
     """
     if cfg.safe.shard <= 0:
         return []
+    if used is None:
+        from fedforget.tasks.registry import load_task_data
+
+        used = load_task_data(cfg).train.ids.tolist()
     pool = (whole if whole is not None else whole_train_split(cfg)).ids.tolist()
     return draw_safe_shard(pool, used, cfg.safe.shard, shard_seed(cfg.seed, cfg.task))
 
