@@ -16,8 +16,12 @@ CONTAINERS ?= 1
 # `make deploy-up TLS=1 AUTH=1`: TLS on the SuperLink and SuperNode authentication (AUTH implies TLS)
 TLS ?= 0
 AUTH ?= 0
+# `make deploy-up`: each SuperNode trains on its own records in $(DATA)/node-<p> (deploy/data.sh writes them
+# once with `fedforget data split`); the ServerApp evaluates on $(DATA)/server. DATA= : the public set instead
+DATA ?= .deploy/data
+DEPLOY_NODES ?= 3
 
-.PHONY: setup demo test test-fast lint lint-deploy deploy-up deploy-down deploy-status bench bench-ops clean-runs docker-e2e
+.PHONY: setup demo test test-fast lint lint-deploy deploy-up deploy-data deploy-down deploy-status bench bench-ops clean-runs docker-e2e
 
 setup:
 	@bash tools/setup.sh
@@ -67,7 +71,13 @@ lint-deploy: setup
 	@$(ACTIVATE) && python -m pytest -q tests/unit/test_deploy_files.py
 
 deploy-up: setup
-	@$(ACTIVATE) && FEDFORGET_DEPLOY_TLS=$(TLS) FEDFORGET_DEPLOY_AUTH=$(AUTH) deploy/loopback.sh up
+	@$(ACTIVATE) && if [ -n "$(DATA)" ]; then bash deploy/data.sh "$(DATA)" $(DEPLOY_NODES); fi \
+		&& FEDFORGET_DEPLOY_TLS=$(TLS) FEDFORGET_DEPLOY_AUTH=$(AUTH) FEDFORGET_DEPLOY_DATA="$(DATA)" \
+		FEDFORGET_DEPLOY_NODES=$(DEPLOY_NODES) deploy/loopback.sh up
+
+# each SuperNode's own data for the compose topology and `make deploy-up` (deploy/data.sh)
+deploy-data: setup
+	@$(ACTIVATE) && bash deploy/data.sh "$(DATA)" $(DEPLOY_NODES)
 
 deploy-down:
 	@bash deploy/loopback.sh down

@@ -9,6 +9,9 @@
 # FEDFORGET_DEPLOY_AUTH=1: SuperNode authentication (keys from deploy/keys.sh in $DIR/keys, each
 # registered with the SuperLink before its SuperNode starts); flwr requires TLS for it, so AUTH
 # implies TLS. `make deploy-up TLS=1 AUTH=1` sets both.
+# FEDFORGET_DEPLOY_DATA=DIR: each SuperNode p trains on its own records, DIR/node-<p> (deploy/data.sh writes
+# them; --node-config data-dir=DIR/node-<p> node-name=node-<p>); the ServerApp then evaluates on DIR/server
+# (run-config test-data). Unset: each SuperNode draws its partition of the shipped task's public set.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DIR=${FEDFORGET_DEPLOY_DIR:-$ROOT/.deploy}
@@ -16,6 +19,7 @@ PORT=${FEDFORGET_DEPLOY_PORT:-39200}
 NODES=${FEDFORGET_DEPLOY_NODES:-3}
 NODE_PORT_BASE=${FEDFORGET_DEPLOY_NODE_PORT_BASE:-$((PORT + 10))}
 AUTH=${FEDFORGET_DEPLOY_AUTH:-0}
+DATA=${FEDFORGET_DEPLOY_DATA:-}
 TLS=${FEDFORGET_DEPLOY_TLS:-$AUTH}
 [ "$AUTH" = 1 ] && TLS=1
 PYTHON=${PYTHON:-python3}
@@ -52,6 +56,7 @@ up() {
   [ "$AUTH" = 1 ] && { register_keys || exit 1; }
   for i in $(seq 0 $((NODES - 1))); do start_supernode "$i"; done
   wait_activated "$NODES" || { echo "deploy: only $(activated) of $NODES supernodes registered; see $DIR/*.log" >&2; exit 1; }
+  [ -n "$DATA" ] && echo "deploy: each supernode trains on its own records ($DATA/node-<p>); run with test-data=\"$(cd "$DATA" && pwd)/server\""
   echo "deploy: superlink on 127.0.0.1:$PORT ($([ "$TLS" = 1 ] && echo TLS || echo insecure)$([ "$AUTH" = 1 ] \
     && echo ', node auth')), $NODES supernodes online (logs and state in $DIR; flwr connection: $DIR/home-cli)"
 }
@@ -59,13 +64,17 @@ up() {
 # Start SuperNode $1 (partition $1, state dir $DIR/node$1, Runtime API port NODE_PORT_BASE+$1) in its own
 # session; a restart reuses the partition, state dir and key, and the SuperLink gives it a new node id.
 start_supernode() {
-  local i=$1 node_tls=(--insecure) auth=()
+  local i=$1 node_tls=(--insecure) auth=() own=""
   [ "$TLS" = 1 ] && node_tls=(--root-certificates "$DIR/certs/ca.crt")
   [ "$AUTH" = 1 ] && auth=(--auth-supernode-private-key "$DIR/keys/supernode-$i")
   mkdir -p -m 700 "$DIR/node$i"
+  if [ -n "$DATA" ]; then
+    [ -d "$DATA/node-$i" ] || { echo "deploy: $DATA/node-$i is not a directory; run deploy/data.sh $DATA $NODES" >&2; exit 2; }
+    own=" data-dir=\"$(cd "$DATA/node-$i" && pwd)\" node-name=\"node-$i\""
+  fi
   FLWR_HOME="$DIR/home-node$i" setsid flower-supernode "${node_tls[@]}" "${auth[@]}" --superlink "127.0.0.1:$PORT" \
     --host 127.0.0.1 --port $((NODE_PORT_BASE + i)) \
-    --node-config "partition-id=$i num-partitions=$NODES state-dir=\"$DIR/node$i\"" \
+    --node-config "partition-id=$i num-partitions=$NODES state-dir=\"$DIR/node$i\"$own" \
     >>"$DIR/supernode$i.log" 2>&1 < /dev/null &
   echo $! > "$DIR/supernode$i.pid"
 }

@@ -164,9 +164,10 @@ def simulation_federation(home: Path, num_nodes: int) -> Iterator[FlowerHome]:
 
 @contextmanager
 def loopback_deployment(folder: Path, num_nodes: int, ready_timeout: float = 120.0, tls: bool = False,
-                        auth: bool = False) -> Iterator[LoopbackDeployment]:
+                        auth: bool = False, data_dir: Path | None = None) -> Iterator[LoopbackDeployment]:
     """One SuperLink and ``num_nodes`` SuperNodes as processes on 127.0.0.1 (deploy/loopback.sh);
-    ``tls``: TLS with a private CA, ``auth``: SuperNode authentication (implies TLS)."""
+    ``tls``: TLS with a private CA, ``auth``: SuperNode authentication (implies TLS); ``data_dir``: each
+    SuperNode p trains on its own records in ``data_dir/node-<p>`` (``fedforget data split``'s layout)."""
     folder.mkdir(parents=True, exist_ok=True)
     port = free_port_block(num_nodes + 11)
     home = folder / "cli-home"
@@ -180,7 +181,7 @@ def loopback_deployment(folder: Path, num_nodes: int, ready_timeout: float = 120
     env = _base_env(home)
     env.update({"FEDFORGET_DEPLOY_DIR": str(folder / "deploy"), "FEDFORGET_DEPLOY_PORT": str(port),
                 "FEDFORGET_DEPLOY_NODES": str(num_nodes), "FEDFORGET_DEPLOY_TLS": str(int(tls)),
-                "FEDFORGET_DEPLOY_AUTH": str(int(auth))})
+                "FEDFORGET_DEPLOY_AUTH": str(int(auth)), "FEDFORGET_DEPLOY_DATA": str(data_dir or "")})
     script = str(app_dir() / LOOPBACK_SCRIPT)
     fed = LoopbackDeployment(home, "deploy", env, folder / "deploy", script)
     try:

@@ -7,8 +7,10 @@
 #    pullable; otherwise built from deploy/flwr-standin/Dockerfile (Flower's layout: uid 49999, /app,
 #    /python/venv, same entrypoints) on a Debian root filesystem made with debootstrap and `docker
 #    import`ed, and tagged with the official names so docker-compose.yml runs unchanged.
-# 2. fedforget:latest from deploy/Dockerfile; pip inside the build reads a wheelhouse prepared here
-#    (`pip download`, through this host's pip configuration) with PIP_NO_INDEX=1.
+# 2. fedforget:latest (the SuperNodes' ClientApp image, target node) and fedforget-server:latest (the ServerApp
+#    executor and the coordinator, target server: no training data) from deploy/Dockerfile; pip inside the
+#    build reads a wheelhouse prepared here (`pip download`, through this host's pip configuration) with
+#    PIP_NO_INDEX=1. The second build reuses the first one's layers.
 # The debootstrap and the wheelhouse download run at the same time (both mostly wait on the network).
 # Idempotent: a stand-in image that exists is not rebuilt; the project image is rebuilt whenever what it
 # is built from changed (its label fedforget.source holds their hash: a stale image would test old code),
@@ -106,25 +108,33 @@ source_key() {
   } | sha256sum | cut -c1-16
 }
 
+PROJECT_IMAGES="fedforget:latest fedforget-server:latest"
+
 project_current() {
-  [ "$(docker image inspect -f '{{index .Config.Labels "fedforget.source"}}' fedforget:latest 2>/dev/null)" \
-    = "$(source_key)" ]
+  local image key; key=$(source_key)
+  for image in $PROJECT_IMAGES; do
+    [ "$(docker image inspect -f '{{index .Config.Labels "fedforget.source"}}' "$image" 2>/dev/null)" = "$key" ] \
+      || return 1
+  done
 }
 
 project() {
-  local t0; t0=$(date +%s)
-  say "building fedforget:latest from deploy/Dockerfile (offline wheelhouse)"
-  build -f "$ROOT/deploy/Dockerfile" --build-arg PIP_NO_INDEX=1 --build-arg WITH_FMNIST=0 \
-    --build-arg "FLWR_VERSION=$FLWR_VERSION" --label "fedforget.source=$(source_key)" -t fedforget:latest "$ROOT"
+  local t0 key target; t0=$(date +%s); key=$(source_key)
+  say "building fedforget:latest (node) and fedforget-server:latest (server) from deploy/Dockerfile (offline wheelhouse)"
+  for target in node server; do
+    build -f "$ROOT/deploy/Dockerfile" --target "$target" --build-arg PIP_NO_INDEX=1 --build-arg WITH_FMNIST=0 \
+      --build-arg "FLWR_VERSION=$FLWR_VERSION" --label "fedforget.source=$key" \
+      -t "$([ "$target" = node ] && echo fedforget:latest || echo fedforget-server:latest)" "$ROOT"
+  done
   took "fedforget:latest ($(docker image inspect -f '{{.Size}}' fedforget:latest | awk '{printf "%.2f GB", $1/1e9}'))" "$t0"
 }
 
 docker info >/dev/null 2>&1 || die "no Docker engine answers; start dockerd first (tools/docker_engine.sh)" 2
 need_standins=0; need_project=0
 if standins_missing; then pulled || need_standins=1; else say "flwr images $FLWR_VERSION present"; fi
-if ! have fedforget:latest; then need_project=1
+if ! have fedforget:latest || ! have fedforget-server:latest; then need_project=1
 elif ! project_current || [ "${FEDFORGET_REBUILD:-0}" = 1 ]; then need_project=1; say "fedforget:latest is older than the source"
-else say "fedforget:latest present and current"; fi
+else say "fedforget:latest and fedforget-server:latest present and current"; fi
 if [ "$need_standins$need_project" != 00 ]; then
   if [ "$need_standins" = 1 ]; then
     rootfs & pid=$!

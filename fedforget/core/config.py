@@ -130,6 +130,9 @@ class RunConfig(ConfigTable):
     test_data: str = option("")
     round_timeout: float = option(900.0, positive=True)
     action: str = option("train", choices=ACTIONS)
+    #: a from-scratch reference run of `fedforget verify --federation`: nodes with their own records check them
+    #: as at a retrain and keep what they registered for training (the real store's next retrain checks it)
+    reference: bool = option(False)
     #: each group's typed keys, in :data:`TABLES` order (any left out take their defaults)
     tables: tuple[ConfigTable, ...] = ()
 

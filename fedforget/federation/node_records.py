@@ -60,15 +60,18 @@ def _check_unedited(site: ClientSite) -> None:
 
 def registration(site: ClientSite, query: RegisterQuery) -> Registration:
     """This node's registration: sample ids, slices, deletions, and labels or class counts when asked."""
+    # a reference run of `verify --federation` trains anew on what the node registered for the store: it registers
+    # as at a retrain and keeps the registration the store's next retrain checks
+    retraining = query.action == "retrain" or site.cfg.reference
     if site.data_dir is not None:
-        if query.action == "retrain":
+        if retraining:
             _check_unedited(site)
         else:  # what it trains on from now on: the plan is drawn over these, whatever later leaves the file
             mkdir_private(site.state_dir)
             atomic_write_json(site.state_dir / REGISTERED, {"node": site.name, "held": held_now(site),
                                                             "digests": _digests(site)})
     slices = site.held_slices()
-    if site.data_dir is not None and query.action == "retrain":  # report what it holds now, in the plan's slices
+    if site.data_dir is not None and retraining:  # report what it holds now, in the plan's slices
         now = set(held_now(site))
         planned = {i for s in slices for i in s}
         slices = [[i for i in s if i in now] for s in slices]

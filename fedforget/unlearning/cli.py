@@ -42,6 +42,9 @@ FederationOpt = Annotated[str, typer.Option(help="SuperLink connection in $FLWR_
                                             envvar="FEDFORGET_FEDERATION")]
 RunConfigOpt = Annotated[str, typer.Option("--run-config", help="Flower run config, e.g. \"task='digits-mlp'\".")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show the from-scratch reference run's log.")]
+ReferenceFederationOpt = Annotated[str, typer.Option(
+    "--federation", help="Train the from-scratch reference through this SuperLink connection (the deployed nodes, "
+    "which hold their own records) instead of in process.")]
 
 
 def reference_run(work, verbose: bool, what: str = "retraining from scratch as the reference"):  # noqa: ANN001, ANN201
@@ -306,21 +309,37 @@ def retrain(store: StoreOpt, federation: FederationOpt = "local-simulation", as_
                       f"artifact(s), accuracy {acc}")
 
 
+def verified(handle: Store, federation: str, verbose: bool, as_json: bool, include_all: bool = False,
+             what: str = "retraining from scratch as the reference") -> dict:
+    """``verify``'s report: the reference in process, or through ``federation`` (its failure exits 1)."""
+    from fedforget.unlearning.verify import refuse_in_process, verify_store
+
+    if not federation:
+        refuse_in_process(handle.manifest())  # before the progress line: the refusal is the one line printed
+        return reference_run(lambda: verify_store(handle, include_all=include_all), verbose, what)
+    from fedforget.unlearning.verify_federation import ReferenceFailed, verify_through
+
+    try:
+        return verify_through(handle, federation, run_console(as_json), include_all=include_all)
+    except ReferenceFailed as exc:
+        fail(str(exc), code=1)
+
+
 @app.command()
 def verify(
     store: StoreOpt,
     include_all: Annotated[bool, typer.Option("--all", help="Also compare artifacts that are not served.")] = False,
+    federation: ReferenceFederationOpt = "",
     verbose: VerboseOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Retrain from scratch (in process) on the data minus everything forgotten, as the reference; compare
-    what is served with it bit for bit (-v shows the reference run's log)."""
+    """Retrain from scratch on the data minus everything forgotten, as the reference (in process, or through
+    the nodes with --federation); compare what is served with it bit for bit (-v shows the reference run's log)."""
     from fedforget.tasks.server_data import ServerTestError
-    from fedforget.unlearning.verify import verify_store
 
     handle = open_store(store)
     try:
-        result = reference_run(lambda: verify_store(handle, include_all=include_all), verbose)
+        result = verified(handle, federation, verbose, as_json, include_all=include_all)
     except (StoreError, LedgerUsageError, ServerTestError) as exc:
         fail(str(exc))
     if as_json:
@@ -504,6 +523,7 @@ def receipt(
     public_key: Annotated[str, typer.Option("--public-key", help="PEM key to check against (default: the "
                                             "coordinator's, see the docs' Erasure and receipts page).")] = "",
     skip_verify: Annotated[bool, typer.Option("--no-verify", help="Do not run `verify` into the receipt.")] = False,
+    federation: ReferenceFederationOpt = "",
     new_key: Annotated[bool, typer.Option("--new-key", help="Make a new receipt key (the old one is lost or may "
                                           "have been read); earlier receipts then check only with the old public "
                                           "key, kept beside the new key. Pass it alone.")] = False,
@@ -523,17 +543,15 @@ def receipt(
         return
     if request is None or not store:
         fail("name a request and its store (`fedforget receipt 1 --store runs/x`), or --check FILE")
-    from fedforget.unlearning.verify import verify_store
-
     handle = open_store(store, writes="receipt")
     known_request(handle, request)  # before the key and the from-scratch training of `verify`
     try:
         load_or_create_key(handle.root)  # a key problem is told before the from-scratch training of `verify`
-        verified = None
+        report = None
         if not skip_verify:
-            verified = reference_run(lambda: verify_store(handle), verbose,
-                                     "verify: retraining from scratch as the reference")
-        signed, out = issue_receipt(handle, request, verified)  # written 0600, whole or not at all
+            report = verified(handle, federation, verbose, as_json,
+                              what="verify: retraining from scratch as the reference")
+        signed, out = issue_receipt(handle, request, report)  # written 0600, whole or not at all
     except (StoreError, LedgerUsageError, ReceiptKeyError, ValueError) as exc:
         fail(str(exc))
     except OSError as exc:

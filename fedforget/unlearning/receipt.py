@@ -316,7 +316,10 @@ def build_receipt(store: Store, request: int, verify_result: dict[str, Any] | No
             k: verify_result.get(k) for k in ("exact", "served", "served_equal", "forgotten_samples", "dp_covered",
                                               "not_checked", "files", "serving_plan", "reason")} | {
             "outputs_equal": (verify_result.get("outputs") or {}).get("equal"),
-            "served_sha256": sorted(c["sha256"] for c in verify_result.get("compared", []) if c["served"])},
+            "served_sha256": sorted(c["sha256"] for c in verify_result.get("compared", []) if c["served"])} | (
+            # the reference was trained by the nodes of this federation (absent: in process)
+            {"federation": verify_result["federation"], "held": verify_result.get("held")}
+            if "federation" in verify_result else {}),
     }
 
 

