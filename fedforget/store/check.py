@@ -169,8 +169,8 @@ def _check_ledger(store: Store, ledger: Ledger, manifest: dict[str, Any] | None,
     if manifest is not None:
         recorded = ledger.get_meta("manifest-identity")
         if recorded is not None and recorded != store.manifest_identity(manifest):
-            out.problems.append("manifest.json was edited after training: its task, config, partitions, nodes or backbone "
-                                "no longer match what the ledger recorded")
+            out.problems.append("manifest.json was edited after training: its task, config, partitions, nodes or "
+                                "backbone no longer match what the ledger recorded")
         _check_backbone(store, manifest, out)
     check_artifact_rows(store, ledger, out)
     counts = dict(db.execute("SELECT request, COUNT(*) FROM forgotten GROUP BY request").fetchall())
