@@ -19,7 +19,6 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedforget.federation.control_messages import PARTITION_KEY as PARTITION_KEY  # re-exported: replies name it
-from fedforget.federation.control_messages import MalformedMessage, PartitionInfo, partition_queries
 from fedforget.federation.message_types import CHAIN, FORGET
 
 POLL_SECONDS = 0.05
@@ -170,43 +169,6 @@ class ReliableGrid(Grid):
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
         return send_with_retries(self.inner, list(messages), timeout if timeout is not None else float("inf"))
-
-
-def discover_partitions(grid: Grid, timeout: float) -> dict[int, int]:
-    """Map partition id → node id with a ``query`` round (node ids are random per run).
-
-    Waits until every one of the ``num-partitions`` partitions the nodes report has a node.
-    """
-    deadline = time.monotonic() + timeout
-    found: dict[int, int] = {}
-    expected: int | None = None
-    asked: set[int] = set()
-    while True:
-        new_nodes = [n for n in grid.get_node_ids() if n not in asked]
-        if new_nodes:
-            query = partition_queries(sorted(new_nodes))
-            for reply in exchange(grid, query, max(1.0, deadline - time.monotonic())):
-                try:
-                    info = PartitionInfo.from_record(reply.content)
-                except MalformedMessage as exc:
-                    raise NodeFailure(f"node {reply.metadata.src_node_id} answered the partition query "
-                                      f"with a malformed reply: {exc}") from None
-                pid, num = info.partition, info.num_partitions
-                if expected is not None and num != expected:
-                    raise NodeFailure(f"nodes disagree on num-partitions ({expected} vs {num})")
-                expected = num
-                if pid in found and found[pid] != reply.metadata.src_node_id:
-                    raise NodeFailure(f"two nodes claim partition {pid}; give each SuperNode its own partition-id")
-                found[pid] = reply.metadata.src_node_id
-            asked.update(new_nodes)
-        if expected is not None and len(found) == expected:
-            if sorted(found) != list(range(expected)):
-                raise NodeFailure(f"partition ids {sorted(found)} are not 0..{expected - 1}")
-            return found
-        if time.monotonic() > deadline:
-            have = "none" if expected is None else f"{len(found)} of {expected}"
-            raise NodeFailure(f"timed out waiting for nodes: partitions seen {have}")
-        time.sleep(0.2)
 
 
 def to_record(arrays: dict[str, np.ndarray]) -> ArrayRecord:

@@ -129,9 +129,9 @@ def federation_from(replies: Mapping[int, tuple[int, Registration]], slices_per_
         if reg.records not in (PUBLIC_RECORDS, LOCAL_RECORDS):
             raise ConfigError(f"{who} numbers its records {reg.records!r}, not {PUBLIC_RECORDS} or {LOCAL_RECORDS}")
         ids = reg.samples.tolist()
-        if len(set(ids)) != len(ids):
-            twice = {i for i in ids if ids.count(i) > 1} if len(ids) < 10_000 else set()
-            raise ConfigError(f"{who} registered a sample id twice ({_shown(twice) or 'several'})")
+        values, counts = np.unique(reg.samples, return_counts=True)
+        if (counts > 1).any():
+            raise ConfigError(f"{who} registered a sample id twice ({_shown(values[counts > 1].tolist())})")
         bad_slices = reg.slices[(reg.slices < 0) | (reg.slices >= slices_per_client)]
         if len(bad_slices):
             raise ConfigError(f"{who} put samples in slice {int(bad_slices[0])}, outside 0..{slices_per_client - 1}")
@@ -187,12 +187,3 @@ def check_against_manifest(fed: Federation, manifest: Mapping[str, object], forg
                                                                             ("missing sample(s)", missing)) if ids)
             raise ConfigError(f"{who} does not hold what trained this store: {what}; only `fedforget forget` may "
                               "remove a record, and new records need a new run")
-
-
-def class_counts_from_labels(labels: Mapping[int, Mapping[int, int]], num_classes: int) -> dict[int, list[int]]:
-    """Per-partition class counts of registered labels (deleted records' lost labels left out)."""
-    out = {}
-    for p, by_id in labels.items():
-        values = np.asarray([y for y in by_id.values() if y >= 0], dtype=np.int64)
-        out[p] = np.bincount(values, minlength=num_classes).astype(int).tolist()
-    return out
