@@ -27,7 +27,12 @@ class Service:
     """Store, service.db, tokens, the served-model cache and the metrics of one running service."""
 
     def __init__(self, store_root: Path) -> None:
+        from fedforget.store.log_adopt import adopt_log
+        from fedforget.unlearning.log_signer import act_as_coordinator
+
+        act_as_coordinator()
         self.store = Store.open(store_root)
+        self.adopted = adopt_log(self.store) if check_store(self.store).ok else False
         self.full_check = os.environ.get(CHECK_ENV, "") == "full"
         self.watch = StoreWatch(self.store)
         self.check()

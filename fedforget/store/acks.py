@@ -27,7 +27,7 @@ COPIES_MARK = "copies_up_to_request"
 def record_acks(ledger: Ledger, deleted: dict[int, int], copies_up_to: int | None = None) -> dict[str, Any]:
     """Partitions in ``deleted`` confirmed every forgotten sample they hold (as of now) and, when
     ``copies_up_to`` is given, dropped their copies of the artifacts purged up to that request."""
-    with ledger.transaction() as db:
+    with ledger.transaction("acks") as db:
         row = db.execute("SELECT value FROM meta WHERE key=?", (ACKS,)).fetchone()
         acks = json.loads(row[0]) if row else {}
         for partition, n in sorted(deleted.items()):

@@ -172,12 +172,32 @@ def _check_ledger(store: Store, ledger: Ledger, manifest: dict[str, Any] | None,
             out.problems.append("manifest.json was edited after training: its task, config, partitions, nodes or "
                                 "backbone no longer match what the ledger recorded")
         _check_backbone(store, manifest, out)
+    out.problems += ledger_log_problems(store, db)
     check_artifact_rows(store, ledger, out)
     counts = dict(db.execute("SELECT request, COUNT(*) FROM forgotten GROUP BY request").fetchall())
     check_requests(db, out, counts)
     check_serving(store, ledger, out)
     if manifest is not None:
         out.problems += index_problems(db, manifest)
+
+
+def ledger_log_problems(store: Store, db: sqlite3.Connection) -> list[str]:
+    """The log and every table it covers agree (``fedforget.store.log_check``), and the log is the one the
+    coordinator last signed for this store (``fedforget.store.log_record``)."""
+    from fedforget.store.log import has_log, head_signer
+    from fedforget.store.log_check import log_problems
+    from fedforget.store.log_record import record_problems, recorded_size
+
+    signer = head_signer()
+    trusted = None
+    if signer is not None:
+        def trusted(public: bytes) -> bool:
+            return signer.trusts(public) is not False
+    recorded = recorded_size(store.root)
+    if not has_log(db):
+        return record_problems(store.root, None, 0, {}, has_log=False)
+    problems, log = log_problems(db, trusted, extra_sizes={recorded} if recorded else set())
+    return problems + record_problems(store.root, log.log_id, log.size, log.roots, has_log=True)
 
 
 def sound_tables(db: sqlite3.Connection) -> str | None:

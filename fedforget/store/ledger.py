@@ -22,7 +22,16 @@ from typing import Any
 from fedforget.core.serving_plans import compute_serving
 from fedforget.store.crash import CRASH_ENV as CRASH_ENV  # re-exported for tests
 from fedforget.store.crash import crash_point
+from fedforget.store.log import LOG_SCHEMA, LogWriter
 from fedforget.store.purge import PURGE_SCHEMA, record_purges
+from fedforget.store.record_commitments import (
+    RECORD_NAMES_SCHEMA,
+    commitment,
+    commitments_of,
+    draw_openings,
+    keep_openings,
+    migrate_raw_names,
+)
 
 LEDGER = "ledger.sqlite"
 #: ``rule(db, request) -> invalidated artifacts``, run inside a forget request's transaction.
@@ -49,7 +58,7 @@ CREATE TABLE IF NOT EXISTS forgotten(sample INTEGER PRIMARY KEY, unit TEXT NOT N
 CREATE INDEX IF NOT EXISTS forgotten_by_unit ON forgotten(unit, request);
 CREATE TABLE IF NOT EXISTS retrains(id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL,
     watermark INTEGER NOT NULL, rebuilt TEXT NOT NULL);
-""" + PURGE_SCHEMA
+""" + PURGE_SCHEMA + LOG_SCHEMA + RECORD_NAMES_SCHEMA
 
 
 #: Where a usage error points to find what to forget (the CLI commands that read the sample index).
@@ -88,6 +97,9 @@ class ForgetResult:
     purged: dict[str, Any] = field(default_factory=dict)
     #: the records the request named (``NODE:RECORD_ID`` → sample id), filled in by the coordinator
     records: dict[str, int] = field(default_factory=dict)
+    #: each named record's opening (name, key, commitment): handed to the requester, scrubbed from the store
+    #: once the request is complete
+    openings: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"request": self.request, "new-samples": self.new_samples, "already-forgotten": self.already,
@@ -95,7 +107,7 @@ class ForgetResult:
                 "affected-groups": self.affected.get("groups", []),
                 "affected-sequences": self.affected.get("sequences", []),
                 "latency-ms": self.latency_ms, "no-op": self.request is None, "purged": self.purged,
-                "records": dict(self.records),
+                "records": dict(self.records), "record-openings": list(self.openings),
                 **{k: v for k, v in self.affected.items() if k not in ("groups", "sequences")}}  # a method's own detail
 
 
@@ -123,19 +135,27 @@ class Ledger:
             self.db.close()
             raise sqlite3.DatabaseError("it holds no fedforget tables")
         self.db.executescript(SCHEMA)
+        self.log = LogWriter(self.db, before_adoption=migrate_raw_names)
 
     def close(self) -> None:
         self.db.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self, kind: str = "update", **fields: Any) -> Iterator[sqlite3.Connection]:
+        """One write transaction, and its log entry (``kind`` and ``fields`` say what happened; the rows it
+        wrote are caught by the log): both commit, or neither."""
         self.db.execute("BEGIN IMMEDIATE")
         try:
+            self.log.begin(kind, fields)
             yield self.db
+            self.log.finish()
         except BaseException:
-            self.db.execute("ROLLBACK")
+            self.log.abandon()
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
             raise
         self.db.execute("COMMIT")
+        self.log.committed(self.path.parent)
 
     @contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
@@ -154,10 +174,13 @@ class Ledger:
         return json.loads(row[0]) if row else default
 
     def _set_meta(self, db: sqlite3.Connection, key: str, value: Any) -> None:
-        db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", (key, json.dumps(value, sort_keys=True)))
+        text = json.dumps(value, sort_keys=True)
+        row = db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        if row is None or row[0] != text:  # an unchanged value writes nothing (and logs nothing)
+            db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", (key, text))
 
     def set_meta(self, key: str, value: Any) -> None:
-        with self.transaction() as db:
+        with self.transaction("meta", key=key) as db:
             self._set_meta(db, key, value)
 
     # -- set-up by a training run -------------------------------------------------------------
@@ -172,13 +195,15 @@ class Ledger:
             if db.execute("SELECT 1 FROM requests LIMIT 1").fetchone() is not None:
                 return False
             tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+            self.log.catching = False
             for table in tables:
                 db.execute(f'DELETE FROM "{table.replace(chr(34), chr(34) * 2)}"')
+            self.log.restart()
         return True
 
     def load_samples(self, slices: dict[int, list[list[int]]]) -> None:
         """The sample → unit index of a partition plan (``slices[partition][slice] -> ids``)."""
-        with self.transaction() as db:
+        with self.transaction("samples", partitions=len(slices)) as db:
             for partition, parts in sorted(slices.items()):
                 for s, ids in enumerate(parts):
                     unit = f"{partition}:{s}"
@@ -186,7 +211,7 @@ class Ledger:
                     db.executemany("INSERT OR REPLACE INTO samples VALUES(?, ?)", ((int(i), unit) for i in ids))
 
     def set_plan(self, plan: dict[str, Any]) -> None:
-        with self.transaction() as db:
+        with self.transaction("plan") as db:
             self._set_meta(db, "plan", plan)
 
     def plan(self) -> dict[str, Any] | None:
@@ -201,7 +226,7 @@ class Ledger:
         deletes its bytes when it finishes (:func:`~fedforget.store.purge.finish_pending_purges`).
         """
         units = sorted(set(lineage))
-        with self.transaction() as db:
+        with self.transaction("artifact", artifact=artifact) as db:
             db.execute("DELETE FROM lineage WHERE artifact=?", (artifact,))
             db.executemany("INSERT INTO lineage VALUES(?, ?)", ((u, artifact) for u in units))
             stale = db.execute(
@@ -218,7 +243,7 @@ class Ledger:
 
     def refresh_serving(self) -> dict[str, Any]:
         """Recompute the serving plan from the valid artifacts (after training or retraining)."""
-        with self.transaction() as db:
+        with self.transaction("serving") as db:
             return self._refresh_serving(db)
 
     def _refresh_serving(self, db: sqlite3.Connection) -> dict[str, Any]:
@@ -344,12 +369,15 @@ class Ledger:
                 return ForgetResult(None, 0, [], [], serving, (clock() - start) * 1000.0,
                                     already=len(samples))
             spec: dict[str, list[Any]] = {"samples": samples, "slices": slices, "clients": clients}
-            if records:
-                spec["records"] = sorted(set(records))
+            opened = draw_openings(records)
+            if records:  # keyed commitments: the raw names stay in record_names until the request is complete
+                spec["records"] = commitments_of(opened)
             kind = "client" if clients else "slice" if slices else "sample"
             cur = db.execute("INSERT INTO requests(at, kind, spec, samples, units, invalidated, latency_ms) "
                              "VALUES(?, ?, ?, 0, '[]', '[]', 0)", (time.time(), kind, json.dumps(spec)))
             request = int(cur.lastrowid)
+            self.log.name("forget", request=request)
+            keep_openings(db, request, opened)
             crash_point("forget:request-row")
             db.executemany("INSERT INTO forgotten VALUES(?, ?, ?)", ((s, found[s], request) for s in new_samples))
             before = db.total_changes
@@ -372,7 +400,9 @@ class Ledger:
                        (count, json.dumps(touched), json.dumps(invalidated), latency, request))
             crash_point("forget:before-commit")
         return ForgetResult(request, count, touched, invalidated, serving, latency,
-                            already=len(samples) - len(new_samples))
+                            already=len(samples) - len(new_samples),
+                            openings=[{"record": n, "key": k, "commitment": commitment(k, n)}
+                                      for n, k in sorted(opened.items())])
 
     def _resolve_samples(self, db: sqlite3.Connection, samples: list[int]) -> dict[int, str]:
         found: dict[int, str] = {}
@@ -442,7 +472,7 @@ class Ledger:
     # -- retraining ---------------------------------------------------------------------------
     def finish_retrain(self, watermark: int, rebuilt: list[str]) -> dict[str, Any]:
         """Record that clients dropped every request up to ``watermark`` and invalid artifacts were rebuilt."""
-        with self.transaction() as db:
+        with self.transaction("retrain", watermark=int(watermark)) as db:
             db.execute("INSERT INTO retrains(at, watermark, rebuilt) VALUES(?, ?, ?)",
                        (time.time(), watermark, json.dumps(rebuilt)))
             serving = self._refresh_serving(db)

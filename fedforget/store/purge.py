@@ -232,7 +232,7 @@ def complete_purges(store: Any, check: bool = False, by_content: bool = False,
     redact_training_values(store.root, span, dry_run=False)
     ledger = store.ledger()
     try:
-        with ledger.transaction() as tx:
+        with ledger.transaction("purge") as tx:
             if _has_table(tx):  # only the rows read above: a stale artifact recorded since is still to delete
                 tx.executemany("UPDATE purged SET done=1 WHERE artifact=? AND sha256=? AND done=0", seen)
             ledger._set_meta(tx, "purge-done-request", ledger.last_request())

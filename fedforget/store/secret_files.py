@@ -20,6 +20,7 @@ from pathlib import Path
 from fedforget.store.atomic import fsync_dir
 from fedforget.store.bounded_read import read_bounded
 
+SECRETS_ENV = "FEDFORGET_SECRETS"
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
 #: No secret comes near this (a PEM key is about 120 bytes); a path to a device or a huge file is refused.
@@ -82,3 +83,11 @@ def create_once(path: Path, data: bytes, accept: Callable[[bytes], bool] = lambd
         os.unlink(tmp)
     fsync_dir(path.parent)
     return data
+
+
+def secrets_dir() -> Path:
+    """The coordinator's secrets directory: ``$FEDFORGET_SECRETS``, else ``${XDG_CONFIG_HOME:-~/.config}/fedforget``."""
+    if os.environ.get(SECRETS_ENV):
+        return Path(os.path.expanduser(os.environ[SECRETS_ENV]))
+    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(config) / "fedforget"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any
@@ -78,6 +79,9 @@ def open_store(path: str, writes: str | None = None) -> Store:
     exit 2 when the path is not a readable store, exit 1 when the store is not what it claims (tampered,
     corrupt, half-applied); nothing is written either way. ``writes`` names a command that must write to
     the store: a store it cannot write (read-only mount, no permission) exits 2 with one line first."""
+    from fedforget.unlearning.log_signer import act_as_coordinator
+
+    act_as_coordinator()
     try:
         handle = Store.open(from_cwd(path))
     except StoreError as exc:
@@ -87,10 +91,14 @@ def open_store(path: str, writes: str | None = None) -> Store:
         fail(check.summary())
     if check.refusals:
         fail(check.summary(), code=BROKEN_STORE_EXIT)
-    if writes is not None:
-        blocked = unwritable_path(handle.root)
-        if blocked is not None:
-            fail(read_only_message(handle.root, writes, f"{blocked} is not writable"))
+    blocked = unwritable_path(handle.root)
+    if writes is not None and blocked is not None:
+        fail(read_only_message(handle.root, writes, f"{blocked} is not writable"))
+    if blocked is None:
+        from fedforget.store.log_adopt import ADOPTED, adopt_log
+
+        if adopt_log(handle):
+            print(f"fedforget: {ADOPTED}", file=sys.stderr)
     return handle
 
 

@@ -38,6 +38,9 @@ def forget_request(store: Store, samples: Sequence[int] = (), slices: Sequence[s
     ``audit_before`` measures the membership-inference audit on the model served *before* this
     request, between the commit and the purge: the only moment both that model and the request exist.
     """
+    from fedforget.unlearning.log_signer import act_as_coordinator
+
+    act_as_coordinator()
     manifest = store.manifest()
     named: dict[str, int] = {}
     if records:

@@ -37,7 +37,8 @@ from fedforget.core.strict_json import DuplicateKey, no_duplicate_keys
 from fedforget.store import Store
 from fedforget.store.bounded_read import UnreadableFile, read_bounded
 from fedforget.store.ledger import LedgerUsageError
-from fedforget.store.secret_files import create_once, open_to_others
+from fedforget.store.secret_files import SECRETS_ENV as SECRETS_ENV
+from fedforget.store.secret_files import create_once, open_to_others, secrets_dir
 from fedforget.unlearning.receipt_ledger import DIGEST_FIELD, ledger_state
 
 FORMAT = "fedforget-receipt/1"
@@ -56,16 +57,7 @@ class ReceiptKeyError(ValueError):
     """The coordinator's key cannot be used as it is (open to others, unreadable); the operator must fix it."""
 
 
-SECRETS_ENV = "FEDFORGET_SECRETS"
 _told_legacy: set[Path] = set()
-
-
-def secrets_dir() -> Path:
-    """The coordinator's secrets directory: ``$FEDFORGET_SECRETS``, else ``${XDG_CONFIG_HOME:-~/.config}/fedforget``."""
-    if os.environ.get(SECRETS_ENV):
-        return Path(os.path.expanduser(os.environ[SECRETS_ENV]))
-    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(config) / "fedforget"
 
 
 def legacy_key_path() -> Path | None:

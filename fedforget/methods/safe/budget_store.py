@@ -25,7 +25,7 @@ def set_dp_exposure(ledger: Ledger, artifact: str, units: Sequence[str], k: int)
     """Record a (re)trained adapter's DP exposure; its counter restarts at the samples forgotten from
     that exposure by requests newer than the artifact's watermark (those it still saw)."""
     ledger.db.executescript(SCHEMA)
-    with ledger.transaction() as db:
+    with ledger.transaction("dp-exposure", artifact=artifact) as db:
         db.execute("DELETE FROM dp_exposure WHERE artifact=?", (artifact,))
         db.executemany("INSERT INTO dp_exposure VALUES(?, ?)", ((u, artifact) for u in units))
         watermark = db.execute("SELECT watermark FROM artifacts WHERE artifact=?", (artifact,)).fetchone()[0]

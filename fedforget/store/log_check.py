@@ -1,0 +1,218 @@
+"""Does the ledger say what its log says? Replays the log and compares, in one pass over the entries.
+
+- the entries are whole and in order: positions 0, 1, 2, ... with no gap, each entry's ``prev`` is the leaf
+  hash of the one before and its stored leaf hash is the hash of its bytes (an edited, deleted, inserted or
+  reordered entry breaks this at that point);
+- every head's root is the Merkle root of the entries under it, the newest head's signature holds (with the
+  coordinator's key when this machine has it), and every coordinator entry (a forget, a receipt) is under a
+  signed head: a training run's entries may wait for the next head, a forget may not;
+- replaying every entry's rows rebuilds each logged table row for row: a row edited, deleted or added behind
+  the log's back, a table dropped or added, differs;
+- raw record names kept for a request open to the commitments its logged spec holds.
+
+Cost: linear in the log (the logged tables are small: artifacts, lineage, requests, purges, meta), never in
+the sample index, which :mod:`fedforget.store.index_check` compares with the fingerprinted manifest.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sqlite3
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fedforget.store.log import COORDINATOR_KINDS, HEAD_FORMAT, _quoted, canonical, logged_tables
+from fedforget.store.merkle import Frontier, leaf_hash
+
+#: A problem quotes at most this much of a row.
+SHOWN = 160
+
+
+@dataclass
+class Replay:
+    """What a pass over the log found: its size and frontier, and the rows it wrote, by table."""
+
+    size: int = 0
+    frontier: Frontier = field(default_factory=Frontier)
+    tables: dict[str, Counter] = field(default_factory=dict)
+    #: position → the entry's kind (coordinator-only kinds must be signed)
+    kinds: dict[int, str] = field(default_factory=dict)
+    #: head size → the root the entries under it give
+    roots: dict[int, str] = field(default_factory=dict)
+    log_id: str | None = None
+    last_leaf: str | None = None
+    adopted: bool = False
+    #: request id → the record commitments its forget entry logged
+    commitments: dict[int, set[str]] = field(default_factory=dict)
+
+
+def _row_key(values: Iterable[Any]) -> str:
+    return json.dumps(list(values), separators=(",", ":"), ensure_ascii=False)
+
+
+def replay(rows: Iterable[tuple[int, str, str]], head_sizes: set[int], problems: list[str],
+           into: Replay | None = None) -> Replay:
+    """Walk entries ``(seq, entry, leaf)`` in order (continuing ``into``), noting the first break."""
+    out = into or Replay()
+    for seq, text, leaf in rows:
+        if seq != out.size:
+            problems.append(f"the ledger's log lost or reordered entries: entry {seq} where {out.size} belongs")
+            return out
+        data = text.encode("utf-8")
+        computed = leaf_hash(data)
+        if computed.hex() != leaf:
+            problems.append(f"the ledger's log entry {seq} was edited (its hash is not its stored leaf hash)")
+            return out
+        try:
+            entry = json.loads(text)
+            if not isinstance(entry, dict) or canonical(entry) != data:
+                raise ValueError("not canonical")
+        except ValueError:
+            problems.append(f"the ledger's log entry {seq} is not an entry")
+            return out
+        if entry.get("seq") != seq or entry.get("prev") != out.last_leaf:
+            problems.append(f"the ledger's log entry {seq} does not follow entry {seq - 1}")
+            return out
+        if seq == 0:
+            out.log_id = leaf
+            out.adopted = bool(entry.get("adopted"))
+        elif entry.get("kind") == "genesis":
+            problems.append(f"the ledger's log entry {seq} starts a second log")
+            return out
+        out.kinds[seq] = str(entry.get("kind"))
+        for item in entry.get("rows") or []:
+            try:
+                table, op, values = item
+                bucket = out.tables.setdefault(str(table), Counter())
+                bucket[_row_key(values)] += 1 if op == "+" else -1
+            except (TypeError, ValueError):
+                problems.append(f"the ledger's log entry {seq} holds a malformed row")
+                return out
+        if entry.get("kind") == "forget" and isinstance(entry.get("request"), int):
+            out.commitments[int(entry["request"])] = _commitments(entry.get("rows") or [])
+        out.frontier.append(computed)
+        out.last_leaf = leaf
+        out.size += 1
+        if out.size in head_sizes:
+            out.roots[out.size] = out.frontier.root().hex()
+    return out
+
+
+def _commitments(rows: list[Any]) -> set[str]:
+    """The record commitments a forget entry's request row holds in its spec."""
+    out: set[str] = set()
+    for item in rows:
+        if isinstance(item, list) and len(item) == 3 and item[0] == "requests" and item[1] == "+":
+            try:
+                spec = json.loads(item[2][3])
+                out.update(str(c) for c in spec.get("records") or [])
+            except (ValueError, TypeError, IndexError, AttributeError):
+                continue
+    return out
+
+
+def compare_tables(db: sqlite3.Connection, expected: dict[str, Counter], problems: list[str]) -> None:
+    """Each logged table holds exactly the rows the log wrote into it."""
+    tables = logged_tables(db)
+    for table in tables:
+        want = {k: n for k, n in expected.get(table, Counter()).items() if n}
+        have = Counter(_row_key(row) for row in db.execute(f"SELECT * FROM {_quoted(table)}"))
+        if have == want:
+            continue
+        extra = sorted(k for k in have if have[k] > want.get(k, 0))
+        lost = sorted(k for k in want if want[k] > have.get(k, 0))
+        if extra:
+            problems.append(f"the ledger's {table} table holds a row its log never wrote: {extra[0][:SHOWN]}")
+        if lost:
+            problems.append(f"the ledger's {table} table lost a row its log wrote: {lost[0][:SHOWN]}")
+    for table in sorted(set(expected) - set(tables)):
+        if any(expected[table].values()):
+            problems.append(f"the ledger lost its {table} table, which its log wrote rows into")
+
+
+def check_heads(db: sqlite3.Connection, log: Replay, problems: list[str],
+                trusted: Callable[[bytes], bool] | None) -> dict[str, Any] | None:
+    """Every head's root is the log's, the newest head's signature holds, coordinator entries are signed.
+    ``trusted(public_key)`` says whether a key is the coordinator's (None: this machine does not know it).
+    Returns the newest head."""
+    newest = None
+    for size, text in db.execute("SELECT size, head FROM log_heads ORDER BY size"):
+        try:
+            head = json.loads(text)
+            root = head["root"]
+        except (ValueError, TypeError, KeyError):
+            problems.append(f"the ledger's log head at {size} entries is not a head")
+            continue
+        if head.get("size") != size or head.get("log") != log.log_id or head.get("format") != HEAD_FORMAT:
+            problems.append(f"the ledger's log head at {size} entries names another log or size")
+        elif size > log.size:
+            problems.append(f"the ledger's log was cut back: a signed head covers {size} entries, the log holds "
+                            f"{log.size}")
+        elif log.roots.get(size) != root:
+            problems.append(f"the ledger's log under the head at {size} entries is not the log that was signed")
+        newest = head
+    if newest is not None and not _signed(newest, trusted):
+        problems.append(f"the ledger's newest log head ({newest.get('size')} entries) is not signed by the "
+                        "coordinator's key")
+    covered = int(newest["size"]) if newest is not None and isinstance(newest.get("size"), int) else 0
+    late = [seq for seq, kind in log.kinds.items() if kind in COORDINATOR_KINDS and seq >= covered]
+    if late:
+        problems.append(f"the ledger's log entry {late[0]} ({log.kinds[late[0]]}) is under no signed head: the "
+                        "coordinator signs its own entries when it writes them")
+    return newest
+
+
+def _signed(head: dict[str, Any], trusted: Callable[[bytes], bool] | None) -> bool:
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    try:
+        sig = head["signature"]
+        public = base64.b64decode(str(sig["public_key"]), validate=True)
+        value = base64.b64decode(str(sig["value"]), validate=True)
+        body = {k: v for k, v in head.items() if k != "signature"}
+        Ed25519PublicKey.from_public_bytes(public).verify(value, canonical(body))
+    except (InvalidSignature, ValueError, TypeError, KeyError):
+        return False
+    return trusted is None or trusted(public)
+
+
+def check_frontier(db: sqlite3.Connection, log: Replay, problems: list[str]) -> None:
+    row = db.execute("SELECT value FROM log_state WHERE key='frontier'").fetchone()
+    try:
+        stored = Frontier.from_json(json.loads(row[0])) if row else Frontier()
+    except (ValueError, TypeError):
+        stored = None
+    if stored is None or stored.size != log.size or stored.nodes != log.frontier.nodes:
+        problems.append("the ledger's log frontier is not the log's")
+
+
+def check_record_names(db: sqlite3.Connection, log: Replay, problems: list[str]) -> None:
+    """Each kept raw record name opens to a commitment its request's logged spec holds."""
+    from fedforget.store.record_commitments import commitment
+
+    if db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='record_names'").fetchone() is None:
+        return
+    for request, name, key in db.execute("SELECT request, record, key FROM record_names"):
+        if commitment(str(key), str(name)) not in log.commitments.get(int(request), set()):
+            problems.append(f"the ledger keeps a record name for request {request} that its log does not commit to")
+            return
+
+
+def log_problems(db: sqlite3.Connection, trusted: Callable[[bytes], bool] | None = None,
+                 extra_sizes: set[int] = frozenset()) -> tuple[list[str], Replay]:
+    """Every problem of the ledger's log and of the tables it covers (inside the caller's read transaction);
+    the replay also holds the root at every head's size and at ``extra_sizes``."""
+    problems: list[str] = []
+    heads = {int(r[0]) for r in db.execute("SELECT size FROM log_heads")} | set(extra_sizes)
+    log = replay(db.execute("SELECT seq, entry, leaf FROM log ORDER BY seq"), heads, problems)
+    if problems:
+        return problems, log
+    check_frontier(db, log, problems)
+    check_heads(db, log, problems, trusted)
+    compare_tables(db, log.tables, problems)
+    check_record_names(db, log, problems)
+    return problems, log

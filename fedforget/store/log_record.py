@@ -1,0 +1,88 @@
+"""Where the coordinator records each head it signs, outside the store: what makes a rollback visible.
+
+A store copied back from a backup, or its log cut back, is a store whose every file agrees with itself; only
+something kept elsewhere can tell. Each signing writes ``<secrets>/logs/<sha256 of the store's path>.json``
+(owner-only, like the signing key): the store's path, its log's id, the size and root of the head, and whether
+a forget request lay under it. The store check compares the log with it: the log must still hold that many
+entries with that root (the log only grows), and a store whose log is another one at that path must not
+hide forget requests the coordinator signed. The record only grows: concurrent coordinators take its lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from fedforget.store.atomic import atomic_write_json
+from fedforget.store.bounded_read import read_bounded
+from fedforget.store.secret_files import mkdir_private, secrets_dir
+
+MAX_RECORD_BYTES = 64 * 2**10
+
+
+def record_path(store_root: Path) -> Path:
+    where = os.path.realpath(store_root)
+    return secrets_dir() / "logs" / f"{hashlib.sha256(where.encode()).hexdigest()[:32]}.json"
+
+
+def read_record(store_root: Path) -> dict[str, Any] | None:
+    """The last head the coordinator recorded for the store at this path (None: none recorded here)."""
+    path = record_path(store_root)
+    try:
+        data = json.loads(read_bounded(path, MAX_RECORD_BYTES, "log record").decode("utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {"unreadable": str(path)}
+    return data if isinstance(data, dict) else {"unreadable": str(path)}
+
+
+def write_record(store_root: Path, head: dict[str, Any], requests: bool) -> None:
+    """Record ``head`` for the store (unless a larger one of the same log is recorded already)."""
+    path = record_path(store_root)
+    mkdir_private(path.parent)
+    lock = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        old = read_record(store_root)
+        if old and old.get("log") == head["log"] and int(old.get("size", 0)) >= int(head["size"]):
+            return
+        atomic_write_json(path, {"store": os.path.realpath(store_root), "log": head["log"], "size": head["size"],
+                                 "root": head["root"], "at": head["at"],
+                                 "requests": bool(requests or (old or {}).get("log") == head["log"]
+                                                  and (old or {}).get("requests"))})
+    finally:
+        os.close(lock)
+
+
+def record_problems(store_root: Path, log_id: str | None, size: int, root_at: dict[int, str],
+                    has_log: bool) -> list[str]:
+    """What the record kept outside the store says is wrong with this store's log (``root_at``: size → root of
+    the log's first ``size`` entries, for the sizes :func:`recorded_size` names)."""
+    record = read_record(store_root)
+    if record is None:
+        return []
+    if "unreadable" in record:
+        return [f"the coordinator's record of this store's log ({record['unreadable']}) is unreadable; restore it "
+                "or remove it"]
+    if not has_log or record.get("log") != log_id:
+        if record.get("requests"):
+            return ["the ledger's log is not the one the coordinator signed for this store (it recorded a log with "
+                    "forget requests here): the store was replaced or rolled back"]
+        return []
+    want = int(record.get("size", 0))
+    if size < want:
+        return [f"the ledger's log was rolled back: the coordinator signed {want} entries, it holds {size}"]
+    if root_at.get(want) != record.get("root"):
+        return [f"the ledger's first {want} entries are not the ones the coordinator signed: the log was rewritten"]
+    return []
+
+
+def recorded_size(store_root: Path) -> int | None:
+    record = read_record(store_root)
+    size = record.get("size") if record else None
+    return size if isinstance(size, int) else None
