@@ -47,6 +47,8 @@ class Replay:
     adopted: bool = False
     #: request id → the record commitments its forget entry logged
     commitments: dict[int, set[str]] = field(default_factory=dict)
+    #: requests whose raw record names a logged scrub deleted
+    scrubbed: set[int] = field(default_factory=set)
 
 
 def _row_key(values: Iterable[Any]) -> str:
@@ -91,8 +93,10 @@ def replay(rows: Iterable[tuple[int, str, str]], head_sizes: set[int], problems:
             except (TypeError, ValueError):
                 problems.append(f"the ledger's log entry {seq} holds a malformed row")
                 return out
-        if entry.get("kind") == "forget" and isinstance(entry.get("request"), int):
-            out.commitments[int(entry["request"])] = _commitments(entry.get("rows") or [])
+        if entry.get("kind") == "scrub" and isinstance(entry.get("requests"), list):
+            out.scrubbed.update(int(r) for r in entry["requests"] if isinstance(r, int))
+        for request, made in _commitments(entry.get("rows") or []).items():
+            out.commitments.setdefault(request, set()).update(made)
         out.frontier.append(computed)
         out.last_leaf = leaf
         out.size += 1
@@ -101,14 +105,14 @@ def replay(rows: Iterable[tuple[int, str, str]], head_sizes: set[int], problems:
     return out
 
 
-def _commitments(rows: list[Any]) -> set[str]:
-    """The record commitments a forget entry's request row holds in its spec."""
-    out: set[str] = set()
+def _commitments(rows: list[Any]) -> dict[int, set[str]]:
+    """request → the record commitments the request rows an entry wrote hold in their spec."""
+    out: dict[int, set[str]] = {}
     for item in rows:
         if isinstance(item, list) and len(item) == 3 and item[0] == "requests" and item[1] == "+":
             try:
                 spec = json.loads(item[2][3])
-                out.update(str(c) for c in spec.get("records") or [])
+                out.setdefault(int(item[2][0]), set()).update(str(c) for c in spec.get("records") or [])
             except (ValueError, TypeError, IndexError, AttributeError):
                 continue
     return out
@@ -196,9 +200,16 @@ def check_record_names(db: sqlite3.Connection, log: Replay, problems: list[str])
 
     if db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='record_names'").fetchone() is None:
         return
+    opened: dict[int, set[str]] = {}
     for request, name, key in db.execute("SELECT request, record, key FROM record_names"):
-        if commitment(str(key), str(name)) not in log.commitments.get(int(request), set()):
+        made = commitment(str(key), str(name))
+        if made not in log.commitments.get(int(request), set()) or int(request) in log.scrubbed:
             problems.append(f"the ledger keeps a record name for request {request} that its log does not commit to")
+            return
+        opened.setdefault(int(request), set()).add(made)
+    for request, made in sorted(log.commitments.items()):
+        if made and request not in log.scrubbed and opened.get(request, set()) != made:
+            problems.append(f"the ledger lost record names of request {request} that no logged scrub deleted")
             return
 
 

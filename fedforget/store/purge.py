@@ -240,9 +240,39 @@ def complete_purges(store: Any, check: bool = False, by_content: bool = False,
                 ledger._set_meta(tx, METRICS_MARK, {"request": last, "lines": span})  # the rows redacted, no more
             if audit_leftover(audit):
                 ledger._set_meta(tx, AUDIT_KEY, audit_decision(audit))
+        scrub_complete_names(ledger)
     finally:
         ledger.close()
     return report
+
+
+def complete_requests(ledger: Any) -> list[int]:
+    """Requests that are done everywhere: retrained, every client that held their samples acknowledged, their
+    purge finished. Their raw record names have no further use."""
+    from fedforget.store.acks import request_acks
+
+    db = ledger.db
+    named = [int(r[0]) for r in db.execute("SELECT DISTINCT request FROM record_names ORDER BY request")]
+    if not named:
+        return []
+    retrained = ledger.retrained_watermark()
+    acks = request_acks(ledger)
+    open_purges = {int(r[0]) for r in db.execute("SELECT DISTINCT request FROM purged WHERE done=0")}
+    return [r for r in named if r <= retrained and not (acks.get(r) or {}).get("pending") and r not in open_purges]
+
+
+def scrub_complete_names(ledger: Any) -> list[int]:
+    """Forgetting scrubs the raw record names of complete requests (their commitments stay in the log)."""
+    from fedforget.store.record_commitments import scrub
+
+    with ledger.transaction("scrub") as tx:
+        done = complete_requests(ledger)
+        if not done:
+            ledger.log.name("update")  # nothing scrubbed: no entry
+            return []
+        ledger.log.name("scrub", requests=done)
+        scrub(tx, done)
+    return done
 
 
 def finish_pending_purges(store: Any, watermark: int) -> PurgeReport | None:

@@ -47,6 +47,7 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
         index = {"clients": int(ledger.db.execute("SELECT COUNT(DISTINCT partition) FROM units").fetchone()[0]),
                  "slices": int(ledger.db.execute("SELECT COUNT(*) FROM units").fetchone()[0]),
                  "samples": ledger.num_samples()}
+        log = log_status(ledger.db)
     finally:
         ledger.close()
     acc = None
@@ -87,8 +88,22 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
         "backbone": {"source": backbone.get("source"), "weights_sha256": backbone.get("weights-sha256"),
                      "artifact": backbone.get("artifact")},
         "complete": bool(served) and not corrupt,
+        "log": log,
         **method_status(StatusView(store, manifest, plan, serving, artifacts)),
     }
+
+
+def log_status(db: Any) -> dict[str, Any]:
+    """The ledger's log: its id, how many entries, how many no signed head covers yet, whether it was adopted."""
+    from fedforget.store.log import has_log, latest_head, log_id, log_size, unsigned_entries
+
+    if not has_log(db):
+        return {"id": None, "entries": 0, "unsigned": 0, "signed_head": None, "adopted": None}
+    head = latest_head(db)
+    adopted = db.execute("SELECT 1 FROM log_state WHERE key='adopted'").fetchone() is not None
+    return {"id": log_id(db), "entries": log_size(db), "unsigned": unsigned_entries(db), "adopted": adopted,
+            "signed_head": None if head is None else {"size": head.get("size"), "root": head.get("root"),
+                                                      "at": head.get("at")}}
 
 
 @dataclass(frozen=True)
@@ -150,6 +165,12 @@ def print_status(status: dict[str, Any], console: Console, show_artifacts: bool 
                       "`fedforget samples --client N` lists a client's, `fedforget locate --sample ID` finds one "
                       "(`--record NODE:RECORD_ID` for a record as its node knows it)",
                       soft_wrap=True)
+    log = status.get("log") or {}
+    if log.get("id"):
+        console.print(f"log {log['entries']} entries · {log['unsigned']} not yet under a signed head"
+                      + (" (the coordinator's next write signs them; `fedforget log sign` now)" if log["unsigned"]
+                         else "") + (" · adopted by a store written before the log" if log.get("adopted") else "")
+                      + f" · id {str(log['id'])[:16]}…", soft_wrap=True)
     for request, a in status.get("acknowledgements", {}).items():
         console.print(f"request #{request}: clients acknowledged deletion {a['acknowledged'] or '—'}"
                       + (f" · pending {a['pending']}" if a["pending"] else ""))
