@@ -122,12 +122,18 @@ def forget_campaign(store_root: Path, crashes: int, seed: int = 0, kill_share: f
     if total - len(_snapshot(store)["forgotten"]) < 10:
         raise ValueError(f"{store_root} has fewer than 10 samples left to forget; use a freshly trained store")
     result = CampaignResult()
+    rounds, made = 0, [oracle_root]
     while result.crashes < crashes:
         before = _snapshot(store)
-        if total - len(before["forgotten"]) < 10:  # start a new round from the original store
+        if total - len(before["forgotten"]) < 10:  # start a new round from a copy of the original store
+            rounds += 1  # at new paths: a store copied back over its own path is a rollback the check refuses
+            store_root = pristine.parent / f"{pristine.name}-round{rounds}"
+            oracle_root = pristine.parent / f"{pristine.name}-round{rounds}-oracle"
             for path in (store_root, oracle_root):
-                shutil.rmtree(path)
+                shutil.rmtree(path, ignore_errors=True)
                 copy_store(pristine, path)
+                made.append(path)
+            store, oracle = Store.open(store_root), Store.open(oracle_root)
             continue
         request = _random_request(rng, store, set(before["forgotten"]))
         result.requests += 1
@@ -155,7 +161,7 @@ def forget_campaign(store_root: Path, crashes: int, seed: int = 0, kill_share: f
         if _snapshot(store) != _snapshot(oracle):
             result.lost_found += 1
             result.problems.append(f"state differs from the oracle after {request}")
-    for path in (pristine, oracle_root):
+    for path in (pristine, *made):
         shutil.rmtree(path, ignore_errors=True)
     result.seconds = time.monotonic() - start
     return result

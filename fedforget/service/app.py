@@ -131,7 +131,8 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
             ledger_request=row.ledger_request, no_op=row.no_op, state=state["state"], states=state["states"],
             accepted_at=row.accepted_at, applied_at=state["applied_at"], acknowledged_at=state["acknowledged_at"],
             retrained_at=state["retrained_at"],
-            receipt_url=f"/v1/receipts/{row.ledger_request}" if state["states"]["purged"] else None)
+            receipt_url=f"/v1/receipts/{row.ledger_request}" if state["states"]["purged"] else None,
+            record_openings=[] if row.no_op else state.get("record_openings", []))
         if receipt and state["states"]["purged"]:
             data, why = service().receipt(int(row.ledger_request))
             out.receipt, out.receipt_error = (json.loads(data) if data is not None else None), why

@@ -74,8 +74,9 @@ def same_spec(ledger_spec: Any, spec: dict[str, list[Any]]) -> bool:
     """Whether the ledger's record of a request names what a service request named (each list as a set)."""
     if not isinstance(ledger_spec, dict):
         return False
+    # records are in ``samples`` already (resolved); the ledger keeps only their keyed commitments
     return all(sorted(map(str, ledger_spec.get(k) or [])) == sorted(map(str, spec.get(k) or []))
-               for k in ("samples", "slices", "clients", "records"))
+               for k in ("samples", "slices", "clients"))
 
 
 def _digest(spec: dict[str, Any]) -> str:
@@ -141,10 +142,13 @@ class RequestsDB:
         result = forget_request(self.store, spec["samples"], spec["slices"], spec["clients"],
                                 records=spec.get("records") or [])
         ledger_request = result.request if result.request is not None else self.forgetting_request(spec)
+        # once applied, the record names leave service.db: the ledger keeps their keyed commitments, and their
+        # openings (handed to the caller now) only until the request is complete
+        kept = {k: v for k, v in spec.items() if k != "records"}
         db = self._connect()
         try:
-            db.execute("UPDATE requests SET ledger_request=?, no_op=?, applied_at=? WHERE id=?",
-                       (ledger_request, int(result.request is None), time.time(), rid))
+            db.execute("UPDATE requests SET ledger_request=?, no_op=?, applied_at=?, spec=? WHERE id=?",
+                       (ledger_request, int(result.request is None), time.time(), json.dumps(kept), rid))
         finally:
             db.close()
 

@@ -135,6 +135,10 @@ class ForgetRequestOut(BaseModel):
     acknowledged_at: float | None
     retrained_at: float | None
     receipt_url: str | None
+    record_openings: list[dict[str, str]] = Field(
+        default_factory=list, description="Each named record's opening (record, key, commitment): the ledger "
+        "keeps only the commitment; the opening, kept until the request is complete, proves the record was "
+        "forgotten.")
     receipt: dict[str, Any] | None = Field(None, description="The signed receipt (once purged), as written.")
     receipt_error: str | None = None
 

@@ -15,6 +15,7 @@ from typing import Any
 from fedforget.store import Store
 from fedforget.store.acks import ACKS, request_acks
 from fedforget.store.purge import purged_rows
+from fedforget.store.record_commitments import openings
 
 ORDER = ("accepted", "applied", "purged", "acknowledged", "retrained")
 
@@ -33,6 +34,7 @@ def ledger_states(store: Store, only: int | None = None) -> dict[int, dict[str, 
             acks = request_acks(ledger, only)
             ack_rows = ledger.get_meta(ACKS) or {}
             retrains = ledger.db.execute("SELECT watermark, at FROM retrains ORDER BY id").fetchall()
+            opened = {r["request"]: openings(ledger.db, r["request"]) for r in requests if r["spec"].get("records")}
     finally:
         ledger.close()
     out = {}
@@ -49,6 +51,7 @@ def ledger_states(store: Store, only: int | None = None) -> dict[int, dict[str, 
             "retrained_at": next((at for wm, at in retrains if wm >= rid), None),
             "kind": r["kind"], "spec": r["spec"], "samples": r["samples"], "units": r["units"],
             "invalidated": r["invalidated"], "latency_ms": r["latency-ms"], "acknowledgements": a,
+            "record_openings": opened.get(rid, []),
         }
     return out
 

@@ -172,13 +172,13 @@ def _check_ledger(store: Store, ledger: Ledger, manifest: dict[str, Any] | None,
             out.problems.append("manifest.json was edited after training: its task, config, partitions, nodes or "
                                 "backbone no longer match what the ledger recorded")
         _check_backbone(store, manifest, out)
-    out.problems += ledger_log_problems(store, db)
     check_artifact_rows(store, ledger, out)
     counts = dict(db.execute("SELECT request, COUNT(*) FROM forgotten GROUP BY request").fetchall())
     check_requests(db, out, counts)
     check_serving(store, ledger, out)
     if manifest is not None:
         out.problems += index_problems(db, manifest)
+    out.problems += ledger_log_problems(store, db)  # after the checks that name what an edit broke
 
 
 def ledger_log_problems(store: Store, db: sqlite3.Connection) -> list[str]:

@@ -134,7 +134,13 @@ class Ledger:
         if not create and self.db.execute("SELECT 1 FROM sqlite_master WHERE name='requests'").fetchone() is None:
             self.db.close()
             raise sqlite3.DatabaseError("it holds no fedforget tables")
-        self.db.executescript(SCHEMA)
+        try:
+            self.db.executescript(SCHEMA)
+        except sqlite3.OperationalError as exc:  # a store written before a table existed, on a read-only mount
+            from fedforget.store.read_only import is_read_only_error
+
+            if create or not is_read_only_error(exc):
+                raise
         self.log = LogWriter(self.db, before_adoption=migrate_raw_names)
 
     def close(self) -> None:

@@ -23,11 +23,12 @@ tables as they are (``adopted``), and edits made before adoption cannot be detec
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import secrets
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -50,6 +51,7 @@ COORDINATOR_KINDS = frozenset({"forget", "receipt", "sign"})
 #: Entries appended even when their transaction wrote no logged row: what happened is the entry itself.
 EVENT_KINDS = frozenset({"receipt", "sign", "scrub", "samples", "service-no-op"})
 FUNCTION = "fedforget_logged"
+DIGEST_PREFIX = "sha256:"
 
 
 def canonical(value: Any) -> bytes:
@@ -91,6 +93,15 @@ class LogEntry:
     data: dict[str, Any]
 
 
+def logged_row(table: str, values: Sequence[Any]) -> list[Any]:
+    """A row as the log keeps it. A meta value is kept as its sha256: some are values forgetting must erase
+    (an audit's measurements on forgotten samples, a leaving client's update angle), which an append-only log
+    must never hold; the digest still pins the value the table holds."""
+    if table == "meta" and len(values) == 2 and isinstance(values[1], str):
+        return [values[0], DIGEST_PREFIX + hashlib.sha256(values[1].encode("utf-8")).hexdigest()]
+    return list(values)
+
+
 def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -126,7 +137,7 @@ class LogWriter:
 
     def _note(self, table: str, op: str, *values: Any) -> None:
         if self.catching:
-            self.rows.append([table, op, list(values)])
+            self.rows.append([table, op, logged_row(table, values)])
 
     def _install(self) -> None:
         """Temporary triggers on every logged table (again whenever the schema changed: a method's table)."""
@@ -215,7 +226,7 @@ class LogWriter:
         self.catching = False
         if not restart and self.before_adoption is not None:
             self.before_adoption(self.db)
-        rows = [] if restart else [[table, "+", list(row)] for table in logged_tables(self.db)
+        rows = [] if restart else [[table, "+", logged_row(table, row)] for table in logged_tables(self.db)
                                    for row in self.db.execute(f"SELECT * FROM {_quoted(table)}")]
         adopted = bool(rows) or self.db.execute("SELECT 1 FROM samples LIMIT 1").fetchone() is not None
         self.db.execute("DELETE FROM log_state WHERE key='frontier'")

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedforget.store.log import COORDINATOR_KINDS, HEAD_FORMAT, _quoted, canonical, logged_tables
+from fedforget.store.log import COORDINATOR_KINDS, HEAD_FORMAT, _quoted, canonical, logged_row, logged_tables
 from fedforget.store.merkle import Frontier, leaf_hash
 
 #: A problem quotes at most this much of a row.
@@ -123,7 +123,7 @@ def compare_tables(db: sqlite3.Connection, expected: dict[str, Counter], problem
     tables = logged_tables(db)
     for table in tables:
         want = {k: n for k, n in expected.get(table, Counter()).items() if n}
-        have = Counter(_row_key(row) for row in db.execute(f"SELECT * FROM {_quoted(table)}"))
+        have = Counter(_row_key(logged_row(table, row)) for row in db.execute(f"SELECT * FROM {_quoted(table)}"))
         if have == want:
             continue
         extra = sorted(k for k in have if have[k] > want.get(k, 0))

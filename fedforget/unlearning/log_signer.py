@@ -19,14 +19,23 @@ class CoordinatorSigner:
     """Signs with the coordinator's receipt key (loaded at the first signing, made then if none exists yet)."""
 
     def __init__(self) -> None:
-        self._key = None
+        self._keys: dict[tuple[str, int, int], Any] = {}
 
     def sign(self, data: bytes) -> tuple[bytes, bytes]:
-        from fedforget.unlearning.receipt import _public_raw, load_or_create_key
+        from fedforget.unlearning.receipt import _public_raw, key_path, load_or_create_key
 
-        if self._key is None:
-            self._key = load_or_create_key()
-        return _public_raw(self._key), self._key.sign(data)
+        path = key_path()
+        try:
+            st = os.stat(path)
+            at = (str(path), st.st_ino, st.st_mtime_ns)  # a rotated or moved key is loaded again
+        except OSError:
+            at = None
+        key = self._keys.get(at) if at is not None else None
+        if key is None:
+            key = load_or_create_key()
+            st = os.stat(key_path())
+            self._keys = {(str(key_path()), st.st_ino, st.st_mtime_ns): key}
+        return _public_raw(key), key.sign(data)
 
     def after_commit(self, root: Any, head: dict[str, Any], requests: bool = False) -> None:
         try:
@@ -39,10 +48,13 @@ class CoordinatorSigner:
         holds no coordinator key to compare with."""
         from fedforget.unlearning.receipt import coordinator_public_key, key_path, load_public_key, primary_key_path
 
-        if not os.path.lexists(key_path()):
+        try:
+            if not os.path.lexists(key_path()):
+                return None
+            if public == coordinator_public_key():
+                return True
+        except (OSError, ValueError):  # a key that cannot be used is refused by the command that signs
             return None
-        if public == coordinator_public_key():
-            return True
         path = primary_key_path()
         for kept in sorted(path.parent.glob(f"{path.stem}.*.pub"))[:100]:
             try:

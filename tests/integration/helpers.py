@@ -100,3 +100,12 @@ def invoke(argv: list[str]) -> tuple[int, str, str]:
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
     return code, out.getvalue(), err.getvalue()
+
+
+def as_written_before_the_log(root: Path) -> None:
+    """Make a store look as stores written before the ledger's log did: no log tables, no record names."""
+    import sqlite3
+
+    with sqlite3.connect(root / "ledger.sqlite") as db:
+        for table in ("log", "log_heads", "log_state", "record_names"):
+            db.execute(f"DROP TABLE IF EXISTS {table}")

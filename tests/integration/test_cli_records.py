@@ -15,6 +15,7 @@ import pytest
 from fedforget.core.record_ids import local_sample_id
 from fedforget.store import Store
 from fedforget.store.check import check_store
+from fedforget.store.record_commitments import commitment
 
 from .helpers import invoke, train_in_process
 
@@ -92,7 +93,11 @@ def test_an_old_stores_record_is_its_row_and_forget_records_what_was_asked(store
     assert code == 0, err
     data = json.loads(out)
     assert data["records"] == {f"node-1:{sid}": sid} and data["new-samples"] == 1 and data["units"] == ["1:0"]
-    assert specs(store) == [{"samples": [sid], "slices": [], "clients": [], "records": [f"node-1:{sid}"]}]
+    opening = data["record-openings"]
+    assert [o["record"] for o in opening] == [f"node-1:{sid}"]
+    assert opening[0]["commitment"] == commitment(opening[0]["key"], f"node-1:{sid}")
+    # the spec (and so the log) keeps the record's keyed commitment, never its name
+    assert specs(store) == [{"samples": [sid], "slices": [], "clients": [], "records": [opening[0]["commitment"]]}]
     where = json.loads(run("locate", "--store", str(store), "--record", f"node-1:{sid}", "--json")[1])
     assert (where["node"], where["record"], where["sample"], where["forgotten"], where["request"]) == (
         "node-1", f"node-1:{sid}", sid, True, 1)
@@ -114,7 +119,9 @@ def test_a_local_nodes_records_are_forgotten_by_their_own_ids(store):
     assert code == 0, err
     data = json.loads(out)
     assert data["records"] == {f"{CLINIC}:{rid}": records[rid]} and data["new-samples"] == 1
-    assert specs(store)[0]["samples"] == [records[rid]] and specs(store)[0]["records"] == [f"{CLINIC}:{rid}"]
+    assert specs(store)[0]["samples"] == [records[rid]]
+    assert specs(store)[0]["records"] == [o["commitment"] for o in data["record-openings"]]
+    assert [o["record"] for o in data["record-openings"]] == [f"{CLINIC}:{rid}"]
     assert check_store(Store.open(store)).ok
 
 

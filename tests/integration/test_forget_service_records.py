@@ -4,7 +4,6 @@ the store does not hold is 422 with one line, nothing written."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from fedforget.service.requests_db import SERVICE_DB
 from fedforget.service.schemas import MAX_IDS
 from fedforget.store import Store
+from fedforget.store.record_commitments import commitment
 
 from .service_helpers import bearer, client, private_copy, tokens, train_service_store
 
@@ -64,12 +64,14 @@ def test_a_record_is_forgotten_and_its_request_and_receipt_name_it(store, tok):
     first = c.post("/v1/forget-requests", json=body, headers=bearer(tok["forget:write"]))
     assert first.status_code == 201, first.text
     data = first.json()
-    assert data["spec"]["records"] == [record] and data["spec"]["samples"] == sorted([sid, other])
+    assert data["spec"]["samples"] == sorted([sid, other]) and "records" not in data["spec"]
+    [opening] = data["record_openings"]  # the requester's proof; the ledger keeps only the commitment
+    assert opening["record"] == record and opening["commitment"] == commitment(opening["key"], record)
     assert ledger_specs(store) == [{"samples": sorted([sid, other]), "slices": [], "clients": [],
-                                    "records": [record]}]
+                                    "records": [opening["commitment"]]}]
     read = c.get(f"/v1/forget-requests/{data['id']}", headers=bearer(tok["status:read"]))
     assert read.status_code == 200, read.text  # the ledger's spec matches the service's: no 503
-    assert read.json()["receipt"]["request"]["spec"]["records"] == [record]
+    assert read.json()["receipt"]["request"]["spec"]["records"] == [opening["commitment"]]
     again = c.post("/v1/forget-requests", json={**body, "records": [record]}, headers=bearer(tok["forget:write"]))
     assert again.status_code == 200 and again.json()["id"] == data["id"]
     assert service_rows(store) == 1 and len(ledger_specs(store)) == 1
@@ -80,7 +82,7 @@ def test_a_body_naming_only_records_is_accepted(store, tok):
     response = client(store).post("/v1/forget-requests", json={"idempotency_key": "r", "records": [record]},
                                   headers=bearer(tok["forget:write"]))
     assert response.status_code == 201, response.text
-    assert json.loads(json.dumps(response.json()["spec"]))["records"] == [record]
+    assert [o["record"] for o in response.json()["record_openings"]] == [record]
 
 
 @pytest.mark.parametrize(("records", "needle"), [

@@ -175,8 +175,8 @@ def test_a_store_purged_before_redaction_existed_reports_its_leftovers_and_purge
                 "held_out_mean_loss": 1.3}
     ledger = store.ledger()
     try:
-        ledger.db.execute("DELETE FROM meta WHERE key=?", (METRICS_MARK,))
-        ledger.db.commit()
+        with ledger.transaction() as db:
+            db.execute("DELETE FROM meta WHERE key=?", (METRICS_MARK,))
         ledger.set_meta(AUDIT_KEY, {"request": result.request, "forgotten": 50, "held_out": 100, "verdict": None,
                                     "result": measured})
     finally:

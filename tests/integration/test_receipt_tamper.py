@@ -4,6 +4,7 @@ the ledger rows it certifies, is written owner-only, and is never signed with a 
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import stat
 
@@ -23,16 +24,23 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def forgotten_once(tmp_path_factory):
-    """A trained store with one forget request (fast: two nodes, one round, few samples)."""
-    store = train_in_process(tmp_path_factory.mktemp("tamper") / "store", 2, **{"num-rounds": 1, "train-size": 300})
-    forget_request(store, samples=[store.manifest()["partitions"]["1"][0][0]])
+    """A trained store with one forget request (fast: two nodes, one round, few samples), its log signed with
+    the module's coordinator key."""
+    root = tmp_path_factory.mktemp("tamper")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(KEY_ENV, str(root / "keys" / "coordinator.pem"))
+        store = train_in_process(root / "store", 2, **{"num-rounds": 1, "train-size": 300})
+        forget_request(store, samples=[store.manifest()["partitions"]["1"][0][0]])
     return store.root
 
 
 @pytest.fixture
 def issued(forgotten_once, tmp_path, monkeypatch):
-    """A private copy of the store, the coordinator's key for this test, and request 1's receipt as written."""
-    monkeypatch.setenv(KEY_ENV, str(tmp_path / "keys" / "coordinator.pem"))
+    """A private copy of the store, the coordinator's key (this test's copy of it), and request 1's receipt."""
+    key = tmp_path / "keys" / "coordinator.pem"
+    key.parent.mkdir(mode=0o700)
+    shutil.copy2(forgotten_once.parent / "keys" / "coordinator.pem", key)
+    monkeypatch.setenv(KEY_ENV, str(key))
     store = copy_store(forgotten_once, tmp_path)
     out = runner.invoke(app, ["receipt", "1", "--store", str(store.root), "--no-verify"])
     assert out.exit_code == 0, out.output
@@ -114,13 +122,13 @@ def test_an_edited_purged_row_or_a_served_plan_edited_in_place_is_reported(issue
     store, path = issued
     with sqlite3.connect(store.root / "ledger.sqlite") as db:
         db.execute("UPDATE purged SET sha256='00' WHERE request=1")
-    refused_in_one_line(check(path, "--store", str(store.root)), 1, "purged rows")
+    refused_in_one_line(check(path, "--store", str(store.root)), 1, "purged")
     with sqlite3.connect(store.root / "ledger.sqlite") as db:
         db.execute("DELETE FROM purged WHERE request=1")
-    refused_in_one_line(check(path, "--store", str(store.root)), 1, "purged rows")
-    with sqlite3.connect(store.root / "ledger.sqlite") as db:  # a plan that serves less: the store check allows it
+    refused_in_one_line(check(path, "--store", str(store.root)), 1, "purged")
+    with sqlite3.connect(store.root / "ledger.sqlite") as db:  # a plan that serves less: the log refuses it
         db.execute("UPDATE meta SET value='{\"available\": false, \"artifacts\": []}' WHERE key='serving'")
-    refused_in_one_line(check(path, "--store", str(store.root)), 1, "the serving plan")
+    refused_in_one_line(check(path, "--store", str(store.root)), 1, "serving")
 
 
 def test_a_later_request_moves_the_serving_plan_on_without_failing_the_check(issued):

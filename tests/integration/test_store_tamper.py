@@ -17,7 +17,7 @@ from fedforget.store import Store
 from fedforget.store.check import check_store
 from fedforget.unlearning.forget import forget_request
 
-from .helpers import train_in_process
+from .helpers import as_written_before_the_log, train_in_process
 from .test_cli_fuzz import digest, invoke
 
 CHAINS = {"method": "fedsgt", "chains.groups": 2, "chains.budget": 2, "slices-per-client": 1, "local-epochs": 1}
@@ -177,6 +177,7 @@ def test_a_task_or_partition_count_edited_in_the_manifest_is_reported(copy, edit
 
 
 def test_a_store_written_before_the_manifest_fingerprint_still_opens_clean(copy):
+    as_written_before_the_log(copy)
     sql(copy, "DELETE FROM meta WHERE key='manifest-identity'")
     assert check_store(Store.open(copy)).ok
     code, out, err = invoke(["status", "--store", str(copy), "--json"])
