@@ -37,7 +37,15 @@ from typing import Any
 
 from fedforget.store.index_check import index_problems
 from fedforget.store.ledger import LEDGER, Ledger
-from fedforget.store.store import ARTIFACTS, METADATA_KEY, METRICS, Store, StoreError, safetensors_metadata
+from fedforget.store.store import (
+    ARTIFACTS,
+    MANIFEST_DIGEST,
+    METADATA_KEY,
+    METRICS,
+    Store,
+    StoreError,
+    safetensors_metadata,
+)
 
 #: What every refusal tells the operator to do about a store that is not what it claims.
 REMEDY = "restore the store from a backup, or re-run training into a new store"
@@ -171,6 +179,11 @@ def _check_ledger(store: Store, ledger: Ledger, manifest: dict[str, Any] | None,
         if recorded is not None and recorded != store.manifest_identity(manifest):
             out.problems.append("manifest.json was edited after training: its task, config, partitions, nodes or "
                                 "backbone no longer match what the ledger recorded")
+        else:
+            whole = ledger.get_meta(MANIFEST_DIGEST)
+            if isinstance(whole, list) and store.manifest_digest(manifest) not in whole:
+                out.problems.append("manifest.json was edited after its run wrote it: it no longer matches the "
+                                    "digest the ledger recorded")
         _check_backbone(store, manifest, out)
     check_artifact_rows(store, ledger, out)
     counts = dict(db.execute("SELECT request, COUNT(*) FROM forgotten GROUP BY request").fetchall())

@@ -137,7 +137,7 @@ class Ledger:
         try:
             self.db.executescript(SCHEMA)
         except sqlite3.OperationalError as exc:  # a store written before a table existed, on a read-only mount
-            from fedforget.store.read_only import is_read_only_error
+            from fedforget.store.refused_writes import is_read_only_error
 
             if create or not is_read_only_error(exc):
                 raise
@@ -184,6 +184,12 @@ class Ledger:
         row = db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         if row is None or row[0] != text:  # an unchanged value writes nothing (and logs nothing)
             db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", (key, text))
+
+    def set_meta_in(self, key: str, value: Any) -> None:
+        """Set a meta value inside the caller's running :meth:`transaction`."""
+        if not self.db.in_transaction:
+            raise RuntimeError("set_meta_in runs inside a transaction")
+        self._set_meta(self.db, key, value)
 
     def set_meta(self, key: str, value: Any) -> None:
         with self.transaction("meta", key=key) as db:

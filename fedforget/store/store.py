@@ -33,6 +33,9 @@ FORMAT_VERSION = 1
 #: what SQLite says of a file that is not a database (its header is not SQLite's)
 NOT_SQLITE = "file is not a database"
 METADATA_KEY = "fedforget"
+#: ledger meta: the digests of the whole manifest as the last run that wrote it left it, and as it was before
+#: that write (what a run killed between its ledger commit and its file write leaves)
+MANIFEST_DIGEST = "manifest-sha256"
 #: The manifest fields training writes once and every later step reads (task, config, partitions, backbone):
 #: their fingerprint goes into the ledger, so a hand edit of the manifest is caught (``store.check``).
 IDENTITY_FIELDS = ("task", "method", "config", "seed", "num-partitions", "partitions", "backbone")
@@ -210,14 +213,23 @@ class Store:
     def update_manifest(self, **fields: Any) -> None:
         """Rewrite the manifest with ``fields``; when they set its identity, pin it in the ledger too."""
         data = self.manifest()
+        before = self.manifest_digest(data)
         data.update(fields)
+        ledger = self.ledger()
+        try:  # the ledger first: a run killed before the file is written leaves the file its "before" digest names
+            with ledger.transaction("manifest"):
+                if any(k in fields for k in (*IDENTITY_FIELDS, *REGISTERED_FIELDS)):
+                    ledger.set_meta_in("manifest-identity", self.manifest_identity(data))
+                ledger.set_meta_in(MANIFEST_DIGEST, [self.manifest_digest(data), before])
+        finally:
+            ledger.close()
         atomic_write_json(self.root / MANIFEST, data)
-        if any(k in fields for k in (*IDENTITY_FIELDS, *REGISTERED_FIELDS)):
-            ledger = self.ledger()
-            try:
-                ledger.set_meta("manifest-identity", self.manifest_identity(data))
-            finally:
-                ledger.close()
+
+    @staticmethod
+    def manifest_digest(manifest: dict[str, Any]) -> str:
+        """The sha256 of the whole manifest (canonical JSON): every field a run wrote, not only the identity."""
+        return hashlib.sha256(json.dumps(manifest, sort_keys=True, separators=(",", ":"),
+                                         default=str).encode()).hexdigest()
 
     @staticmethod
     def manifest_identity(manifest: dict[str, Any]) -> str:

@@ -320,3 +320,14 @@ def test_a_safe_sample_moved_to_another_partitions_cell_is_refused(safe_every_cl
     assert_reported(root, f"sample {x} is indexed in unit {target}; the manifest puts it in {home_p}:{home_c}",
                     [["status", "--store", str(root)], ["locate", "--store", str(root), "--sample", str(x)],
                      ["forget", "--store", str(root), "--sample", str(x)]])
+
+
+@pytest.mark.parametrize("field", ["rounds-done", "format-version-note", "plan"])
+def test_any_manifest_field_edited_after_its_run_wrote_it_is_reported(copy, field):
+    """Not only the identity fields: the ledger's log pins the whole manifest as its last run wrote it."""
+    path = copy / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest[field] = {"edited": True} if field == "plan" else 7
+    path.write_text(json.dumps(manifest))
+    assert_reported(copy, "manifest.json", [["status", "--store", str(copy)],
+                                            ["forget", "--store", str(copy), "--sample", "0"]])
