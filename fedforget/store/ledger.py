@@ -303,7 +303,7 @@ class Ledger:
                 for i, at, k, sp, n, u, inv, lat in rows]
 
     def request_specs(self) -> list[tuple[int, Any]]:
-        """Every request's id and what it named (``spec``: samples, slices, clients; ``records`` as given, already
+        """Every request's id and what it named (``spec``: samples, slices, clients; ``records`` as commitments, already
         resolved into its samples), in id order: what a check of the sample index, or a reference that must not
         trust it, resolves against the manifest."""
         return [(int(i), json.loads(spec)) for i, spec in self.db.execute("SELECT id, spec FROM requests ORDER BY id")]
@@ -354,8 +354,8 @@ class Ledger:
 
         Unknown ids raise :class:`LedgerUsageError` before anything is written; a request naming only
         what is already forgotten is a no-op (no request row, nothing invalidated). ``records`` are the
-        ``NODE:RECORD_ID`` names the caller resolved into ``samples``: kept in the request's spec as given,
-        so that it (and its receipt) says what was asked; the spec holds the key only when some were named.
+        ``NODE:RECORD_ID`` names the caller resolved into ``samples``: the spec keeps their keyed commitments
+        (the names stay in ``record_names`` until the request is complete); the key only when some were named.
         """
         start = clock()
         samples = sorted({int(s) for s in samples})

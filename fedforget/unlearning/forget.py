@@ -34,7 +34,7 @@ def forget_request(store: Store, samples: Sequence[int] = (), slices: Sequence[s
     """Apply the request (one transaction), then purge what it invalidated.
 
     ``records`` (``NODE:RECORD_ID``) are resolved against the manifest into sample ids before anything is
-    written (:func:`fedforget.store.records.record_sample_ids`); the request's spec keeps them as given.
+    written (:func:`fedforget.store.records.record_sample_ids`); the request's spec keeps their keyed commitments.
     ``audit_before`` measures the membership-inference audit on the model served *before* this
     request, between the commit and the purge: the only moment both that model and the request exist.
     """
