@@ -1,0 +1,398 @@
+"""An attacker with write access to a store edits its ledger behind the coordinator's back, through a
+connection of its own (so no log trigger sees it), or rewrites its files: every such edit is refused by every
+command that reads the store, exit 1 with one line, and the refused commands write nothing.
+
+The edits are generated, not picked: for every table of the ledger's schema, one cell of every column of a
+row changed, a row deleted, a row copied with one value changed; for the log itself, an entry rewritten with
+its hash recomputed (at the start, in the middle, at the end), deleted, swapped, the tail cut back cleanly
+(frontier and heads made to match), the newest head deleted; the manifest's identity fields edited; the whole
+store rolled back to a backup after a later forget was signed. Negative controls: an untouched copy passes
+every command, and a store written before the log adopts one on its first command and passes after it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedforget.inprocess import run_in_process
+from fedforget.store.ledger import SCHEMA
+from fedforget.store.log_record import record_path
+from fedforget.store.merkle import Frontier, leaf_hash
+from fedforget.store.secret_files import SECRETS_ENV
+from fedforget.store.store import IDENTITY_FIELDS, MANIFEST_DIGEST, REGISTERED_FIELDS
+
+from .helpers import as_written_before_the_log, copy_store, invoke, train_in_process
+
+LEDGER = "ledger.sqlite"
+CHAINS = {"method": "fedsgt", "chains.groups": 3, "chains.budget": 3, "slices-per-client": 2}
+
+
+def schema_tables() -> dict[str, list[str]]:
+    """Every table a ledger holds (as its schema creates it) → its columns, so a table added later is covered."""
+    db = sqlite3.connect(":memory:")
+    try:
+        db.executescript(SCHEMA)
+        names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+        return {n: [r[1] for r in db.execute(f'PRAGMA table_info("{n}")')] for n in names}
+    finally:
+        db.close()
+
+
+TABLES = schema_tables()
+
+
+@dataclass
+class Signed:
+    """A trained store the coordinator has forgotten from, and what it recorded about it outside the store."""
+
+    path: Path
+    record: dict[str, Any]
+    unforgotten: int
+
+
+@pytest.fixture(scope="module")
+def secrets_env(tmp_path_factory):
+    """One secrets directory (receipt key, outside head records) for the module's fixture and its tests."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(SECRETS_ENV, str(tmp_path_factory.mktemp("secrets")))
+        yield
+
+
+@pytest.fixture(scope="module")
+def signed(tmp_path_factory, secrets_env) -> Signed:
+    """Training entries, a forget by sample, a retrain, a forget by record, their purges, a receipt, heads."""
+    path = tmp_path_factory.mktemp("tamper-log") / "store"
+    store = train_in_process(path, 3, **CHAINS)
+    partitions = store.manifest()["partitions"]
+    steps = [["forget", "--store", str(path), "--sample", str(partitions["1"][0][0])], "retrain",
+             ["forget", "--store", str(path), "--record", f"node-2:{partitions['2'][0][0]}"],
+             ["receipt", "1", "--store", str(path), "--no-verify"]]
+    for argv in steps:
+        if argv == "retrain":  # the ServerApp's retrain, in process
+            run_in_process({**store.manifest()["config"], "store": str(path), "action": "retrain"}, 3)
+            continue
+        code, out, err = invoke(argv)
+        assert code == 0, (argv, out[-2000:], err[-2000:])
+    record = json.loads(record_path(path).read_text())
+    return Signed(path, record, int(partitions["0"][0][0]))
+
+
+def place(signed: Signed, path: Path, record: bool = True) -> Path:
+    """A copy of the signed store at ``path``, with the coordinator's outside record of it (as if signed there)."""
+    copy_store(signed.path, path.parent, path.name)
+    if record:
+        target = record_path(path)
+        target.write_text(json.dumps({**signed.record, "store": str(path.resolve())}))
+        target.chmod(0o600)
+    return path
+
+
+@pytest.fixture
+def store(signed, tmp_path) -> Path:
+    return place(signed, tmp_path / "store")
+
+
+def commands(path: Path, sample: int) -> list[list[str]]:
+    s = str(path)
+    return [["status", "--store", s], ["samples", "--store", s, "--client", "0"],
+            ["purge", "--store", s, "--check"], ["receipt", "1", "--store", s, "--no-verify"],
+            ["forget", "--store", s, "--sample", str(sample)]]
+
+
+def digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        h.update(str(path.relative_to(root)).encode())
+        if path.is_file():
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def assert_refused(path: Path, sample: int) -> None:
+    """Every command exits 1 with one line saying the store is not what it claims, and writes nothing."""
+    before = digest(path)
+    for argv in commands(path, sample):
+        code, out, err = invoke(argv)
+        lines = err.strip().splitlines()
+        assert code == 1, (argv, code, out[-500:], err[-2000:])
+        assert len(lines) == 1 and lines[0].startswith("fedforget: error: the store is not what it claims"), \
+            (argv, err[-2000:])
+        assert digest(path) == before, argv
+
+
+# -- edits, through a connection of the attacker's own ------------------------------------------------------
+def connect(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(path / LEDGER, isolation_level=None)
+
+
+def changed(value: Any) -> list[Any]:
+    """Values that differ from ``value``, most plausible first (a JSON cell stays JSON)."""
+    if isinstance(value, bool) or isinstance(value, int):
+        return [value + 1, value + 1_000_003, -value - 7]
+    if isinstance(value, float):
+        return [value + 1.5]
+    if isinstance(value, str):
+        try:
+            data = json.loads(value)
+        except ValueError:
+            return [value + "x", "x"]
+        if isinstance(data, dict):
+            return [json.dumps({**data, "tampered": 1}, sort_keys=True), value + "x"]
+        if isinstance(data, list):
+            return [json.dumps([*data, "tampered"]), value + "x"]
+        return [json.dumps(data + 1) if isinstance(data, (int, float)) and not isinstance(data, bool)
+                else json.dumps("tampered"), value + "x"]
+    return ["x", 7]
+
+
+def first_row(db: sqlite3.Connection, table: str) -> tuple[str, tuple, list[str], tuple]:
+    """The table's first row: (WHERE clause, its parameters, column names, values)."""
+    cols = [r[1] for r in db.execute(f'PRAGMA table_info("{table}")')]
+    pk = [r[1] for r in sorted(db.execute(f'PRAGMA table_info("{table}")'), key=lambda r: r[5]) if r[5]]
+    try:
+        row = db.execute(f'SELECT rowid, * FROM "{table}" ORDER BY rowid LIMIT 1').fetchone()
+        assert row is not None, f"the fixture's store holds no row of {table}: the edits would be vacuous"
+        return "rowid=?", (row[0],), cols, tuple(row[1:])
+    except sqlite3.OperationalError:  # WITHOUT ROWID: its primary key names the row
+        row = db.execute(f'SELECT * FROM "{table}" ORDER BY {", ".join(pk)} LIMIT 1').fetchone()
+        assert row is not None, f"the fixture's store holds no row of {table}: the edits would be vacuous"
+        return " AND ".join(f'"{c}"=?' for c in pk), tuple(row[cols.index(c)] for c in pk), cols, tuple(row)
+
+
+def update_cell(table: str, column: str) -> Callable[[Path], None]:
+    def edit(path: Path) -> None:
+        db = connect(path)
+        try:
+            where, args, cols, values = first_row(db, table)
+            for value in changed(values[cols.index(column)]):
+                try:
+                    db.execute(f'UPDATE "{table}" SET "{column}"=? WHERE {where}', (value, *args))
+                    return
+                except sqlite3.IntegrityError:
+                    continue
+            raise AssertionError(f"no value of {table}.{column} could be written")
+        finally:
+            db.close()
+    return edit
+
+
+def delete_row(table: str) -> Callable[[Path], None]:
+    def edit(path: Path) -> None:
+        db = connect(path)
+        try:
+            where, args, _, _ = first_row(db, table)
+            assert db.execute(f'DELETE FROM "{table}" WHERE {where}', args).rowcount == 1
+        finally:
+            db.close()
+    return edit
+
+
+def insert_copy(table: str) -> Callable[[Path], None]:
+    """A copy of the first row with one value changed (the first column whose change the table accepts)."""
+    def edit(path: Path) -> None:
+        db = connect(path)
+        try:
+            _, _, cols, values = first_row(db, table)
+            for i, old in enumerate(values):
+                for value in changed(old):
+                    row = list(values)
+                    row[i] = value
+                    try:
+                        db.execute(f'INSERT INTO "{table}" VALUES({", ".join("?" * len(row))})', row)
+                        return
+                    except sqlite3.IntegrityError:
+                        continue
+            raise AssertionError(f"no changed copy of a {table} row could be inserted")
+        finally:
+            db.close()
+    return edit
+
+
+def log_rows(db: sqlite3.Connection) -> list[tuple[int, str, str]]:
+    return db.execute("SELECT seq, entry, leaf FROM log ORDER BY seq").fetchall()
+
+
+def fix_frontier(db: sqlite3.Connection) -> None:
+    """The frontier of the log's stored leaves, as a careful attacker would leave it."""
+    frontier = Frontier()
+    for _, _, leaf in log_rows(db):
+        frontier.append(bytes.fromhex(leaf))
+    db.execute("UPDATE log_state SET value=? WHERE key='frontier'", (json.dumps(frontier.to_json()),))
+
+
+def position(db: sqlite3.Connection, where: str) -> int:
+    size = len(log_rows(db))
+    return {"first": 0, "second": 1, "middle": size // 2, "next-to-last": size - 2, "last": size - 1}[where]
+
+
+def rewrite_entry(where: str, rehash: bool = True) -> Callable[[Path], None]:
+    """An entry's JSON edited (its time moved); with ``rehash`` its leaf and the frontier are recomputed."""
+    def edit(path: Path) -> None:
+        db = connect(path)
+        try:
+            seq = position(db, where)
+            entry = json.loads(db.execute("SELECT entry FROM log WHERE seq=?", (seq,)).fetchone()[0])
+            entry["at"] += 1.0
+            text = json.dumps(entry, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            db.execute("UPDATE log SET entry=? WHERE seq=?", (text, seq))
+            if rehash:
+                db.execute("UPDATE log SET leaf=? WHERE seq=?", (leaf_hash(text.encode()).hex(), seq))
+                fix_frontier(db)
+        finally:
+            db.close()
+    return edit
+
+
+def delete_entry(where: str) -> Callable[[Path], None]:
+    def edit(path: Path) -> None:
+        db = connect(path)
+        try:
+            db.execute("DELETE FROM log WHERE seq=?", (position(db, where),))
+            fix_frontier(db)
+        finally:
+            db.close()
+    return edit
+
+
+def swap_entries(a: str, b: str) -> Callable[[Path], None]:
+    def edit(path: Path) -> None:
+        db = connect(path)
+        try:
+            i, j = position(db, a), position(db, b)
+            rows = {seq: (entry, leaf) for seq, entry, leaf in log_rows(db)}
+            for seq, other in ((i, j), (j, i)):
+                db.execute("UPDATE log SET entry=?, leaf=? WHERE seq=?", (*rows[other], seq))
+            fix_frontier(db)
+        finally:
+            db.close()
+    return edit
+
+
+def truncate(k: int, heads: bool) -> Callable[[Path], None]:
+    """The last ``k`` entries cut off cleanly: frontier recomputed, and (``heads``) the heads over them gone."""
+    def edit(path: Path) -> None:
+        db = connect(path)
+        try:
+            size = len(log_rows(db))
+            db.execute("DELETE FROM log WHERE seq >= ?", (size - k,))
+            if heads:
+                db.execute("DELETE FROM log_heads WHERE size > ?", (size - k,))
+            fix_frontier(db)
+        finally:
+            db.close()
+    return edit
+
+
+def delete_newest_head(path: Path) -> None:
+    db = connect(path)
+    try:
+        db.execute("DELETE FROM log_heads WHERE size=(SELECT MAX(size) FROM log_heads)")
+    finally:
+        db.close()
+
+
+def manifest_edit(key: str, repin: bool = False) -> Callable[[Path], None]:
+    """The manifest's ``key`` changed; with ``repin`` the ledger's pins of the manifest rewritten to match."""
+    def edit(path: Path) -> None:
+        from fedforget.store import Store
+
+        manifest = json.loads((path / "manifest.json").read_text())
+        if key == "partitions":  # one sample moved to another client: the subtle edit
+            a, b = manifest["partitions"]["0"][0], manifest["partitions"]["1"][1]
+            a[0], b[0] = b[0], a[0]
+        else:
+            value = manifest.get(key)
+            manifest[key] = json.loads(changed(json.dumps(value))[0]) if value is not None else "tampered"
+        (path / "manifest.json").write_text(json.dumps(manifest))
+        if repin:
+            db = connect(path)
+            try:
+                db.execute("UPDATE meta SET value=? WHERE key='manifest-identity'",
+                           (json.dumps(Store.manifest_identity(manifest)),))
+                db.execute("UPDATE meta SET value=? WHERE key=?",
+                           (json.dumps([Store.manifest_digest(manifest)]), MANIFEST_DIGEST))
+            finally:
+                db.close()
+    return edit
+
+
+def generated_edits() -> list[Any]:
+    cases = []
+    for table, cols in TABLES.items():
+        cases += [pytest.param(update_cell(table, c), id=f"update-{table}.{c}") for c in cols]
+        cases += [pytest.param(delete_row(table), id=f"delete-{table}"),
+                  pytest.param(insert_copy(table), id=f"insert-changed-{table}")]
+    places = ("first", "second", "middle", "next-to-last", "last")
+    cases += [pytest.param(rewrite_entry(w), id=f"log-rewrite-rehashed-{w}") for w in places]
+    cases += [pytest.param(rewrite_entry("last", rehash=False), id="log-rewrite-last")]
+    cases += [pytest.param(delete_entry(w), id=f"log-delete-{w}") for w in places]
+    cases += [pytest.param(swap_entries("first", "second"), id="log-swap-first-two"),
+              pytest.param(swap_entries("middle", "last"), id="log-swap-middle-last"),
+              pytest.param(swap_entries("next-to-last", "last"), id="log-swap-last-two")]
+    cases += [pytest.param(truncate(k, heads), id=f"log-truncate-{k}{'-and-heads' if heads else ''}")
+              for k in (1, 2, 5) for heads in (False, True)]
+    cases += [pytest.param(delete_newest_head, id="log-delete-newest-head")]
+    cases += [pytest.param(manifest_edit(k, repin), id=f"manifest-{k}{'-repinned' if repin else ''}")
+              for k in (*IDENTITY_FIELDS, *REGISTERED_FIELDS) for repin in (False, True)]
+    return cases
+
+
+@pytest.mark.parametrize("edit", generated_edits())
+def test_an_edit_behind_the_log_is_refused_by_every_command(store, signed, edit):
+    edit(store)
+    assert_refused(store, signed.unforgotten)
+
+
+def test_a_store_rolled_back_after_a_later_signed_forget_is_refused(signed, tmp_path):
+    path = place(signed, tmp_path / "store")
+    backup = copy_store(path, tmp_path, "backup").root
+    code, _, err = invoke(["forget", "--store", str(path), "--sample", str(signed.unforgotten)])
+    assert code == 0, err
+    shutil.rmtree(path)
+    copy_store(backup, tmp_path, "store")  # the whole store, back over the same path
+    assert_refused(path, signed.unforgotten + 1)
+
+
+def test_an_untouched_copy_passes_every_command(store, signed):
+    for argv in commands(store, signed.unforgotten):
+        code, out, err = invoke(argv)
+        assert code == 0 and err == "", (argv, out[-500:], err[-2000:])
+
+
+def test_the_fixture_covers_every_table_of_the_schema(signed):
+    """The generated edits come from the schema: the trained store holds those tables, each with a row."""
+    db = sqlite3.connect(signed.path / LEDGER)
+    try:
+        names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        empty = [t for t in sorted(names) if db.execute(f'SELECT 1 FROM "{t}" LIMIT 1').fetchone() is None]
+    finally:
+        db.close()
+    assert names == set(TABLES) and not empty, (names ^ set(TABLES), empty)
+
+
+def test_a_store_without_a_log_adopts_one_on_its_first_command_and_passes_after(signed, tmp_path):
+    path = place(signed, tmp_path / "store", record=False)  # never signed at this path: an old store
+    with sqlite3.connect(path / LEDGER) as db:
+        names = dict(db.execute("SELECT request, json_group_array(record) FROM record_names GROUP BY request"))
+    as_written_before_the_log(path)
+    with sqlite3.connect(path / LEDGER) as db:  # old stores kept the raw record names in the request's spec
+        for request, records in names.items():
+            spec = json.loads(db.execute("SELECT spec FROM requests WHERE id=?", (request,)).fetchone()[0])
+            db.execute("UPDATE requests SET spec=? WHERE id=?", (json.dumps({**spec, "records": json.loads(records)}),
+                                                                  request))
+    assert names, "the fixture's store names no record: the adoption would move nothing"
+    code, out, err = invoke(["status", "--store", str(path)])
+    assert code == 0, err
+    assert "had no log" in err and len(err.strip().splitlines()) == 1, err
+    for argv in commands(path, signed.unforgotten):
+        code, out, err = invoke(argv)
+        assert code == 0 and err == "", (argv, out[-500:], err[-2000:])
