@@ -207,18 +207,19 @@ class LogWriter:
             raise sqlite3.DatabaseError(f"the log's frontier covers {frontier.size} entries of {top}")
         return frontier
 
-    def append(self, kind: str, fields: dict[str, Any], rows: list[list[Any]]) -> int:
+    def append(self, kind: str, fields: dict[str, Any], rows: list[list[Any]], at: float | None = None) -> int:
         frontier = self.frontier()
         seq = frontier.size
         prev = self.db.execute("SELECT leaf FROM log WHERE seq=?", (seq - 1,)).fetchone() if seq else None
         entry = {**fields, "v": FORMAT, "seq": seq, "prev": prev[0] if prev else None, "kind": kind,
-                 "at": time.time(), "writer": "coordinator" if _signer is not None else "run", "rows": rows}
+                 "at": time.time() if at is None else at, "writer": "coordinator" if _signer is not None else "run",
+                 "rows": rows}
         data = canonical(entry)
         leaf = leaf_hash(data)
         self.db.execute("INSERT INTO log(seq, entry, leaf) VALUES(?, ?, ?)", (seq, data.decode("utf-8"), leaf.hex()))
         frontier.append(leaf)
         self.db.execute("INSERT OR REPLACE INTO log_state(key, value) VALUES('frontier', ?)",
-                        (json.dumps(frontier.to_json()),))
+                        (frontier_text(frontier),))
         return seq
 
     def genesis(self, restart: bool = False) -> None:
@@ -230,10 +231,10 @@ class LogWriter:
                                    for row in self.db.execute(f"SELECT * FROM {_quoted(table)}")]
         adopted = bool(rows) or self.db.execute("SELECT 1 FROM samples LIMIT 1").fetchone() is not None
         self.db.execute("DELETE FROM log_state WHERE key='frontier'")
-        self.append("genesis", {"nonce": secrets.token_hex(16), "adopted": adopted}, rows)
-        if adopted:
-            self.db.execute("INSERT OR REPLACE INTO log_state(key, value) VALUES('adopted', ?)",
-                            (json.dumps({"at": time.time()}),))
+        at = time.time()
+        self.append("genesis", {"nonce": secrets.token_hex(16), "adopted": adopted}, rows, at=at)
+        if adopted:  # derived from the genesis entry, as the frontier is from the leaves: the check compares both
+            self.db.execute("INSERT OR REPLACE INTO log_state(key, value) VALUES('adopted', ?)", (adopted_marker(at),))
 
     def sign(self) -> dict[str, Any]:
         """Sign the head over every entry so far (inside the transaction that appended the last one)."""
@@ -254,6 +255,16 @@ class LogWriter:
         self.catching = False
         self.rows = []
         self.genesis(restart=True)
+
+
+def adopted_marker(at: float) -> str:
+    """``log_state``'s ``adopted`` value of a log whose genesis entry, written at ``at``, adopted a store."""
+    return json.dumps({"at": at})
+
+
+def frontier_text(frontier: Frontier) -> str:
+    """``log_state``'s ``frontier`` value, as the writer stores it and the check expects it byte for byte."""
+    return json.dumps(frontier.to_json())
 
 
 def log_id(db: sqlite3.Connection) -> str | None:

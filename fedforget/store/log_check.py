@@ -3,11 +3,16 @@
 - the entries are whole and in order: positions 0, 1, 2, ... with no gap, each entry's ``prev`` is the leaf
   hash of the one before and its stored leaf hash is the hash of its bytes (an edited, deleted, inserted or
   reordered entry breaks this at that point);
-- every head's root is the Merkle root of the entries under it, the newest head's signature holds (with the
-  coordinator's key when this machine has it), and every coordinator entry (a forget, a receipt) is under a
-  signed head: a training run's entries may wait for the next head, a forget may not;
+- every head's root is the Merkle root of the entries under it and its signature holds (with the
+  coordinator's key when this machine has it); the heads are exactly the ones the coordinator's transactions
+  signed (one after each entry it wrote), so a head deleted is missed; every coordinator entry (a forget, a
+  receipt) is under a signed head: a training run's entries may wait for the next head, a forget may not;
 - replaying every entry's rows rebuilds each logged table row for row: a row edited, deleted or added behind
-  the log's back, a table dropped or added, differs;
+  the log's back, a table dropped or added, differs; SQLite's ``sqlite_sequence`` (no trigger can watch it)
+  holds, for each AUTOINCREMENT table, the highest id the log ever inserted (the ledger never deletes those
+  rows but to empty the store for a new run, which empties ``sqlite_sequence`` and starts a new log);
+- ``log_state`` holds what the log derives, byte for byte: the frontier of its leaves, and the adoption
+  marker exactly when the genesis entry adopted a store;
 - raw record names kept for a request open to the commitments its logged spec holds.
 
 Cost: linear in the log (the logged tables are small: artifacts, lineage, requests, purges, meta), never in
@@ -24,7 +29,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedforget.store.log import COORDINATOR_KINDS, HEAD_FORMAT, _quoted, canonical, logged_row, logged_tables
+from fedforget.store.log import (
+    COORDINATOR_KINDS,
+    HEAD_FORMAT,
+    _quoted,
+    adopted_marker,
+    canonical,
+    frontier_text,
+    logged_row,
+    logged_tables,
+)
 from fedforget.store.merkle import Frontier, leaf_hash
 
 #: A problem quotes at most this much of a row.
@@ -49,6 +63,12 @@ class Replay:
     commitments: dict[int, set[str]] = field(default_factory=dict)
     #: requests whose raw record names a logged scrub deleted
     scrubbed: set[int] = field(default_factory=set)
+    #: when the genesis entry was written (its ``at``)
+    genesis_at: Any = None
+    #: head sizes the coordinator signed: one after each entry it wrote (a genesis shares its transaction's head)
+    signed_sizes: set[int] = field(default_factory=set)
+    #: table → column index → the highest integer the log ever inserted there
+    highest: dict[str, dict[int, int]] = field(default_factory=dict)
 
 
 def _row_key(values: Iterable[Any]) -> str:
@@ -81,15 +101,20 @@ def replay(rows: Iterable[tuple[int, str, str]], head_sizes: set[int], problems:
         if seq == 0:
             out.log_id = leaf
             out.adopted = bool(entry.get("adopted"))
+            out.genesis_at = entry.get("at")
         elif entry.get("kind") == "genesis":
             problems.append(f"the ledger's log entry {seq} starts a second log")
             return out
         out.kinds[seq] = str(entry.get("kind"))
+        if entry.get("writer") == "coordinator" and seq:
+            out.signed_sizes.add(seq + 1)
         for item in entry.get("rows") or []:
             try:
                 table, op, values = item
                 bucket = out.tables.setdefault(str(table), Counter())
                 bucket[_row_key(values)] += 1 if op == "+" else -1
+                if op == "+":
+                    _note_highest(out.highest.setdefault(str(table), {}), values)
             except (TypeError, ValueError):
                 problems.append(f"the ledger's log entry {seq} holds a malformed row")
                 return out
@@ -103,6 +128,12 @@ def replay(rows: Iterable[tuple[int, str, str]], head_sizes: set[int], problems:
         if out.size in head_sizes:
             out.roots[out.size] = out.frontier.root().hex()
     return out
+
+
+def _note_highest(highest: dict[int, int], values: list[Any]) -> None:
+    for i, value in enumerate(values):
+        if isinstance(value, int) and not isinstance(value, bool) and value > highest.get(i, value - 1):
+            highest[i] = value
 
 
 def _commitments(rows: list[Any]) -> dict[int, set[str]]:
@@ -143,7 +174,10 @@ def check_heads(db: sqlite3.Connection, log: Replay, problems: list[str],
     ``trusted(public_key)`` says whether a key is the coordinator's (None: this machine does not know it).
     Returns the newest head."""
     newest = None
+    verdicts: dict[bytes, bool] = {}
+    sizes: set[int] = set()
     for size, text in db.execute("SELECT size, head FROM log_heads ORDER BY size"):
+        sizes.add(size)
         try:
             head = json.loads(text)
             root = head["root"]
@@ -157,10 +191,15 @@ def check_heads(db: sqlite3.Connection, log: Replay, problems: list[str],
                             f"{log.size}")
         elif log.roots.get(size) != root:
             problems.append(f"the ledger's log under the head at {size} entries is not the log that was signed")
+        elif not _signed(head, trusted, verdicts):
+            problems.append(f"the ledger's log head at {size} entries is not signed by the coordinator's key")
         newest = head
-    if newest is not None and not _signed(newest, trusted):
-        problems.append(f"the ledger's newest log head ({newest.get('size')} entries) is not signed by the "
-                        "coordinator's key")
+    missing = sorted(log.signed_sizes - sizes)
+    if missing:
+        problems.append(f"the ledger lost the log head the coordinator signed at {missing[0]} entries")
+    stray = sorted(sizes - log.signed_sizes)
+    if stray:
+        problems.append(f"the ledger holds a log head at {stray[0]} entries that no coordinator write signed")
     covered = int(newest["size"]) if newest is not None and isinstance(newest.get("size"), int) else 0
     late = [seq for seq, kind in log.kinds.items() if kind in COORDINATOR_KINDS and seq >= covered]
     if late:
@@ -169,7 +208,10 @@ def check_heads(db: sqlite3.Connection, log: Replay, problems: list[str],
     return newest
 
 
-def _signed(head: dict[str, Any], trusted: Callable[[bytes], bool] | None) -> bool:
+def _signed(head: dict[str, Any], trusted: Callable[[bytes], bool] | None,
+            verdicts: dict[bytes, bool] | None = None) -> bool:
+    """Whether ``head``'s signature holds under a key ``trusted`` accepts (``verdicts`` caches its answers:
+    every head is checked, most under the same key)."""
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -181,17 +223,45 @@ def _signed(head: dict[str, Any], trusted: Callable[[bytes], bool] | None) -> bo
         Ed25519PublicKey.from_public_bytes(public).verify(value, canonical(body))
     except (InvalidSignature, ValueError, TypeError, KeyError):
         return False
-    return trusted is None or trusted(public)
+    if trusted is None:
+        return True
+    if verdicts is None:
+        return trusted(public)
+    if public not in verdicts:
+        verdicts[public] = trusted(public)
+    return verdicts[public]
 
 
-def check_frontier(db: sqlite3.Connection, log: Replay, problems: list[str]) -> None:
-    row = db.execute("SELECT value FROM log_state WHERE key='frontier'").fetchone()
-    try:
-        stored = Frontier.from_json(json.loads(row[0])) if row else Frontier()
-    except (ValueError, TypeError):
-        stored = None
-    if stored is None or stored.size != log.size or stored.nodes != log.frontier.nodes:
+def check_state(db: sqlite3.Connection, log: Replay, problems: list[str]) -> None:
+    """``log_state`` holds exactly what the log derives: its frontier, and the adoption marker of an adopted log."""
+    want = {"frontier": frontier_text(log.frontier)}
+    if log.adopted:
+        want["adopted"] = adopted_marker(log.genesis_at)
+    have = dict(db.execute("SELECT key, value FROM log_state"))
+    if have.get("frontier") != want["frontier"]:
         problems.append("the ledger's log frontier is not the log's")
+    elif have != want:
+        key = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))[0]
+        problems.append(f"the ledger's log state {str(key)[:40]!r} is not the one its log gives")
+
+
+def check_sequences(db: sqlite3.Connection, log: Replay, problems: list[str]) -> None:
+    """``sqlite_sequence`` names, for each AUTOINCREMENT table the log inserted into, the highest id it inserted
+    (SQLite takes the next id from it: a raised or lowered one would give a request an id out of order)."""
+    if db.execute("SELECT 1 FROM sqlite_master WHERE name='sqlite_sequence'").fetchone() is None:
+        return
+    want: list[tuple[str, int]] = []
+    for table, sql in db.execute("SELECT name, sql FROM sqlite_master WHERE type='table' ORDER BY name"):
+        if "AUTOINCREMENT" not in str(sql).upper():
+            continue
+        key = [r[0] for r in db.execute(f"PRAGMA table_info({_quoted(table)})") if r[5] == 1]
+        highest = log.highest.get(table, {}).get(key[0]) if key else None
+        if highest is not None:
+            want.append((table, highest))
+    have = sorted((str(n), s) for n, s in db.execute("SELECT name, seq FROM sqlite_sequence"))
+    if have != sorted(want):
+        problems.append("the ledger's sqlite_sequence is not the one its log gives (the next request id would "
+                        "not follow the logged ones)")
 
 
 def check_record_names(db: sqlite3.Connection, log: Replay, problems: list[str]) -> None:
@@ -222,8 +292,9 @@ def log_problems(db: sqlite3.Connection, trusted: Callable[[bytes], bool] | None
     log = replay(db.execute("SELECT seq, entry, leaf FROM log ORDER BY seq"), heads, problems)
     if problems:
         return problems, log
-    check_frontier(db, log, problems)
+    check_state(db, log, problems)
     check_heads(db, log, problems, trusted)
     compare_tables(db, log.tables, problems)
+    check_sequences(db, log, problems)
     check_record_names(db, log, problems)
     return problems, log
