@@ -379,20 +379,42 @@ def test_the_fixture_covers_every_table_of_the_schema(signed):
     assert names == set(TABLES) and not empty, (names ^ set(TABLES), empty)
 
 
-def test_a_store_without_a_log_adopts_one_on_its_first_command_and_passes_after(signed, tmp_path):
-    path = place(signed, tmp_path / "store", record=False)  # never signed at this path: an old store
+def as_old_store(signed: Signed, path: Path) -> Path:
+    """A copy written as stores were before the log: no log tables, raw record names in the requests' specs,
+    and never signed at its path."""
+    place(signed, path, record=False)
     with sqlite3.connect(path / LEDGER) as db:
         names = dict(db.execute("SELECT request, json_group_array(record) FROM record_names GROUP BY request"))
     as_written_before_the_log(path)
-    with sqlite3.connect(path / LEDGER) as db:  # old stores kept the raw record names in the request's spec
+    with sqlite3.connect(path / LEDGER) as db:
         for request, records in names.items():
             spec = json.loads(db.execute("SELECT spec FROM requests WHERE id=?", (request,)).fetchone()[0])
             db.execute("UPDATE requests SET spec=? WHERE id=?", (json.dumps({**spec, "records": json.loads(records)}),
                                                                   request))
     assert names, "the fixture's store names no record: the adoption would move nothing"
+    return path
+
+
+def test_a_store_without_a_log_adopts_one_on_its_first_command_and_passes_after(signed, tmp_path):
+    path = as_old_store(signed, tmp_path / "store")
     code, out, err = invoke(["status", "--store", str(path)])
     assert code == 0, err
     assert "had no log" in err and len(err.strip().splitlines()) == 1, err
     for argv in commands(path, signed.unforgotten):
         code, out, err = invoke(argv)
         assert code == 0 and err == "", (argv, out[-500:], err[-2000:])
+
+
+@pytest.mark.parametrize("statement", ["DELETE FROM log_state WHERE key='adopted'",
+                                       "UPDATE log_state SET value='{\"at\": 1.0}' WHERE key='adopted'"],
+                         ids=["deleted", "rewritten"])
+def test_an_adopted_store_whose_adoption_marker_is_edited_is_refused(signed, tmp_path, statement):
+    """``status`` says a store was adopted (edits before that cannot be detected) from this marker."""
+    path = as_old_store(signed, tmp_path / "store")
+    assert invoke(["status", "--store", str(path)])[0] == 0
+    db = connect(path)
+    try:
+        assert db.execute(statement).rowcount == 1
+    finally:
+        db.close()
+    assert_refused(path, signed.unforgotten)
