@@ -49,6 +49,12 @@ class Replay:
     commitments: dict[int, set[str]] = field(default_factory=dict)
     #: requests whose raw record names a logged scrub deleted
     scrubbed: set[int] = field(default_factory=set)
+    #: table → how many rows the entries leave in it
+    totals: Counter = field(default_factory=Counter)
+    #: table → column position → the sum of the integer values the entries leave in that column
+    sums: dict[str, Counter] = field(default_factory=dict)
+    #: table → the rows entries wrote or deleted, collected only when set (a check of what was appended)
+    touched: dict[str, set[str]] | None = None
 
 
 def _row_key(values: Iterable[Any]) -> str:
@@ -88,8 +94,15 @@ def replay(rows: Iterable[tuple[int, str, str]], head_sizes: set[int], problems:
         for item in entry.get("rows") or []:
             try:
                 table, op, values = item
-                bucket = out.tables.setdefault(str(table), Counter())
-                bucket[_row_key(values)] += 1 if op == "+" else -1
+                key, step = _row_key(values), 1 if op == "+" else -1
+                out.tables.setdefault(str(table), Counter())[key] += step
+                out.totals[str(table)] += step
+                sums = out.sums.setdefault(str(table), Counter())
+                for i, value in enumerate(values):
+                    if type(value) is int:
+                        sums[i] += step * value
+                if out.touched is not None:
+                    out.touched.setdefault(str(table), set()).add(key)
             except (TypeError, ValueError):
                 problems.append(f"the ledger's log entry {seq} holds a malformed row")
                 return out

@@ -1,0 +1,133 @@
+"""Check only what was appended to the ledger's log since a whole check, in time that does not grow with the log.
+
+A whole check (:func:`fedforget.store.log_check.log_problems`) replays every entry and compares every logged
+table with the rows the replay rebuilt. After it, a coordinator that keeps the :class:`Replay` can check each
+later commit by itself:
+
+- the new entries continue the chain the replay ended (position, ``prev``, stored leaf hash, canonical bytes)
+  and are folded into its frontier, which must be the stored frontier;
+- every head written since has the root of the entries under it, the newest head's signature holds, and every
+  new coordinator entry is under a signed head;
+- each row the new entries wrote or deleted is looked up in its table by its primary key: the table holds that
+  row exactly as many times as the whole replay says (a row the writer logged deleting but that the log never
+  wrote, because a hand edit changed it first, is caught here too);
+- each logged table holds as many rows as the replay leaves in it, and each column the sum of the integers the
+  replay leaves in it (a row added, deleted, made valid again or given another watermark by hand beside an
+  honest commit): one pass over the small logged tables in SQLite, no row read into Python.
+
+What it cannot see is a hand edit in place of a text or real value no new entry touches, made in the same
+moment as an honest commit (a hand edit alone changes the file without a new entry, which the caller answers
+with a whole check).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+
+from fedforget.store.log import COORDINATOR_KINDS, HEAD_FORMAT, _quoted, columns, logged_row, logged_tables
+from fedforget.store.log_check import SHOWN, Replay, _row_key, _signed, check_frontier, replay
+
+
+def follow(db: sqlite3.Connection, log: Replay, rows: list[tuple[int, str, str]],
+           trusted: Callable[[bytes], bool] | None, problems: list[str]) -> dict[str, set[str]]:
+    """Fold ``rows`` (the entries at ``log.size`` and after) into ``log`` and check them and their heads, inside
+    the caller's read transaction. Returns table → the row keys they touched."""
+    start = log.size
+    heads = dict(db.execute("SELECT size, head FROM log_heads WHERE size > ?", (start,)).fetchall())
+    log.touched = {}
+    try:
+        replay(rows, {int(s) for s in heads}, problems, into=log)
+        touched = log.touched
+    finally:
+        log.touched = None
+    if problems:
+        return touched
+    check_frontier(db, log, problems)
+    _check_new_heads(db, log, start, heads, trusted, problems)
+    _check_touched(db, log, touched, problems)
+    return touched
+
+
+def _check_new_heads(db: sqlite3.Connection, log: Replay, start: int, heads: dict[int, str],
+                     trusted: Callable[[bytes], bool] | None, problems: list[str]) -> None:
+    newest: dict | None = None
+    for size in sorted(heads):
+        try:
+            head = json.loads(heads[size])
+            root = head["root"]
+        except (ValueError, TypeError, KeyError):
+            problems.append(f"the ledger's log head at {size} entries is not a head")
+            return
+        if head.get("size") != size or head.get("log") != log.log_id or head.get("format") != HEAD_FORMAT:
+            problems.append(f"the ledger's log head at {size} entries names another log or size")
+        elif size > log.size:
+            problems.append(f"the ledger's log was cut back: a signed head covers {size} entries, the log holds "
+                            f"{log.size}")
+        elif log.roots.get(size) != root:
+            problems.append(f"the ledger's log under the head at {size} entries is not the log that was signed")
+        newest = head
+    if newest is not None and not _signed(newest, trusted):
+        problems.append(f"the ledger's newest log head ({newest.get('size')} entries) is not signed by the "
+                        "coordinator's key")
+    if newest is None:
+        row = db.execute("SELECT MAX(size) FROM log_heads").fetchone()
+        covered = int(row[0] or 0)
+    else:
+        covered = int(newest["size"])
+    late = [seq for seq in range(start, log.size) if log.kinds.get(seq) in COORDINATOR_KINDS and seq >= covered]
+    if late:
+        problems.append(f"the ledger's log entry {late[0]} ({log.kinds[late[0]]}) is under no signed head: the "
+                        "coordinator signs its own entries when it writes them")
+
+
+def _check_touched(db: sqlite3.Connection, log: Replay, touched: dict[str, set[str]], problems: list[str]) -> None:
+    tables = logged_tables(db)
+    for table in tables:
+        cols = columns(db, table)
+        sums = ", ".join(f"TOTAL(CASE WHEN typeof({_quoted(c)}) = 'integer' THEN {_quoted(c)} END)" for c in cols)
+        held, *totals = db.execute(f"SELECT COUNT(*), {sums} FROM {_quoted(table)}").fetchone()
+        if held != log.totals.get(table, 0):
+            problems.append(f"the ledger's {table} table holds {held} rows, its log wrote {log.totals.get(table, 0)}")
+            return
+        want = log.sums.get(table, {})
+        edited = [cols[i] for i, total in enumerate(totals) if abs(total - want.get(i, 0)) >= 0.5]
+        if edited:
+            problems.append(f"the ledger's {table} table's {edited[0]} column holds values its log never wrote")
+            return
+    for table in sorted(touched):
+        if table not in tables:
+            problems.append(f"the ledger lost its {table} table, which its log wrote rows into")
+            return
+        cols = columns(db, table)
+        keys = _key_columns(db, table)
+        expected = log.tables.get(table, {})
+        for key in sorted(touched[table]):
+            values = json.loads(key)
+            if len(values) != len(cols):
+                problems.append(f"the ledger's log wrote a row of {table} with {len(values)} of its {len(cols)} "
+                                f"columns: {key[:SHOWN]}")
+                return
+            where = " AND ".join(f"{_quoted(cols[i])} IS ?" for i in keys)
+            found = db.execute(f"SELECT * FROM {_quoted(table)} WHERE {where}", [values[i] for i in keys])
+            have = sum(1 for row in found if _row_key(logged_row(table, row)) == key)
+            want = expected.get(key, 0)
+            if want < 0:
+                problems.append(f"the ledger's log deleted a row of {table} it never wrote (it was edited by hand "
+                                f"first): {key[:SHOWN]}")
+                return
+            if have > want:
+                problems.append(f"the ledger's {table} table holds a row its log never wrote: {key[:SHOWN]}")
+                return
+            if have < want:
+                problems.append(f"the ledger's {table} table lost a row its log wrote: {key[:SHOWN]}")
+                return
+
+
+def _key_columns(db: sqlite3.Connection, table: str) -> list[int]:
+    """The positions of a table's primary key columns (every column when it has none, or its key is a digest
+    in the log: a meta value is logged as its sha256, its key column is not)."""
+    info = list(db.execute(f"PRAGMA main.table_info({_quoted(table)})"))
+    pk = [i for i, row in sorted(enumerate(info), key=lambda r: r[1][5]) if row[5] > 0]
+    return pk or list(range(len(info)))
