@@ -20,6 +20,8 @@ edit must never break, checked from the files alone: every command that opens a 
   file is caught even though the bytes match the sha256;
 - the stored backbone copy's bytes match the sha256 recorded when training wrote it;
 - every artifact the ledger records is an artifact of the plan, stored on disk;
+- ``service.db``, when the forget service made one, says who asked for each request what the ledger's log
+  recorded (``fedforget.store.service_evidence``);
 - ``metrics.jsonl`` is UTF-8 text.
 
 The ledger is read inside one read transaction: a concurrent ``forget`` either committed before the
@@ -197,6 +199,16 @@ def _check_ledger(store: Store, ledger: Ledger, manifest: dict[str, Any] | None,
         out.problems += index_problems(db, manifest)
     problems, out.log = ledger_log_check(store, db)
     out.problems += problems  # after the checks that name what an edit broke
+    if out.log is not None:
+        out.problems += service_problems(store, out.log)
+
+
+def service_problems(store: Store, log: Any) -> list[str]:
+    """``service.db`` says what the log's ``via`` fields say (``fedforget.store.service_evidence``); inside the
+    caller's read transaction on the ledger."""
+    from fedforget.store.service_evidence import evidence_problems
+
+    return evidence_problems(store.root, log.vias, log.started if log.adopted else None)
 
 
 def trusted_key() -> Callable[[bytes], bool] | None:

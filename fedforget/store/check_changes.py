@@ -16,7 +16,9 @@ ledger file is replaced, and keeps the log's replay; then it asks cheap question
   sample in, as many as each request recorded), the units table's size, and, for the artifacts the new
   entries touched or whose data was just forgotten, that no valid one saw forgotten data, that their sha256
   and watermark are the ones training wrote, that what is served is valid, intact and the serving plan's.
-  A retrain's entries (new artifacts, lineage or history rows) get the artifact checks over every artifact.
+  A retrain's entries (new artifacts, lineage or history rows) get the artifact checks over every artifact;
+- ``service.db`` changed (its ``stat``): it is held to the ``via`` fields of the log
+  (``fedforget.store.service_evidence``), linear in its rows, once per change.
 
 What this does not re-read per request is what no new entry wrote: a hand edit in place of an old row made in
 the same moment as an honest commit is found by the next full check (every CLI command, and the service's next
@@ -39,11 +41,13 @@ from fedforget.store.check import (
     check_requests,
     check_serving,
     check_store,
+    service_problems,
     trusted_key,
 )
 from fedforget.store.forget_plan import PlanError, SamplePlan, sample_plan
 from fedforget.store.ledger import LEDGER, Ledger
 from fedforget.store.log_check import Replay
+from fedforget.store.service_evidence import SERVICE_DB
 from fedforget.store.store import MANIFEST, METRICS, Store, StoreError
 
 #: tables a retrain or a training run writes: entries touching them get the artifact checks over every artifact
@@ -74,6 +78,8 @@ class Seen:
     #: served artifact → its sha256
     served: dict[str, str] = field(default_factory=dict)
     artifacts: frozenset[str] = frozenset()
+    #: ``service.db``'s stat when it last matched the log
+    service: tuple[int, int, int, int] | None = None
     #: the ledger's record of the manifest it was trained with (no forget or retrain writes it)
     identity: str | None = None
 
@@ -151,6 +157,20 @@ class StoreWatch:
         if _stat_key(self.store.root / METRICS) != seen.metrics:
             return self._full()
         self._check_served_files(seen, out)
+        service = _stat_key(self.store.root / SERVICE_DB)
+        if service != seen.service and self._log is not None:
+            ledger = self.store.ledger()
+            try:
+                with ledger.snapshot():
+                    out.problems += service_problems(self.store, self._log)
+            except sqlite3.DatabaseError as exc:
+                out.problems.append(f"{LEDGER} is corrupt ({exc})")
+            finally:
+                ledger.close()
+            if out.ok:
+                seen.service = service
+            else:
+                self._seen, self._log = None, None
         return out
 
     def _check_served_files(self, seen: Seen, out: StoreCheck) -> None:
@@ -215,13 +235,16 @@ class StoreWatch:
             self._check_artifacts(ledger, artifacts, sorted(new), out)
             if artifacts or "meta" in touched:
                 _check_serving_plan(ledger, out)
+        service = _stat_key(self.store.root / SERVICE_DB)
+        if out.ok and service != seen.service:  # the service reserves a row before its entry: both changed
+            out.problems += service_problems(self.store, log)
         if out.ok:
             served = _served(ledger)
             self._seen = Seen(manifest=seen.manifest, ledger_inode=seen.ledger_inode, data_version=version,
                               metrics=_stat_key(self.store.root / METRICS),
                               last_request=max([seen.last_request, *new]), forgotten=forgotten, units=seen.units,
                               log_size=log.size, served=served, artifacts=seen.artifacts | artifacts,
-                              identity=seen.identity)
+                              identity=seen.identity, service=service)
             self._check_served_files(self._seen, out)
         return True
 
@@ -289,7 +312,7 @@ class StoreWatch:
                     forgotten=_count(db, "forgotten"), units=_count(db, "units"),
                     log_size=log_size(db) if has_log(db) else 0, served=_served(ledger),
                     artifacts=frozenset(str(r[0]) for r in db.execute("SELECT artifact FROM artifacts")),
-                    identity=_meta(db, "manifest-identity"))
+                    identity=_meta(db, "manifest-identity"), service=_stat_key(self.store.root / SERVICE_DB))
 
     def _ledger_inode(self) -> int | None:
         key = _stat_key(self.store.root / LEDGER)

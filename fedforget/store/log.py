@@ -47,7 +47,7 @@ CREATE TABLE IF NOT EXISTS log_state(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 UNLOGGED = frozenset({"samples", "units", "forgotten", "log", "log_heads", "log_state", "record_names"})
 #: Entries only the coordinator writes: each must be under a head signed by the coordinator's key, which it
 #: signs in the same transaction. Everything else (a training run's artifacts) may wait for the next head.
-COORDINATOR_KINDS = frozenset({"forget", "receipt", "sign"})
+COORDINATOR_KINDS = frozenset({"forget", "receipt", "sign", "service-no-op"})
 #: Entries appended even when their transaction wrote no logged row: what happened is the entry itself.
 EVENT_KINDS = frozenset({"receipt", "sign", "scrub", "samples", "service-no-op"})
 FUNCTION = "fedforget_logged"

@@ -53,6 +53,10 @@ class Replay:
     totals: Counter = field(default_factory=Counter)
     #: table → column position → the sum of the integer values the entries leave in that column
     sums: dict[str, Counter] = field(default_factory=dict)
+    #: service request id → ``(position, kind, ledger request, via)`` of each entry the service wrote for it
+    vias: dict[Any, list[tuple[int, str, Any, Any]]] = field(default_factory=dict)
+    #: when the log began (its genesis entry's ``at``)
+    started: float | None = None
     #: table → the rows entries wrote or deleted, collected only when set (a check of what was appended)
     touched: dict[str, set[str]] | None = None
 
@@ -87,6 +91,7 @@ def replay(rows: Iterable[tuple[int, str, str]], head_sizes: set[int], problems:
         if seq == 0:
             out.log_id = leaf
             out.adopted = bool(entry.get("adopted"))
+            out.started = entry.get("at") if isinstance(entry.get("at"), int | float) else None
         elif entry.get("kind") == "genesis":
             problems.append(f"the ledger's log entry {seq} starts a second log")
             return out
@@ -106,6 +111,10 @@ def replay(rows: Iterable[tuple[int, str, str]], head_sizes: set[int], problems:
             except (TypeError, ValueError):
                 problems.append(f"the ledger's log entry {seq} holds a malformed row")
                 return out
+        if "via" in entry:
+            via = entry["via"]
+            named = via.get("service-request") if isinstance(via, dict) else None
+            out.vias.setdefault(named, []).append((seq, str(entry.get("kind")), entry.get("request"), via))
         if entry.get("kind") == "scrub" and isinstance(entry.get("requests"), list):
             out.scrubbed.update(int(r) for r in entry["requests"] if isinstance(r, int))
         for request, made in _commitments(entry.get("rows") or []).items():
