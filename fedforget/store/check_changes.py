@@ -31,6 +31,7 @@ import json
 import os
 import sqlite3
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,6 +51,8 @@ from fedforget.store.log_check import Replay
 from fedforget.store.service_evidence import SERVICE_DB
 from fedforget.store.store import MANIFEST, METRICS, Store, StoreError
 
+#: meta keys the serving plan follows from
+SERVING_META = frozenset({"serving", "plan"})
 #: tables a retrain or a training run writes: entries touching them get the artifact checks over every artifact
 TRAINING_TABLES = ("lineage", "history", "retrains")
 
@@ -94,6 +97,10 @@ class StoreWatch:
         self._log: Replay | None = None
         self._plan: SamplePlan | None = None
         self._db: sqlite3.Connection | None = None
+        self._paths: dict[str, str] = {}
+        #: served sha256 → the stat of its file when it was last hashed intact
+        self._intact: dict[str, tuple[int, int, int, int] | None] = {}
+        self._trust: dict[bytes, bool] = {}
         #: how many checks of each kind ran (the benchmark reports them)
         self.runs = {"full": 0, "changes": 0, "files": 0}
 
@@ -174,11 +181,33 @@ class StoreWatch:
         return out
 
     def _check_served_files(self, seen: Seen, out: StoreCheck) -> None:
+        """Each served file is intact: hashed again only when its ``stat`` changed since it was last found so."""
         for artifact, sha in seen.served.items():
-            if not self.store.verify_artifact(sha):
-                problem = f"served artifact {artifact} is corrupt or missing"
-                out.problems.append(problem)
-                out.repairable.append(problem)
+            path = self._paths.get(sha)
+            if path is None:
+                path = self._paths[sha] = str(self.store.artifact_path(sha))
+            key = _stat_key(path)
+            if key is not None and self._intact.get(sha) == key:
+                continue
+            if self.store.verify_artifact(sha):
+                self._intact[sha] = key
+                continue
+            problem = f"served artifact {artifact} is corrupt or missing"
+            out.problems.append(problem)
+            out.repairable.append(problem)
+
+    def _trusted(self) -> Callable[[bytes], bool] | None:
+        """Whether a head's key is the coordinator's, each key asked once per watch."""
+        ask = trusted_key()
+        if ask is None:
+            return None
+        known = self._trust
+
+        def trusted(public: bytes) -> bool:
+            if public not in known:
+                known[public] = ask(public)
+            return known[public]
+        return trusted
 
     def _changes(self, seen: Seen, version: int) -> StoreCheck:
         if self._log is None:
@@ -212,7 +241,7 @@ class StoreWatch:
         if not rows:
             return False
         self.runs["changes"] += 1
-        touched = follow(db, log, rows, trusted_key(), out.problems)
+        touched = follow(db, log, rows, self._trusted(), out.problems)
         if out.problems:
             return True
         roots = {**log.roots, log.size: log.frontier.root().hex()}
@@ -228,18 +257,19 @@ class StoreWatch:
         if _count(db, "units") != seen.units:
             out.problems.append(f"{LEDGER}'s units table changed after training")
         artifacts = {str(json.loads(k)[0]) for k in touched.get("artifacts", ())}
+        meta = {str(json.loads(k)[0]) for k in touched.get("meta", ())}
         if artifacts - seen.artifacts or any(t in touched for t in TRAINING_TABLES):
             check_artifact_rows(self.store, ledger, out)
             check_serving(self.store, ledger, out)
         else:
             self._check_artifacts(ledger, artifacts, sorted(new), out)
-            if artifacts or "meta" in touched:
+            if artifacts or meta & SERVING_META:
                 _check_serving_plan(ledger, out)
         service = _stat_key(self.store.root / SERVICE_DB)
         if out.ok and service != seen.service:  # the service reserves a row before its entry: both changed
             out.problems += service_problems(self.store, log)
         if out.ok:
-            served = _served(ledger)
+            served = _served(ledger) if artifacts or meta & SERVING_META else seen.served
             self._seen = Seen(manifest=seen.manifest, ledger_inode=seen.ledger_inode, data_version=version,
                               metrics=_stat_key(self.store.root / METRICS),
                               last_request=max([seen.last_request, *new]), forgotten=forgotten, units=seen.units,
@@ -340,11 +370,8 @@ class StoreWatch:
 
 def _served(ledger: Ledger) -> dict[str, str]:
     """Served artifact → its recorded sha256."""
-    out = {}
-    for artifact in ledger.serving().get("artifacts", []):
-        row = ledger.db.execute("SELECT sha256 FROM artifacts WHERE artifact=?", (artifact,)).fetchone()
-        out[str(artifact)] = "" if row is None else str(row[0])
-    return out
+    shas = dict(ledger.db.execute("SELECT artifact, sha256 FROM artifacts").fetchall())
+    return {str(a): str(shas.get(a, "")) for a in ledger.serving().get("artifacts", [])}
 
 
 def _check_serving_plan(ledger: Ledger, out: StoreCheck) -> None:

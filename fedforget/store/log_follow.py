@@ -11,8 +11,8 @@ later commit by itself:
 - each row the new entries wrote or deleted is looked up in its table by its primary key: the table holds that
   row exactly as many times as the whole replay says (a row the writer logged deleting but that the log never
   wrote, because a hand edit changed it first, is caught here too);
-- each logged table holds as many rows as the replay leaves in it, and each column the sum of the integers the
-  replay leaves in it (a row added, deleted, made valid again or given another watermark by hand beside an
+- each logged table holds as many rows as the replay leaves in it, and each INTEGER column the sum of the
+  integers the replay leaves in it (a row added, deleted, made valid again or given another watermark by hand beside an
   honest commit): one pass over the small logged tables in SQLite, no row read into Python.
 
 What it cannot see is a hand edit in place of a text or real value no new entry touches, made in the same
@@ -25,8 +25,9 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from fedforget.store.log import COORDINATOR_KINDS, HEAD_FORMAT, _quoted, columns, logged_row, logged_tables
+from fedforget.store.log import COORDINATOR_KINDS, HEAD_FORMAT, _quoted, logged_row, logged_tables
 from fedforget.store.log_check import SHOWN, Replay, _row_key, _signed, check_frontier, replay
 
 
@@ -82,17 +83,55 @@ def _check_new_heads(db: sqlite3.Connection, log: Replay, start: int, heads: dic
                         "coordinator signs its own entries when it writes them")
 
 
+@dataclass(frozen=True)
+class Table:
+    """What the check needs of one logged table's schema."""
+
+    name: str
+    columns: list[str]
+    #: positions of its primary key's columns (all of them when it has none)
+    keys: list[int]
+    #: positions of its INTEGER columns, whose sums are compared
+    integers: list[int]
+    #: ``SELECT COUNT(*), TOTAL(integer column), ... FROM table``
+    census: str
+
+
+_schemas: dict[tuple[str, int], dict[str, Table]] = {}
+
+
+def schema(db: sqlite3.Connection) -> dict[str, Table]:
+    """The logged tables (cached per database file and schema version: one pragma per call)."""
+    path = db.execute("PRAGMA database_list").fetchone()[2]
+    version = int(db.execute("PRAGMA main.schema_version").fetchone()[0])
+    cached = _schemas.get((path, version))
+    if cached is not None:
+        return cached
+    out = {}
+    for table in logged_tables(db):
+        info = list(db.execute(f"PRAGMA main.table_info({_quoted(table)})"))
+        cols = [str(r[1]) for r in info]
+        keys = [i for i, r in sorted(enumerate(info), key=lambda r: r[1][5]) if r[5] > 0] or list(range(len(cols)))
+        integers = [i for i, r in enumerate(info) if str(r[2]).upper() == "INTEGER"]
+        sums = "".join(f", TOTAL(CASE WHEN typeof({_quoted(cols[i])}) = 'integer' THEN {_quoted(cols[i])} END)"
+                       for i in integers)
+        out[table] = Table(table, cols, keys, integers, f"SELECT COUNT(*){sums} FROM {_quoted(table)}")
+    if len(_schemas) > 64:
+        _schemas.clear()
+    _schemas[(path, version)] = out
+    return out
+
+
 def _check_touched(db: sqlite3.Connection, log: Replay, touched: dict[str, set[str]], problems: list[str]) -> None:
-    tables = logged_tables(db)
-    for table in tables:
-        cols = columns(db, table)
-        sums = ", ".join(f"TOTAL(CASE WHEN typeof({_quoted(c)}) = 'integer' THEN {_quoted(c)} END)" for c in cols)
-        held, *totals = db.execute(f"SELECT COUNT(*), {sums} FROM {_quoted(table)}").fetchone()
+    tables = schema(db)
+    for table, info in tables.items():
+        held, *totals = db.execute(info.census).fetchone()
         if held != log.totals.get(table, 0):
             problems.append(f"the ledger's {table} table holds {held} rows, its log wrote {log.totals.get(table, 0)}")
             return
         want = log.sums.get(table, {})
-        edited = [cols[i] for i, total in enumerate(totals) if abs(total - want.get(i, 0)) >= 0.5]
+        edited = [info.columns[i] for i, total in zip(info.integers, totals, strict=True)
+                  if abs(total - want.get(i, 0)) >= 0.5]
         if edited:
             problems.append(f"the ledger's {table} table's {edited[0]} column holds values its log never wrote")
             return
@@ -100,8 +139,7 @@ def _check_touched(db: sqlite3.Connection, log: Replay, touched: dict[str, set[s
         if table not in tables:
             problems.append(f"the ledger lost its {table} table, which its log wrote rows into")
             return
-        cols = columns(db, table)
-        keys = _key_columns(db, table)
+        cols, keys = tables[table].columns, tables[table].keys
         expected = log.tables.get(table, {})
         for key in sorted(touched[table]):
             values = json.loads(key)
@@ -123,11 +161,3 @@ def _check_touched(db: sqlite3.Connection, log: Replay, touched: dict[str, set[s
             if have < want:
                 problems.append(f"the ledger's {table} table lost a row its log wrote: {key[:SHOWN]}")
                 return
-
-
-def _key_columns(db: sqlite3.Connection, table: str) -> list[int]:
-    """The positions of a table's primary key columns (every column when it has none, or its key is a digest
-    in the log: a meta value is logged as its sha256, its key column is not)."""
-    info = list(db.execute(f"PRAGMA main.table_info({_quoted(table)})"))
-    pk = [i for i, row in sorted(enumerate(info), key=lambda r: r[1][5]) if row[5] > 0]
-    return pk or list(range(len(info)))
