@@ -13,7 +13,7 @@ unit so part of the plan stays valid and served. Then, on that store:
 * ``forget_ms``: one :meth:`fedforget.store.ledger.Ledger.forget` (its transaction and ``synchronous=FULL``
   commit), interleaved: without a log (its triggers and entry left out), with the log unsigned (a training
   run's writes) and with the log signed (the coordinator's): what a log adds to one forget (median of
-  ``--repeats`` each). This runs last: a forget without a log leaves the store's log behind its tables.
+  ``--forget-repeats`` each). This runs last: a forget without a log leaves the store's log behind its tables.
 
     python benchmarks/log_check_scale.py                         # 10⁶ samples, 1,000 requests (about 2 min)
     python benchmarks/log_check_scale.py --samples 20000 --requests 50 --out /tmp/log
@@ -135,9 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--forget-repeats", type=int, default=31)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     config = {k: v for k, v in vars(args).items() if k != "out"}
+    machine = machine_info()  # the code this runs, before anything else can change the checkout
     with tempfile.TemporaryDirectory(prefix="fedforget-log-check-") as tmp:
         os.environ["FEDFORGET_SECRETS"] = str(Path(tmp) / "secrets")
         t0 = time.perf_counter()
@@ -171,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
             service.append(time.perf_counter() - start)
             assert out.ok, out.problems
         assert watch.runs["full"] == 1 and watch.runs["changes"] == args.repeats, watch.runs
-        forget = forget_costs(store, pool, args.repeats)
-    result = {"machine": machine_info(), "config": config, "built_s": built_s, "sizes": sizes, "served": served,
+        forget = forget_costs(store, pool, args.forget_repeats)
+    result = {"machine": machine, "config": config, "built_s": built_s, "sizes": sizes, "served": served,
               "whole_check_s": {"median": statistics.median(whole), "min": min(whole), "max": max(whole),
                                 "target": 1.0},
               "service_check_ms": {"median": median_ms(service), "min": min(service) * 1000.0,
