@@ -172,11 +172,28 @@ class RequestsDB:
         return evidence_of(rid, key, body, asked_by, accepted_at)
 
     def _drop(self, rid: int) -> None:
+        """Forget a reservation whose request failed, unless the ledger's log already names it (the forget
+        committed, then something after it failed): that row is evidence, applied again on the next start."""
+        if self._logged(rid):
+            return
         db = self._connect()
         try:
             db.execute("DELETE FROM requests WHERE id=? AND ledger_request IS NULL", (rid,))
         finally:
             db.close()
+
+    def _logged(self, rid: int) -> bool:
+        from fedforget.store.log import has_log
+
+        ledger = self.store.ledger()
+        try:
+            if not has_log(ledger.db):
+                return False
+            # entries are canonical JSON (sorted keys): the via's last key is its service request
+            return ledger.db.execute("SELECT 1 FROM log WHERE entry LIKE ? LIMIT 1",
+                                     (f'%"service-request":{int(rid)}}}%',)).fetchone() is not None
+        finally:
+            ledger.close()
 
     def recover(self) -> list[int]:
         """Apply every request a crash left ``accepted`` (reserved, never answered); returns their ids.

@@ -124,3 +124,25 @@ def test_a_forged_via_naming_no_row_is_refused(store):
     finally:
         ledger.close()
     assert any("lost service request 7" in p for p in check_store(Store.open(store)).problems)
+
+
+def test_a_request_that_fails_after_its_forget_committed_keeps_its_row_and_is_applied_on_recovery(store, monkeypatch):
+    """The ledger's log names the service request once its forget commits: dropping the row then would leave
+    the log naming a row service.db lost, and the store refused for good."""
+    import fedforget.unlearning.forget as forget_module
+    from fedforget.service.requests_db import RequestsDB, canonical_spec
+
+    def purge_fails(target):  # noqa: ANN001, ANN202
+        raise OSError("disk gone")
+
+    db = RequestsDB(Store.open(store))
+    with monkeypatch.context() as patched, pytest.raises(OSError):
+        patched.setattr(forget_module, "complete_purges", purge_fails)
+        db.submit(canonical_spec([3], [], []), "k-fail", "alice")
+    [row] = db.list()
+    assert row.ledger_request is None
+    assert check_store(Store.open(store)).ok, "the pending row is what the log names"
+    assert db.recover() == [row.id]
+    applied = db.get(row.id)
+    assert applied.ledger_request is not None and applied.no_op
+    assert check_store(Store.open(store)).ok
