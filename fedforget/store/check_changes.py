@@ -97,6 +97,7 @@ class StoreWatch:
         self._log: Replay | None = None
         self._plan: SamplePlan | None = None
         self._db: sqlite3.Connection | None = None
+        self._reader: Ledger | None = None
         self._paths: dict[str, str] = {}
         #: served sha256 → the stat of its file when it was last hashed intact
         self._intact: dict[str, tuple[int, int, int, int] | None] = {}
@@ -109,6 +110,9 @@ class StoreWatch:
             if self._db is not None:
                 self._db.close()
                 self._db = None
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
 
     # -- the check ---------------------------------------------------------------------------
     def check(self) -> StoreCheck:
@@ -166,14 +170,11 @@ class StoreWatch:
         self._check_served_files(seen, out)
         service = _stat_key(self.store.root / SERVICE_DB)
         if service != seen.service and self._log is not None:
-            ledger = self.store.ledger()
             try:
-                with ledger.snapshot():
+                with self._reading().snapshot():
                     out.problems += service_problems(self.store, self._log)
             except sqlite3.DatabaseError as exc:
                 out.problems.append(f"{LEDGER} is corrupt ({exc})")
-            finally:
-                ledger.close()
             if out.ok:
                 seen.service = service
             else:
@@ -213,17 +214,15 @@ class StoreWatch:
         if self._log is None:
             return self._full()  # a store without a log: every commit is checked whole
         out = StoreCheck()
-        ledger = self.store.ledger()
         unlogged = False
         try:
+            ledger = self._reading()
             with ledger.snapshot():
                 unlogged = not self._check_appended(ledger, seen, version, out)
         except sqlite3.DatabaseError as exc:
             out.problems.append(f"{LEDGER} is corrupt ({exc})")
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:  # a cell edited by hand
             out.problems.append(f"{LEDGER} holds a malformed record ({type(exc).__name__}: {str(exc)[:200]})")
-        finally:
-            ledger.close()
         if unlogged:
             return self._full()  # committed without a log entry: the whole check names the edit
         if not out.ok:
@@ -348,9 +347,18 @@ class StoreWatch:
         key = _stat_key(self.store.root / LEDGER)
         return None if key is None else key[0]
 
+    def _reading(self) -> Ledger:
+        """The watch's own read-only ledger handle, kept open between checks (opened again by a whole check)."""
+        if self._reader is None:
+            self._reader = Ledger.reader(self.store.root / LEDGER)
+        return self._reader
+
     def _reconnect(self) -> None:
         if self._db is not None:
             self._db.close()
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         path = (self.store.root / LEDGER).absolute()
         try:
             self._db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, check_same_thread=False,

@@ -143,6 +143,17 @@ class Ledger:
                 raise
         self.log = LogWriter(self.db, before_adoption=migrate_raw_names)
 
+    @classmethod
+    def reader(cls, path: Path) -> Ledger:
+        """A read-only handle on a finished store's ledger, usable from any thread (one at a time): no schema
+        script, no log writer. Kept open, its schema and pages stay parsed between reads."""
+        self = cls.__new__(cls)
+        self.path = Path(path)
+        self.rules = ()
+        self.db = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=ro", uri=True, timeout=60.0,
+                                  isolation_level=None, check_same_thread=False)
+        return self
+
     def close(self) -> None:
         self.db.close()
 
