@@ -278,7 +278,9 @@ def receipt_bytes(signed: dict[str, Any]) -> bytes:
 def build_receipt(store: Store, request: int, verify_result: dict[str, Any] | None) -> dict[str, Any]:
     """The unsigned body of request ``request``'s receipt, read from one snapshot of the ledger."""
     from fedforget.store.acks import request_acks
+    from fedforget.store.log_proof import log_section
     from fedforget.store.purge import purged_rows
+    from fedforget.store.record_commitments import openings
 
     ledger = store.ledger()
     try:
@@ -293,6 +295,8 @@ def build_receipt(store: Store, request: int, verify_result: dict[str, Any] | No
         acks = request_acks(ledger).get(request, {"owners": [], "acknowledged": [], "pending": []})
         serving = ledger.serving()
         digest = ledger_state(ledger, request)
+        section = log_section(ledger.db, request)
+        opened = openings(ledger.db, request)
     finally:
         ledger.close()
     return {
@@ -312,13 +316,27 @@ def build_receipt(store: Store, request: int, verify_result: dict[str, Any] | No
             # the reference was trained by the nodes of this federation (absent: in process)
             {"federation": verify_result["federation"], "held": verify_result.get("held")}
             if "federation" in verify_result else {}),
-    }
+    } | ({"log": section} if section is not None else {}) | ({"record_openings": opened} if opened else {})
 
 
 def sign_receipt(body: dict[str, Any], key) -> dict[str, Any]:  # noqa: ANN001
     signature = key.sign(canonical(body))
     return {**body, "signature": {"algorithm": "ed25519", "public_key": base64.b64encode(_public_raw(key)).decode(),
                                   "value": base64.b64encode(signature).decode()}}
+
+
+def sign_head(store: Store, request: int) -> None:
+    """Append the ``receipt`` entry of request ``request`` and sign a head over it and everything before it
+    (a training run's entries included): the receipt is built under that head."""
+    from fedforget.unlearning.log_signer import act_as_coordinator
+
+    act_as_coordinator()
+    ledger = store.ledger()
+    try:
+        with ledger.transaction("receipt", request=request):
+            pass
+    finally:
+        ledger.close()
 
 
 def receipt_path(store: Store, request: int) -> Path:
@@ -332,7 +350,9 @@ def issue_receipt(store: Store, request: int, verify_result: dict[str, Any] | No
     from fedforget.store.atomic import atomic_write_bytes
     from fedforget.store.secret_files import mkdir_private
 
-    signed = sign_receipt(build_receipt(store, request, verify_result), load_or_create_key(store.root))
+    key = load_or_create_key(store.root)
+    sign_head(store, request)
+    signed = sign_receipt(build_receipt(store, request, verify_result), key)
     out = receipt_path(store, request)
     atomic_write_bytes(mkdir_private(out.parent) / out.name, receipt_bytes(signed))
     return signed, out
