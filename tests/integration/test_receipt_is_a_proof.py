@@ -115,7 +115,7 @@ def test_a_third_party_verifies_a_receipt_with_an_exported_log_and_the_public_ke
     assert code == 0 and "is in the log under the signed head" in out, out + err
 
 
-def test_a_flipped_proof_hash_or_an_edited_entry_in_a_re_signed_receipt_is_refused(issued, tmp_path):
+def test_a_flipped_proof_hash_an_edited_entry_or_spec_in_a_re_signed_receipt_is_refused(issued, tmp_path):
     store, receipt, _ = issued
     pub, log = public_key_file(tmp_path), export(store, tmp_path / "log.jsonl")
     flipped = json.loads(json.dumps(receipt))
@@ -124,8 +124,10 @@ def test_a_flipped_proof_hash_or_an_edited_entry_in_a_re_signed_receipt_is_refus
     edited["log"]["text"] = edited["log"]["text"].replace('"kind":"forget"', '"kind":"forget","note":"x"')
     rehashed = json.loads(json.dumps(edited))
     rehashed["log"]["leaf"] = leaf_hash(rehashed["log"]["text"].encode()).hex()
+    spec = json.loads(json.dumps(receipt))
+    spec["request"]["spec"]["samples"] = [0]
     for name, body, why in (("flipped", flipped, "inclusion proof"), ("edited", edited, "does not hash"),
-                            ("rehashed", rehashed, "inclusion proof")):
+                            ("rehashed", rehashed, "inclusion proof"), ("spec", spec, "spec is not the one")):
         path = resigned(body, tmp_path / f"{name}.json")
         refused(["receipt", "--check", str(path), "--public-key", str(pub)], 1, "NOT valid", why)
         refused(["log", "verify", "--log", str(log), "--public-key", str(pub), "--receipt", str(path)], 1, why)
