@@ -20,7 +20,9 @@ the new place, so old receipts keep verifying; a line on stderr says so. Never i
 ``--check`` verifies the signature against that key's public half (or ``--public-key FILE``), so a
 receipt re-signed with another key is refused too, and requires the file's bytes to be exactly the
 ones written (:func:`receipt_bytes`), so one signed body has one accepted file. ``ledger_digest``
-(``receipt_ledger``) commits the receipt to the ledger rows it certifies.
+(``receipt_ledger``) commits the receipt to the ledger rows it certifies, and ``log``
+(``fedforget.store.log_proof``) proves its request's forget entry under a head signed when the receipt was
+issued, checkable with the public key alone (``fedforget.unlearning.log_verify``).
 """
 
 from __future__ import annotations
