@@ -214,3 +214,29 @@ def test_a_store_rolled_back_past_its_newest_receipt_is_refused(trained, tmp_pat
     shutil.rmtree(tmp_path / "secrets" / "logs")  # and no outside record of the log to tell it
     check = check_store(Store.open(store.root))
     assert not check.ok and "rolled back past a receipt" in check.summary(), check.summary()
+
+
+def test_a_receipt_naming_records_goes_with_the_scrub_and_is_issued_again_without_them(issued):
+    from fedforget.store.acks import record_acks, request_acks
+    from fedforget.store.purge import complete_purges
+
+    store, receipt, record = issued
+    path = store.root / "receipts" / "request-1.json"
+    assert record in path.read_text()  # the control: issued before the request is complete, it names the record
+    ledger = store.ledger()
+    try:
+        ledger.finish_retrain(1, [])
+        record_acks(ledger, {1: 1})  # the node that held the record deleted it up to request 1
+        pending = request_acks(ledger).get(1, {}).get("pending")
+    finally:
+        ledger.close()
+    assert not pending
+    complete_purges(store)
+    assert not path.exists()
+    code, out, err = invoke(["receipt", "1", "--store", str(store.root), "--no-verify", "--json"])
+    assert code == 0, err
+    again = json.loads(out)
+    assert "record_openings" not in again and record not in path.read_text()
+    assert again["log"]["entry"] == receipt["log"]["entry"]
+    assert again["log"]["head"]["size"] > receipt["log"]["head"]["size"]
+    assert check_store(Store.open(store.root)).ok
