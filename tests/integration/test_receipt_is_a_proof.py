@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fedforget.store import Store
 from fedforget.store.check import check_store
+from fedforget.store.log import head_signer, set_head_signer
 from fedforget.store.merkle import leaf_hash
 from fedforget.unlearning.receipt import (
     KEY_ENV,
@@ -30,8 +31,15 @@ from .helpers import copy_store, invoke, train_in_process
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    return train_in_process(tmp_path_factory.mktemp("proof") / "store", 3,
-                            **{"train-size": 300, "num-rounds": 1, "slices-per-client": 2}).root
+    """A trained store whose run signed nothing, as a ServerApp's (it holds no key), whatever earlier tests in
+    this process made it."""
+    before = head_signer()
+    set_head_signer(None)
+    try:
+        return train_in_process(tmp_path_factory.mktemp("proof") / "store", 3,
+                                **{"train-size": 300, "num-rounds": 1, "slices-per-client": 2}).root
+    finally:
+        set_head_signer(before)
 
 
 @pytest.fixture
