@@ -50,9 +50,12 @@ def export(
                       soft_wrap=True, highlight=False)
 
 
-def _receipts(paths: list[str], key: bytes) -> list[tuple[str, dict[str, Any]]]:
-    """Each receipt's checked body: unreadable or not JSON exits 2, a bad signature exits 1."""
-    from fedforget.unlearning.receipt import ReceiptError, check_receipt, read_receipt_file
+def _receipts(paths: list[str], keys: list[bytes]) -> list[tuple[str, dict[str, Any], bytes]]:
+    """Each receipt's checked body and the key that signed it: unreadable or not JSON exits 2, a signature by
+    none of ``keys`` exits 1."""
+    import base64
+
+    from fedforget.unlearning.receipt import ReceiptError, check_receipt, parse_receipt, read_receipt_file
 
     out = []
     for name in paths:
@@ -61,7 +64,12 @@ def _receipts(paths: list[str], key: bytes) -> list[tuple[str, dict[str, Any]]]:
         except OSError as exc:
             fail(f"cannot read {name!r} as a receipt: {exc.strerror or exc}")
         try:
-            out.append((name, check_receipt(data, key)))
+            claimed = base64.b64decode(str(parse_receipt(data)["signature"]["public_key"]), validate=True)
+        except (ValueError, TypeError, KeyError):
+            claimed = b""
+        key = claimed if claimed in keys else keys[0]
+        try:
+            out.append((name, check_receipt(data, key), key))
         except ReceiptError as exc:
             fail(f"receipt {name} NOT valid: {exc}", code=BROKEN_STORE_EXIT)
         except ValueError as exc:
@@ -73,8 +81,9 @@ def _receipts(paths: list[str], key: bytes) -> list[tuple[str, dict[str, Any]]]:
 def verify(
     log: Annotated[str, typer.Option("--log", help="A log export (`fedforget log export`).")] = "",
     store: Annotated[str, typer.Option("--store", help="Read the log of this store instead of --log.")] = "",
-    public_key: Annotated[str, typer.Option("--public-key", help="The coordinator's PEM public key (default: its "
-                                            "key on this machine).")] = "",
+    public_key: Annotated[list[str] | None, typer.Option(
+        "--public-key", help="The coordinator's PEM public key (default: its key on this machine); repeat it "
+        "for a log signed before and after `receipt --new-key`.")] = None,
     receipt: Annotated[list[str] | None, typer.Option("--receipt", help="A receipt to prove against the log "
                                                       "(repeat).")] = None,
     as_json: JsonOpt = False,
@@ -86,16 +95,18 @@ def verify(
 
     if bool(log) == bool(store):
         fail("name one log: --log FILE (an export) or --store S")
-    try:
-        key = load_public_key(Path(from_cwd(public_key)) if public_key else None)
-    except ReceiptKeyError as exc:
-        fail(str(exc))
-    except OSError as exc:
-        fail(f"cannot read the key {public_key}: {exc.strerror or exc}")
-    bodies = _receipts(receipt or [], key)
+    keys = []
+    for path in public_key or [None]:
+        try:
+            keys.append(load_public_key(Path(from_cwd(path)) if path else None))
+        except ReceiptKeyError as exc:
+            fail(str(exc))
+        except OSError as exc:
+            fail(f"cannot read the key {path}: {exc.strerror or exc}")
+    bodies = _receipts(receipt or [], keys)
     try:
         copy = read_export(Path(from_cwd(log))) if log else read_store(Path(from_cwd(store)))
-        checked = verify_log(copy, key, bodies)
+        checked = verify_log(copy, frozenset(keys), bodies)
     except LogInputError as exc:
         fail(str(exc))
     except LogProofError as exc:

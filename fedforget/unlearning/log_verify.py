@@ -131,12 +131,13 @@ def _hex32(value: Any) -> bytes:
     return bytes.fromhex(value)
 
 
-def head_problem(head: Any, public: bytes) -> str | None:
-    """Why ``head`` is not a head signed by ``public`` (None: it is)."""
+def head_problem(head: Any, public: bytes | frozenset[bytes]) -> str | None:
+    """Why ``head`` is not a head signed by ``public`` (or one of those keys) (None: it is)."""
+    keys = public if isinstance(public, frozenset) else frozenset({public})
     if not isinstance(head, dict) or head.get("format") != HEAD_FORMAT or not isinstance(head.get("size"), int) \
             or head["size"] < 1 or not isinstance(head.get("log"), str) or not isinstance(head.get("root"), str):
         return "is not a log head"
-    if not _signed(head, lambda key: key == public):
+    if not _signed(head, lambda key: key in keys):
         return "is not signed by the key it is checked against"
     return None
 
@@ -203,13 +204,15 @@ class Checked:
                 "receipts": self.receipts}
 
 
-def verify_log(log: LogCopy, public: bytes, receipts: list[tuple[str, dict[str, Any]]] = ()) -> Checked:
-    """Check ``log`` and the (signature-checked) receipt bodies against it with ``public`` alone; raises
-    :class:`LogProofError` on the first failed proof."""
+def verify_log(log: LogCopy, public: bytes | frozenset[bytes],
+               receipts: list[tuple[str, dict[str, Any], bytes]] = ()) -> Checked:
+    """Check ``log`` and the receipts ``(name, body, the key its signature was checked with)`` against it with
+    ``public`` alone (several keys: the coordinator's before and after a rotation; a receipt's head must be
+    signed by the receipt's own key); raises :class:`LogProofError` on the first failed proof."""
     proved = []
-    for name, body in receipts:
+    for name, body, signer in receipts:
         try:
-            got = receipt_proof(body, public)
+            got = receipt_proof(body, signer)
         except LogProofError as exc:
             raise LogProofError(f"receipt {name}: {exc}") from None
         if got is None:

@@ -248,3 +248,20 @@ def test_a_receipt_naming_records_goes_with_the_scrub_and_is_issued_again_withou
     assert again["log"]["entry"] == receipt["log"]["entry"]
     assert again["log"]["head"]["size"] > receipt["log"]["head"]["size"]
     assert check_store(Store.open(store.root)).ok
+
+
+def test_a_log_signed_before_and_after_a_new_key_verifies_with_both_public_keys_only(issued, tmp_path):
+    store, _, _ = issued
+    receipt = store.root / "receipts" / "request-1.json"
+    code, out, err = invoke(["receipt", "--new-key", "--json"])
+    assert code == 0, err
+    made = json.loads(out)
+    assert invoke(["log", "sign", "--store", str(store.root)])[0] == 0  # a head signed by the new key
+    log = export(store, tmp_path / "log.jsonl")
+    old, new = made["old_public_key"], made["public_key"]
+    refused(["log", "verify", "--log", str(log), "--public-key", new], 1, "not signed by the key")
+    refused(["log", "verify", "--log", str(log), "--public-key", old], 1, "not signed by the key")
+    code, out, err = invoke(["log", "verify", "--log", str(log), "--public-key", new, "--public-key", old,
+                             "--receipt", str(receipt), "--json"])
+    assert code == 0, err
+    assert json.loads(out)["receipts"][0]["request"] == 1
