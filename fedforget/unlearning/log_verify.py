@@ -254,5 +254,18 @@ def verify_log(log: LogCopy, public: bytes | frozenset[bytes],
         if done.roots.get(got["size"]) != got["root"]:
             raise LogProofError(f"the log's first {got['size']} entries are not the ones receipt {name}'s head "
                                 "signed: the log was rewritten")
+        if got["entry"] is None and (seq := _forget_entry(log, request, got["size"])) is not None:
+            raise LogProofError(f"receipt {name} says its request predates the log, but the log's entry {seq} "
+                                "recorded it")
         out.append({"receipt": name, "request": request, "entry": got["entry"], "head_size": got["size"]})
     return Checked(done.log_id, done.size, len(log.heads), newest, out)
+
+
+def _forget_entry(log: LogCopy, request: int, size: int) -> int | None:
+    """The position of the forget entry of ``request`` among the first ``size`` entries (None: there is none)."""
+    for seq, text, _ in log.entries[:size]:
+        if '"kind":"forget"' in text:
+            entry = json.loads(text)
+            if entry.get("kind") == "forget" and entry.get("request") == request:
+                return seq
+    return None

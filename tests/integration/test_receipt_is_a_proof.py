@@ -265,3 +265,15 @@ def test_a_log_signed_before_and_after_a_new_key_verifies_with_both_public_keys_
                              "--receipt", str(receipt), "--json"])
     assert code == 0, err
     assert json.loads(out)["receipts"][0]["request"] == 1
+
+
+def test_a_receipt_that_hides_its_forget_entry_is_refused_against_the_log(issued, tmp_path):
+    store, receipt, _ = issued
+    pub, log = public_key_file(tmp_path), export(store, tmp_path / "log.jsonl")
+    hidden = json.loads(json.dumps(receipt))
+    hidden["log"] = {"head": receipt["log"]["head"], "entry": None}  # as if the request predated the log
+    path = resigned(hidden, tmp_path / "hidden.json")
+    code, _, err = invoke(["receipt", "--check", str(path), "--public-key", str(pub)])
+    assert code == 0, err  # alone it only pins the head
+    refused(["log", "verify", "--log", str(log), "--public-key", str(pub), "--receipt", str(path)], 1,
+            "predates the log", f"entry {receipt['log']['entry']}")
