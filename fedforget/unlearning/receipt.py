@@ -330,9 +330,11 @@ def sign_receipt(body: dict[str, Any], key) -> dict[str, Any]:  # noqa: ANN001
 def sign_head(store: Store, request: int) -> None:
     """Append the ``receipt`` entry of request ``request`` and sign a head over it and everything before it
     (a training run's entries included): the receipt is built under that head."""
-    from fedforget.unlearning.log_signer import act_as_coordinator
+    from fedforget.store.log import head_signer
 
-    act_as_coordinator()
+    if head_signer() is None:  # the CLI and the service act as the coordinator before they open a store
+        raise RuntimeError("receipts are issued by the coordinator: call "
+                           "fedforget.unlearning.log_signer.act_as_coordinator() first")
     ledger = store.ledger()
     try:
         with ledger.transaction("receipt", request=request):
