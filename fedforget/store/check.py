@@ -226,7 +226,8 @@ def trusted_key() -> Callable[[bytes], bool] | None:
 
 def ledger_log_problems(store: Store, db: sqlite3.Connection) -> list[str]:
     """The log and every table it covers agree (``fedforget.store.log_check``), and the log is the one the
-    coordinator last signed for this store (``fedforget.store.log_record``)."""
+    coordinator last signed for this store (``fedforget.store.log_record``) and still holds what the head in its
+    newest receipt signed (``fedforget.store.log_proof``)."""
     return ledger_log_check(store, db)[0]
 
 
@@ -234,13 +235,23 @@ def ledger_log_check(store: Store, db: sqlite3.Connection) -> tuple[list[str], A
     """:func:`ledger_log_problems`, and the log's replay when it was read whole and sound (else None)."""
     from fedforget.store.log import has_log
     from fedforget.store.log_check import log_problems
+    from fedforget.store.log_proof import ROLLED_BACK_PAST_RECEIPT, newest_receipt_head
     from fedforget.store.log_record import record_problems, recorded_size
 
     recorded = recorded_size(store.root)
+    receipt = newest_receipt_head(store.root)
     if not has_log(db):
-        return record_problems(store.root, None, 0, {}, has_log=False), None
-    problems, log = log_problems(db, trusted_key(), extra_sizes={recorded} if recorded else set())
+        return record_problems(store.root, None, 0, {}, has_log=False) + (
+            [] if receipt is None else [ROLLED_BACK_PAST_RECEIPT + ": the ledger has no log"]), None
+    sizes = ({recorded} if recorded else set()) | ({receipt["size"]} if receipt else set())
+    problems, log = log_problems(db, trusted_key(), extra_sizes=sizes)
     problems += record_problems(store.root, log.log_id, log.size, log.roots, has_log=True)
+    if receipt is not None and not problems and (receipt.get("log") != log.log_id or
+                                                 log.roots.get(receipt["size"]) != receipt["root"]):
+        why = (" of another log" if receipt.get("log") != log.log_id else "" if log.size < receipt["size"] else
+               f" whose first {receipt['size']} give another root")
+        problems.append(f"{ROLLED_BACK_PAST_RECEIPT}: the receipt's head signed {receipt['size']} entries, the "
+                        f"ledger's log holds {log.size}{why}")
     return problems, None if problems else log
 
 

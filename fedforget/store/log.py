@@ -28,7 +28,8 @@ import json
 import secrets
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -84,6 +85,18 @@ def set_head_signer(signer: HeadSigner | None) -> None:
 
 def head_signer() -> HeadSigner | None:
     return _signer
+
+
+@contextmanager
+def without_head_signer() -> Iterator[None]:
+    """A ServerApp run inside a coordinator's process (in-process training, ``verify``'s reference) signs
+    nothing, as in its own process: the key stays the coordinator's, used by the coordinator's own writes."""
+    global _signer
+    held, _signer = _signer, None
+    try:
+        yield
+    finally:
+        _signer = held
 
 
 @dataclass
