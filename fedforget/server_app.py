@@ -17,6 +17,7 @@ from fedforget.federation.node_data import REGISTERED
 from fedforget.methods.registry import get_method
 from fedforget.store import StoreError
 from fedforget.store.lock import LOCK_FILE, store_run_lock
+from fedforget.store.log import without_head_signer
 from fedforget.store.store import CLIENTS, resolve_store_path
 from fedforget.tasks.data_access import serving_role
 
@@ -87,6 +88,7 @@ def main(grid: Grid, context: Context) -> None:
     try:
         with ExitStack() as held:
             held.enter_context(serving_role())  # the server never reads a client's training rows
+            held.enter_context(without_head_signer())  # nor holds the coordinator's key: its entries wait
             try:  # one run writes a store at a time; the lock dies with this process, however it ends
                 held.enter_context(store_run_lock(store_root, cfg.action))
             except StoreError as exc:

@@ -24,9 +24,9 @@ from typing import Any
 
 from fedforget.store import Store
 from fedforget.store.ledger import CHUNK, LedgerUsageError
+from fedforget.store.service_evidence import SERVICE_DB, evidence_of
 from fedforget.unlearning.forget import forget_request, parse_slices
 
-SERVICE_DB = "service.db"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests(id INTEGER PRIMARY KEY AUTOINCREMENT, idempotency_key TEXT NOT NULL UNIQUE,
     body_sha256 TEXT NOT NULL, spec TEXT NOT NULL, asked_by TEXT NOT NULL, accepted_at REAL NOT NULL,
@@ -139,9 +139,17 @@ class RequestsDB:
         return self.get(rid), True
 
     def _apply(self, rid: int, spec: dict[str, list[Any]]) -> None:
+        via = self.via(rid)
         result = forget_request(self.store, spec["samples"], spec["slices"], spec["clients"],
-                                records=spec.get("records") or [])
+                                records=spec.get("records") or [], log_fields={"via": via})
         ledger_request = result.request if result.request is not None else self.forgetting_request(spec)
+        if result.request is None:  # nothing new to forget: the log still records that the service was asked
+            ledger = self.store.ledger()
+            try:
+                with ledger.transaction("service-no-op", request=ledger_request, via=via):
+                    pass
+            finally:
+                ledger.close()
         # once applied, the record names leave service.db: the ledger keeps their keyed commitments, and their
         # openings (handed to the caller now) only until the request is complete
         kept = {k: v for k, v in spec.items() if k != "records"}
@@ -152,12 +160,40 @@ class RequestsDB:
         finally:
             db.close()
 
+    def via(self, rid: int) -> dict[str, Any]:
+        """What the ledger's log keeps of a service request (``fedforget.store.service_evidence``): who asked and
+        when, and digests of its key and body, never the body itself (it may name records)."""
+        db = self._connect()
+        try:
+            key, body, asked_by, accepted_at = db.execute("SELECT idempotency_key, body_sha256, asked_by, accepted_at "
+                                                          "FROM requests WHERE id=?", (rid,)).fetchone()
+        finally:
+            db.close()
+        return evidence_of(rid, key, body, asked_by, accepted_at)
+
     def _drop(self, rid: int) -> None:
+        """Forget a reservation whose request failed, unless the ledger's log already names it (the forget
+        committed, then something after it failed): that row is evidence, applied again on the next start."""
+        if self._logged(rid):
+            return
         db = self._connect()
         try:
             db.execute("DELETE FROM requests WHERE id=? AND ledger_request IS NULL", (rid,))
         finally:
             db.close()
+
+    def _logged(self, rid: int) -> bool:
+        from fedforget.store.log import has_log
+
+        ledger = self.store.ledger()
+        try:
+            if not has_log(ledger.db):
+                return False
+            # entries are canonical JSON (sorted keys): the via's last key is its service request
+            return ledger.db.execute("SELECT 1 FROM log WHERE entry LIKE ? LIMIT 1",
+                                     (f'%"service-request":{int(rid)}}}%',)).fetchone() is not None
+        finally:
+            ledger.close()
 
     def recover(self) -> list[int]:
         """Apply every request a crash left ``accepted`` (reserved, never answered); returns their ids.

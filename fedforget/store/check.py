@@ -20,6 +20,8 @@ edit must never break, checked from the files alone: every command that opens a 
   file is caught even though the bytes match the sha256;
 - the stored backbone copy's bytes match the sha256 recorded when training wrote it;
 - every artifact the ledger records is an artifact of the plan, stored on disk;
+- ``service.db``, when the forget service made one, says who asked for each request what the ledger's log
+  recorded (``fedforget.store.service_evidence``);
 - ``metrics.jsonl`` is UTF-8 text.
 
 The ledger is read inside one read transaction: a concurrent ``forget`` either committed before the
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +74,9 @@ class StoreCheck:
     #: the manifest or ledger cannot be read as a store's at all (not JSON, not SQLite, missing): the path
     #: given is probably not a finished run, which the user fixes (exit 2), unlike a store that lies (exit 1)
     unreadable: list[str] = field(default_factory=list)
+    #: the replay of the ledger's log the check made (None: no log, or the check stopped before it): the
+    #: service continues it with only what is appended later (``fedforget.store.check_changes``)
+    log: Any = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -191,26 +197,62 @@ def _check_ledger(store: Store, ledger: Ledger, manifest: dict[str, Any] | None,
     check_serving(store, ledger, out)
     if manifest is not None:
         out.problems += index_problems(db, manifest)
-    out.problems += ledger_log_problems(store, db)  # after the checks that name what an edit broke
+    problems, out.log = ledger_log_check(store, db)
+    out.problems += problems  # after the checks that name what an edit broke
+    if out.log is not None:
+        out.problems += service_problems(store, out.log)
+
+
+def service_problems(store: Store, log: Any) -> list[str]:
+    """``service.db`` says what the log's ``via`` fields say (``fedforget.store.service_evidence``); inside the
+    caller's read transaction on the ledger."""
+    from fedforget.store.service_evidence import evidence_problems
+
+    return evidence_problems(store.root, log.vias, log.started if log.adopted else None)
+
+
+def trusted_key() -> Callable[[bytes], bool] | None:
+    """Whether a head's key is the coordinator's, as this process's signer knows (None: it cannot tell)."""
+    from fedforget.store.log import head_signer
+
+    signer = head_signer()
+    if signer is None:
+        return None
+
+    def trusted(public: bytes) -> bool:
+        return signer.trusts(public) is not False
+    return trusted
 
 
 def ledger_log_problems(store: Store, db: sqlite3.Connection) -> list[str]:
     """The log and every table it covers agree (``fedforget.store.log_check``), and the log is the one the
-    coordinator last signed for this store (``fedforget.store.log_record``)."""
-    from fedforget.store.log import has_log, head_signer
+    coordinator last signed for this store (``fedforget.store.log_record``) and still holds what the head in its
+    newest receipt signed (``fedforget.store.log_proof``)."""
+    return ledger_log_check(store, db)[0]
+
+
+def ledger_log_check(store: Store, db: sqlite3.Connection) -> tuple[list[str], Any]:
+    """:func:`ledger_log_problems`, and the log's replay when it was read whole and sound (else None)."""
+    from fedforget.store.log import has_log
     from fedforget.store.log_check import log_problems
+    from fedforget.store.log_proof import ROLLED_BACK_PAST_RECEIPT, newest_receipt_head
     from fedforget.store.log_record import record_problems, recorded_size
 
-    signer = head_signer()
-    trusted = None
-    if signer is not None:
-        def trusted(public: bytes) -> bool:
-            return signer.trusts(public) is not False
     recorded = recorded_size(store.root)
+    receipt = newest_receipt_head(store.root)
     if not has_log(db):
-        return record_problems(store.root, None, 0, {}, has_log=False)
-    problems, log = log_problems(db, trusted, extra_sizes={recorded} if recorded else set())
-    return problems + record_problems(store.root, log.log_id, log.size, log.roots, has_log=True)
+        return record_problems(store.root, None, 0, {}, has_log=False) + (
+            [] if receipt is None else [ROLLED_BACK_PAST_RECEIPT + ": the ledger has no log"]), None
+    sizes = ({recorded} if recorded else set()) | ({receipt["size"]} if receipt else set())
+    problems, log = log_problems(db, trusted_key(), extra_sizes=sizes)
+    problems += record_problems(store.root, log.log_id, log.size, log.roots, has_log=True)
+    if receipt is not None and not problems and (receipt.get("log") != log.log_id or
+                                                 log.roots.get(receipt["size"]) != receipt["root"]):
+        why = (" of another log" if receipt.get("log") != log.log_id else "" if log.size < receipt["size"] else
+               f" whose first {receipt['size']} give another root")
+        problems.append(f"{ROLLED_BACK_PAST_RECEIPT}: the receipt's head signed {receipt['size']} entries, the "
+                        f"ledger's log holds {log.size}{why}")
+    return problems, None if problems else log
 
 
 def sound_tables(db: sqlite3.Connection) -> str | None:

@@ -1,21 +1,28 @@
-"""The forget service's store check: the whole check once, then before each request only what changed.
+"""The forget service's store check: the whole check once, then before each request only what was appended.
 
-:func:`~fedforget.store.check.check_store` reads every table, so its cost grows with the requests and
-samples a store holds; a service answering hundreds of requests a second cannot run it before each one.
-:class:`StoreWatch` runs it when the service starts, and again whenever the manifest or the ledger file is
-replaced, and otherwise asks cheap questions first:
+:func:`~fedforget.store.check.check_store` reads every table and replays the ledger's whole log, so its cost
+grows with the requests and samples a store holds; a service answering hundreds of requests a second cannot run
+it before each one. :class:`StoreWatch` runs it when the service starts, and again whenever the manifest or the
+ledger file is replaced, and keeps the log's replay; then it asks cheap questions first:
 
 - nothing committed to the ledger since the last check (SQLite's ``PRAGMA data_version`` on a connection
   the watch keeps) and no file it covers changed (their ``stat``): only the served files are looked at
   (hashed again only when their ``stat`` changed);
-- else, what changed is checked: the requests recorded since (each whole, each forgotten row in the unit the
-  manifest puts its sample in), the row counts of the tables that only grow (a row deleted or added behind
-  the ledger's back changes them), and every artifact-level invariant (the artifacts, lineage and serving
-  tables are small): no valid artifact saw forgotten data, what is served is valid and intact.
+- something committed but the log gained no entry: every honest write appends one in its own transaction, so
+  the commit was made behind the ledger's back, and the whole check runs (and names the edit);
+- else the new entries are checked (``fedforget.store.log_follow``: they continue the chain, their heads are
+  signed, each row they wrote is in its table, each logged table holds as many rows as the log left in it),
+  and what the log does not cover: the new requests' forgotten rows (each in the unit the manifest puts its
+  sample in, as many as each request recorded), the units table's size, and, for the artifacts the new
+  entries touched or whose data was just forgotten, that no valid one saw forgotten data, that their sha256
+  and watermark are the ones training wrote, that what is served is valid, intact and the serving plan's.
+  A retrain's entries (new artifacts, lineage or history rows) get the artifact checks over every artifact;
+- ``service.db`` changed (its ``stat``): it is held to the ``via`` fields of the log
+  (``fedforget.store.service_evidence``), linear in its rows, once per change.
 
-What this does not re-read per request is what no forget or retrain writes: SQLite's page check and the
-sample index. An edit in place of such a row between two requests is found by the next full check (every
-CLI command, and the service's next start).
+What this does not re-read per request is what no new entry wrote: a hand edit in place of an old row made in
+the same moment as an honest commit is found by the next full check (every CLI command, and the service's next
+start); SQLite's page check and the sample index likewise.
 """
 
 from __future__ import annotations
@@ -24,8 +31,8 @@ import json
 import os
 import sqlite3
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -35,13 +42,19 @@ from fedforget.store.check import (
     check_requests,
     check_serving,
     check_store,
+    service_problems,
+    trusted_key,
 )
 from fedforget.store.forget_plan import PlanError, SamplePlan, sample_plan
-from fedforget.store.ledger import LEDGER
+from fedforget.store.ledger import LEDGER, Ledger
+from fedforget.store.log_check import Replay
+from fedforget.store.service_evidence import SERVICE_DB
 from fedforget.store.store import MANIFEST, METRICS, Store, StoreError
 
-#: tables whose rows a store only ever adds (or, for ``samples`` and ``units``, writes once at training)
-COUNTED = ("requests", "forgotten", "samples", "units", "history", "retrains")
+#: meta keys the serving plan follows from
+SERVING_META = frozenset({"serving", "plan"})
+#: tables a retrain or a training run writes: entries touching them get the artifact checks over every artifact
+TRAINING_TABLES = ("lineage", "history", "retrains")
 
 
 def _stat_key(path: os.PathLike[str] | str) -> tuple[int, int, int, int] | None:
@@ -61,22 +74,34 @@ class Seen:
     data_version: int
     metrics: tuple[int, int, int, int] | None
     last_request: int
-    counts: dict[str, int]
+    #: rows of the tables the log does not cover that a forget only adds to (``forgotten``) or none writes
+    forgotten: int
+    units: int
+    log_size: int
     #: served artifact → its sha256
     served: dict[str, str] = field(default_factory=dict)
+    artifacts: frozenset[str] = frozenset()
+    #: ``service.db``'s stat when it last matched the log
+    service: tuple[int, int, int, int] | None = None
     #: the ledger's record of the manifest it was trained with (no forget or retrain writes it)
     identity: str | None = None
 
 
 class StoreWatch:
-    """One store, checked whole at first and then by what changed; thread-safe, one check at a time."""
+    """One store, checked whole at first and then by what was appended; thread-safe, one check at a time."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self._lock = threading.Lock()
         self._seen: Seen | None = None
+        self._log: Replay | None = None
         self._plan: SamplePlan | None = None
         self._db: sqlite3.Connection | None = None
+        self._reader: Ledger | None = None
+        self._paths: dict[str, str] = {}
+        #: served sha256 → the stat of its file when it was last hashed intact
+        self._intact: dict[str, tuple[int, int, int, int] | None] = {}
+        self._trust: dict[bytes, bool] = {}
         #: how many checks of each kind ran (the benchmark reports them)
         self.runs = {"full": 0, "changes": 0, "files": 0}
 
@@ -85,6 +110,9 @@ class StoreWatch:
             if self._db is not None:
                 self._db.close()
                 self._db = None
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
 
     # -- the check ---------------------------------------------------------------------------
     def check(self) -> StoreCheck:
@@ -104,7 +132,7 @@ class StoreWatch:
     def _full(self) -> StoreCheck:
         self.runs["full"] += 1
         self._reconnect()
-        self._seen = None
+        self._seen, self._log = None, None
         # the mark is taken before the check reads the store: a request committed in between is after the
         # mark, so the next check by changes reads it (taken after, it would be marked seen, never checked)
         version = self._data_version()
@@ -118,18 +146,19 @@ class StoreWatch:
             if ledger is not None:
                 try:
                     with ledger.snapshot():
-                        mark = self._mark(ledger.db, manifest_key, version, ledger.serving())
+                        mark = self._mark(ledger, manifest_key, version)
                 except (sqlite3.DatabaseError, ValueError, TypeError):
                     mark = None  # a damaged ledger: the whole check below says what
                 finally:
                     ledger.close()
         out = check_store(self.store)
-        if out.ok and mark is not None:
+        # a commit between the mark and the check's read: the replay is ahead of the mark, start again next time
+        if out.ok and mark is not None and (out.log is None or out.log.size == mark.log_size):
             try:
                 self._plan = sample_plan(self.store.manifest())
             except PlanError:
                 self._plan = None  # the whole check said the plan is sound; a None plan checks no units
-            self._seen = mark
+            self._seen, self._log = mark, out.log
         return out
 
     def _files(self, seen: Seen) -> StoreCheck:
@@ -138,55 +167,143 @@ class StoreWatch:
         out = StoreCheck()
         if _stat_key(self.store.root / METRICS) != seen.metrics:
             return self._full()
-        for artifact, sha in seen.served.items():
-            if not self.store.verify_artifact(sha):
-                problem = f"served artifact {artifact} is corrupt or missing"
-                out.problems.append(problem)
-                out.repairable.append(problem)
+        self._check_served_files(seen, out)
+        service = _stat_key(self.store.root / SERVICE_DB)
+        if service != seen.service and self._log is not None:
+            try:
+                with self._reading().snapshot():
+                    out.problems += service_problems(self.store, self._log)
+            except sqlite3.DatabaseError as exc:
+                out.problems.append(f"{LEDGER} is corrupt ({exc})")
+            if out.ok:
+                seen.service = service
+            else:
+                self._seen, self._log = None, None
         return out
+
+    def _check_served_files(self, seen: Seen, out: StoreCheck) -> None:
+        """Each served file is intact: hashed again only when its ``stat`` changed since it was last found so."""
+        for artifact, sha in seen.served.items():
+            path = self._paths.get(sha)
+            if path is None:
+                path = self._paths[sha] = str(self.store.artifact_path(sha))
+            key = _stat_key(path)
+            if key is not None and self._intact.get(sha) == key:
+                continue
+            if self.store.verify_artifact(sha):
+                self._intact[sha] = key
+                continue
+            problem = f"served artifact {artifact} is corrupt or missing"
+            out.problems.append(problem)
+            out.repairable.append(problem)
+
+    def _trusted(self) -> Callable[[bytes], bool] | None:
+        """Whether a head's key is the coordinator's, each key asked once per watch."""
+        ask = trusted_key()
+        if ask is None:
+            return None
+        known = self._trust
+
+        def trusted(public: bytes) -> bool:
+            if public not in known:
+                known[public] = ask(public)
+            return known[public]
+        return trusted
 
     def _changes(self, seen: Seen, version: int) -> StoreCheck:
-        self.runs["changes"] += 1
+        if self._log is None:
+            return self._full()  # a store without a log: every commit is checked whole
         out = StoreCheck()
-        ledger = self.store.ledger()
+        unlogged = False
         try:
+            ledger = self._reading()
             with ledger.snapshot():
-                db = ledger.db
-                self._check_counts(db, seen, out)
-                if _meta(db, "manifest-identity") != seen.identity:
-                    out.problems.append(f"{LEDGER}'s record of the manifest changed after training")
-                new = dict(db.execute("SELECT id, samples FROM requests WHERE id > ?", (seen.last_request,)))
-                rows = {rid: self._rows_of(db, rid, out) for rid in sorted(new)}
-                check_requests(db, out, rows, after=seen.last_request)
-                check_artifact_rows(self.store, ledger, out)
-                check_serving(self.store, ledger, out)
-                if out.ok:
-                    self._seen = self._mark(db, seen.manifest, version, ledger.serving())
+                unlogged = not self._check_appended(ledger, seen, version, out)
         except sqlite3.DatabaseError as exc:
             out.problems.append(f"{LEDGER} is corrupt ({exc})")
-        finally:
-            ledger.close()
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:  # a cell edited by hand
+            out.problems.append(f"{LEDGER} holds a malformed record ({type(exc).__name__}: {str(exc)[:200]})")
+        if unlogged:
+            return self._full()  # committed without a log entry: the whole check names the edit
         if not out.ok:
-            self._seen = None  # a refusal is re-checked whole next time
+            self._seen, self._log = None, None  # a refusal is re-checked whole next time
         return out
 
-    def _check_counts(self, db: sqlite3.Connection, seen: Seen, out: StoreCheck) -> None:
-        """Rows the last check saw are all still there: old requests unchanged in number, the one-time tables
-        unchanged, the growing ones grown by exactly what the new requests recorded."""
-        old = db.execute("SELECT COUNT(*), COALESCE(MAX(id), 0) FROM requests WHERE id <= ?",
-                         (seen.last_request,)).fetchone()
-        if (int(old[0]), int(old[1])) != (seen.counts["requests"], seen.last_request):
-            out.problems.append(f"{LEDGER} lost or renumbered forget requests since the last check")
-        for table in ("samples", "units"):
-            if _count(db, table) != seen.counts[table]:
-                out.problems.append(f"{LEDGER}'s {table} table changed after training")
-        added = int(db.execute("SELECT COALESCE(SUM(samples), 0) FROM requests WHERE id > ?",
-                               (seen.last_request,)).fetchone()[0])
-        if _count(db, "forgotten") != seen.counts["forgotten"] + added:
+    def _check_appended(self, ledger: Ledger, seen: Seen, version: int, out: StoreCheck) -> bool:
+        """Check what the log gained since ``seen`` (False: it gained nothing, though the file changed)."""
+        from fedforget.store.log_follow import follow
+        from fedforget.store.log_record import record_problems
+
+        db, log = ledger.db, self._log
+        assert log is not None
+        rows = db.execute("SELECT seq, entry, leaf FROM log WHERE seq >= ? ORDER BY seq", (log.size,)).fetchall()
+        if not rows:
+            return False
+        self.runs["changes"] += 1
+        touched = follow(db, log, rows, self._trusted(), out.problems)
+        if out.problems:
+            return True
+        roots = {**log.roots, log.size: log.frontier.root().hex()}
+        out.problems += record_problems(self.store.root, log.log_id, log.size, roots, has_log=True)
+        if _meta(db, "manifest-identity") != seen.identity:
+            out.problems.append(f"{LEDGER}'s record of the manifest changed after training")
+        new = dict(db.execute("SELECT id, samples FROM requests WHERE id > ?", (seen.last_request,)))
+        counted = {rid: self._rows_of(db, rid, out) for rid in sorted(new)}
+        check_requests(db, out, counted, after=seen.last_request)
+        forgotten = _count(db, "forgotten")
+        if forgotten != seen.forgotten + sum(new.values()):
             out.problems.append(f"{LEDGER}'s forgotten rows do not add up to its requests since the last check")
-        for table in ("history", "retrains"):
-            if _count(db, table) < seen.counts[table]:
-                out.problems.append(f"{LEDGER} lost rows of its {table} table since the last check")
+        if _count(db, "units") != seen.units:
+            out.problems.append(f"{LEDGER}'s units table changed after training")
+        artifacts = {str(json.loads(k)[0]) for k in touched.get("artifacts", ())}
+        meta = {str(json.loads(k)[0]) for k in touched.get("meta", ())}
+        if artifacts - seen.artifacts or any(t in touched for t in TRAINING_TABLES):
+            check_artifact_rows(self.store, ledger, out)
+            check_serving(self.store, ledger, out)
+        else:
+            self._check_artifacts(ledger, artifacts, sorted(new), out)
+            if artifacts or meta & SERVING_META:
+                _check_serving_plan(ledger, out)
+        service = _stat_key(self.store.root / SERVICE_DB)
+        if out.ok and service != seen.service:  # the service reserves a row before its entry: both changed
+            out.problems += service_problems(self.store, log)
+        if out.ok:
+            served = _served(ledger) if artifacts or meta & SERVING_META else seen.served
+            self._seen = Seen(manifest=seen.manifest, ledger_inode=seen.ledger_inode, data_version=version,
+                              metrics=_stat_key(self.store.root / METRICS),
+                              last_request=max([seen.last_request, *new]), forgotten=forgotten, units=seen.units,
+                              log_size=log.size, served=served, artifacts=seen.artifacts | artifacts,
+                              identity=seen.identity, service=service)
+            self._check_served_files(self._seen, out)
+        return True
+
+    def _check_artifacts(self, ledger: Ledger, artifacts: set[str], requests: list[int], out: StoreCheck) -> None:
+        """The artifacts the new entries touched keep the sha256 and watermark their training wrote last and saw
+        no forgotten data if valid; no valid artifact saw the units the new requests forgot from."""
+        db = ledger.db
+        last = "(SELECT h.{0} FROM history h WHERE h.artifact = a.artifact ORDER BY h.rowid DESC LIMIT 1)"
+        for artifact in sorted(artifacts):
+            row = db.execute(f"SELECT a.sha256 != {last.format('sha256')}, a.watermark != "
+                             f"{last.format('watermark')}, a.valid, a.watermark FROM artifacts a WHERE a.artifact=?",
+                             (artifact,)).fetchone()
+            if row is None:
+                continue  # deleted by an entry the log holds: nothing of it is served (checked below)
+            if row[0]:
+                out.problems.append(f"artifact {artifact} records a sha256 its training never wrote (its history "
+                                    "says otherwise)")
+            elif row[1]:
+                out.problems.append(f"artifact {artifact} records a watermark its training never wrote (its history "
+                                    "says otherwise)")
+            if row[2] == 1 and db.execute("SELECT 1 FROM lineage l JOIN forgotten f ON f.unit = l.unit WHERE "
+                                          "l.artifact = ? AND f.request > ? LIMIT 1", (artifact, row[3])).fetchone():
+                out.problems.append(f"artifact {artifact} is valid but saw forgotten data")
+        for rid in requests:
+            units = json.loads(db.execute("SELECT units FROM requests WHERE id=?", (rid,)).fetchone()[0])
+            for unit in units:
+                for (artifact,) in db.execute("SELECT a.artifact FROM lineage l JOIN artifacts a ON a.artifact = "
+                                              "l.artifact WHERE l.unit = ? AND a.valid = 1 AND a.watermark < ?",
+                                              (str(unit), rid)):
+                    out.problems.append(f"artifact {artifact} is valid but saw forgotten data")
 
     def _rows_of(self, db: sqlite3.Connection, rid: int, out: StoreCheck) -> int:
         """A new request's forgotten rows (through the units it recorded), each in its manifest unit."""
@@ -214,23 +331,34 @@ class StoreWatch:
         return int(arr[np.argmax(bad)]) if bool(bad.any()) else None
 
     # -- bookkeeping ---------------------------------------------------------------------------
-    def _mark(self, db: sqlite3.Connection, manifest: tuple[int, int, int, int] | None, version: int,
-              serving: dict[str, Any]) -> Seen:
-        shas = dict(db.execute("SELECT artifact, sha256 FROM artifacts").fetchall())
+    def _mark(self, ledger: Ledger, manifest: tuple[int, int, int, int] | None, version: int) -> Seen:
+        from fedforget.store.log import has_log, log_size
+
+        db = ledger.db
         return Seen(manifest=manifest, ledger_inode=self._ledger_inode(), data_version=version,
                     metrics=_stat_key(self.store.root / METRICS),
                     last_request=int(db.execute("SELECT COALESCE(MAX(id), 0) FROM requests").fetchone()[0]),
-                    counts={t: _count(db, t) for t in COUNTED},
-                    served={a: str(shas.get(a, "")) for a in serving.get("artifacts", [])},
-                    identity=_meta(db, "manifest-identity"))
+                    forgotten=_count(db, "forgotten"), units=_count(db, "units"),
+                    log_size=log_size(db) if has_log(db) else 0, served=_served(ledger),
+                    artifacts=frozenset(str(r[0]) for r in db.execute("SELECT artifact FROM artifacts")),
+                    identity=_meta(db, "manifest-identity"), service=_stat_key(self.store.root / SERVICE_DB))
 
     def _ledger_inode(self) -> int | None:
         key = _stat_key(self.store.root / LEDGER)
         return None if key is None else key[0]
 
+    def _reading(self) -> Ledger:
+        """The watch's own read-only ledger handle, kept open between checks (opened again by a whole check)."""
+        if self._reader is None:
+            self._reader = Ledger.reader(self.store.root / LEDGER)
+        return self._reader
+
     def _reconnect(self) -> None:
         if self._db is not None:
             self._db.close()
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         path = (self.store.root / LEDGER).absolute()
         try:
             self._db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, check_same_thread=False,
@@ -246,6 +374,25 @@ class StoreWatch:
             return int(self._db.execute("PRAGMA data_version").fetchone()[0])
         except sqlite3.Error:
             return None
+
+
+def _served(ledger: Ledger) -> dict[str, str]:
+    """Served artifact → its recorded sha256."""
+    shas = dict(ledger.db.execute("SELECT artifact, sha256 FROM artifacts").fetchall())
+    return {str(a): str(shas.get(a, "")) for a in ledger.serving().get("artifacts", [])}
+
+
+def _check_serving_plan(ledger: Ledger, out: StoreCheck) -> None:
+    """What is served is valid and is what the plan and the valid artifacts give."""
+    valid = ledger.valid_artifacts()
+    serving = ledger.serving()
+    out.problems += [f"served artifact {a} is not valid" for a in sorted(set(serving.get("artifacts", [])) - valid)]
+    plan = ledger.plan()
+    if plan is not None and _meta(ledger.db, "serving") is not None:
+        from fedforget.core.serving_plans import compute_serving
+
+        if compute_serving(plan, valid) != serving:
+            out.problems.append("the serving plan is not the one the plan and the valid artifacts give")
 
 
 def _meta(db: sqlite3.Connection, key: str) -> str | None:

@@ -13,7 +13,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,6 +142,17 @@ class Ledger:
             if create or not is_read_only_error(exc):
                 raise
         self.log = LogWriter(self.db, before_adoption=migrate_raw_names)
+
+    @classmethod
+    def reader(cls, path: Path) -> Ledger:
+        """A read-only handle on a finished store's ledger, usable from any thread (one at a time): no schema
+        script, no log writer. Kept open, its schema and pages stay parsed between reads."""
+        self = cls.__new__(cls)
+        self.path = Path(path)
+        self.rules = ()
+        self.db = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=ro", uri=True, timeout=60.0,
+                                  isolation_level=None, check_same_thread=False)
+        return self
 
     def close(self) -> None:
         self.db.close()
@@ -349,13 +360,15 @@ class Ledger:
 
     # -- the forget path ----------------------------------------------------------------------
     def forget(self, samples: Sequence[int] = (), slices: Sequence[str] = (), clients: Sequence[int] = (),
-               clock: Callable[[], float] = time.perf_counter, records: Sequence[str] = ()) -> ForgetResult:
+               clock: Callable[[], float] = time.perf_counter, records: Sequence[str] = (),
+               log_fields: Mapping[str, Any] | None = None) -> ForgetResult:
         """Apply one request: forget samples, whole slices or whole clients, in one transaction.
 
         Unknown ids raise :class:`LedgerUsageError` before anything is written; a request naming only
         what is already forgotten is a no-op (no request row, nothing invalidated). ``records`` are the
         ``NODE:RECORD_ID`` names the caller resolved into ``samples``: the spec keeps their keyed commitments
         (the names stay in ``record_names`` until the request is complete); the key only when some were named.
+        ``log_fields`` are added to the request's log entry (the forget service's record of who asked).
         """
         start = clock()
         samples = sorted({int(s) for s in samples})
@@ -388,7 +401,7 @@ class Ledger:
             cur = db.execute("INSERT INTO requests(at, kind, spec, samples, units, invalidated, latency_ms) "
                              "VALUES(?, ?, ?, 0, '[]', '[]', 0)", (time.time(), kind, json.dumps(spec)))
             request = int(cur.lastrowid)
-            self.log.name("forget", request=request)
+            self.log.name("forget", **{**(log_fields or {}), "request": request})
             keep_openings(db, request, opened)
             crash_point("forget:request-row")
             db.executemany("INSERT INTO forgotten VALUES(?, ?, ?)", ((s, found[s], request) for s in new_samples))

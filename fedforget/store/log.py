@@ -28,7 +28,8 @@ import json
 import secrets
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -47,7 +48,7 @@ CREATE TABLE IF NOT EXISTS log_state(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 UNLOGGED = frozenset({"samples", "units", "forgotten", "log", "log_heads", "log_state", "record_names"})
 #: Entries only the coordinator writes: each must be under a head signed by the coordinator's key, which it
 #: signs in the same transaction. Everything else (a training run's artifacts) may wait for the next head.
-COORDINATOR_KINDS = frozenset({"forget", "receipt", "sign"})
+COORDINATOR_KINDS = frozenset({"forget", "receipt", "sign", "service-no-op"})
 #: Entries appended even when their transaction wrote no logged row: what happened is the entry itself.
 EVENT_KINDS = frozenset({"receipt", "sign", "scrub", "samples", "service-no-op"})
 FUNCTION = "fedforget_logged"
@@ -84,6 +85,18 @@ def set_head_signer(signer: HeadSigner | None) -> None:
 
 def head_signer() -> HeadSigner | None:
     return _signer
+
+
+@contextmanager
+def without_head_signer() -> Iterator[None]:
+    """A ServerApp run inside a coordinator's process (in-process training, ``verify``'s reference) signs
+    nothing, as in its own process: the key stays the coordinator's, used by the coordinator's own writes."""
+    global _signer
+    held, _signer = _signer, None
+    try:
+        yield
+    finally:
+        _signer = held
 
 
 @dataclass

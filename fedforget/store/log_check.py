@@ -63,12 +63,20 @@ class Replay:
     commitments: dict[int, set[str]] = field(default_factory=dict)
     #: requests whose raw record names a logged scrub deleted
     scrubbed: set[int] = field(default_factory=set)
-    #: when the genesis entry was written (its ``at``)
-    genesis_at: Any = None
     #: head sizes the coordinator signed: one after each entry it wrote (a genesis shares its transaction's head)
     signed_sizes: set[int] = field(default_factory=set)
     #: table → column index → the highest integer the log ever inserted there
     highest: dict[str, dict[int, int]] = field(default_factory=dict)
+    #: table → how many rows the entries leave in it
+    totals: Counter = field(default_factory=Counter)
+    #: table → column position → the sum of the integer values the entries leave in that column
+    sums: dict[str, Counter] = field(default_factory=dict)
+    #: service request id → ``(position, kind, ledger request, via)`` of each entry the service wrote for it
+    vias: dict[Any, list[tuple[int, str, Any, Any]]] = field(default_factory=dict)
+    #: when the log began (its genesis entry's ``at``)
+    started: float | None = None
+    #: table → the rows entries wrote or deleted, collected only when set (a check of what was appended)
+    touched: dict[str, set[str]] | None = None
 
 
 def _row_key(values: Iterable[Any]) -> str:
@@ -101,7 +109,7 @@ def replay(rows: Iterable[tuple[int, str, str]], head_sizes: set[int], problems:
         if seq == 0:
             out.log_id = leaf
             out.adopted = bool(entry.get("adopted"))
-            out.genesis_at = entry.get("at")
+            out.started = entry.get("at") if isinstance(entry.get("at"), int | float) else None
         elif entry.get("kind") == "genesis":
             problems.append(f"the ledger's log entry {seq} starts a second log")
             return out
@@ -111,13 +119,24 @@ def replay(rows: Iterable[tuple[int, str, str]], head_sizes: set[int], problems:
         for item in entry.get("rows") or []:
             try:
                 table, op, values = item
-                bucket = out.tables.setdefault(str(table), Counter())
-                bucket[_row_key(values)] += 1 if op == "+" else -1
+                key, step = _row_key(values), 1 if op == "+" else -1
+                out.tables.setdefault(str(table), Counter())[key] += step
+                out.totals[str(table)] += step
+                sums = out.sums.setdefault(str(table), Counter())
+                for i, value in enumerate(values):
+                    if type(value) is int:
+                        sums[i] += step * value
+                if out.touched is not None:
+                    out.touched.setdefault(str(table), set()).add(key)
                 if op == "+":
                     _note_highest(out.highest.setdefault(str(table), {}), values)
             except (TypeError, ValueError):
                 problems.append(f"the ledger's log entry {seq} holds a malformed row")
                 return out
+        if "via" in entry:
+            via = entry["via"]
+            named = via.get("service-request") if isinstance(via, dict) else None
+            out.vias.setdefault(named, []).append((seq, str(entry.get("kind")), entry.get("request"), via))
         if entry.get("kind") == "scrub" and isinstance(entry.get("requests"), list):
             out.scrubbed.update(int(r) for r in entry["requests"] if isinstance(r, int))
         for request, made in _commitments(entry.get("rows") or []).items():
@@ -170,7 +189,7 @@ def compare_tables(db: sqlite3.Connection, expected: dict[str, Counter], problem
 
 def check_heads(db: sqlite3.Connection, log: Replay, problems: list[str],
                 trusted: Callable[[bytes], bool] | None) -> dict[str, Any] | None:
-    """Every head's root is the log's, the newest head's signature holds, coordinator entries are signed.
+    """Every head's root is the log's and its signature holds, the heads are the coordinator's, its entries are signed.
     ``trusted(public_key)`` says whether a key is the coordinator's (None: this machine does not know it).
     Returns the newest head."""
     newest = None
@@ -232,11 +251,18 @@ def _signed(head: dict[str, Any], trusted: Callable[[bytes], bool] | None,
     return verdicts[public]
 
 
+def check_frontier(db: sqlite3.Connection, log: Replay, problems: list[str]) -> None:
+    """The stored frontier is the one the log's leaves give, byte for byte."""
+    row = db.execute("SELECT value FROM log_state WHERE key='frontier'").fetchone()
+    if row is None or row[0] != frontier_text(log.frontier):
+        problems.append("the ledger's log frontier is not the log's")
+
+
 def check_state(db: sqlite3.Connection, log: Replay, problems: list[str]) -> None:
     """``log_state`` holds exactly what the log derives: its frontier, and the adoption marker of an adopted log."""
     want = {"frontier": frontier_text(log.frontier)}
     if log.adopted:
-        want["adopted"] = adopted_marker(log.genesis_at)
+        want["adopted"] = adopted_marker(log.started)
     have = dict(db.execute("SELECT key, value FROM log_state"))
     if have.get("frontier") != want["frontier"]:
         problems.append("the ledger's log frontier is not the log's")

@@ -272,7 +272,29 @@ def scrub_complete_names(ledger: Any) -> list[int]:
             return []
         ledger.log.name("scrub", requests=done)
         scrub(tx, done)
+    drop_receipts_with_names(Path(ledger.path).parent, done)
     return done
+
+
+def drop_receipts_with_names(root: Path, requests: list[int]) -> list[int]:
+    """Delete the receipts of ``requests`` that carry their record names (``record_openings``: a receipt
+    issued before the request was complete), which would otherwise outlive the scrub; the next
+    ``fedforget receipt N`` (the service: the next fetch) issues one without them. Returns the requests whose
+    receipt was deleted."""
+    from fedforget.store.bounded_read import read_bounded
+    from fedforget.store.log_proof import MAX_RECEIPT_BYTES
+
+    dropped = []
+    for request in requests:
+        path = root / "receipts" / f"request-{int(request)}.json"
+        try:
+            receipt = json.loads(read_bounded(path, MAX_RECEIPT_BYTES, "receipt"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(receipt, dict) and receipt.get("record_openings"):
+            path.unlink(missing_ok=True)
+            dropped.append(int(request))
+    return dropped
 
 
 def finish_pending_purges(store: Any, watermark: int) -> PurgeReport | None:

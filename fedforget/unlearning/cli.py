@@ -482,6 +482,12 @@ def check_receipt_file(check: str, public_key: str, store: str, as_json: bool) -
              code=1)
     except ValueError as exc:
         fail(f"cannot read {check!r} as a receipt: it is not JSON ({exc.__class__.__name__})")
+    from fedforget.unlearning.log_verify import LogProofError, receipt_proof
+
+    try:
+        proof = receipt_proof(body, key)
+    except LogProofError as exc:
+        fail(f"receipt NOT valid: {exc}", code=1)
     signer = "the coordinator's key" if not public_key else f"the key in {public_key} (" + (
         "the coordinator's key" if key == coordinator else "NOT the coordinator's key" if coordinator else
         "no coordinator key on this machine to compare with") + ")"
@@ -502,12 +508,16 @@ def check_receipt_file(check: str, public_key: str, store: str, as_json: bool) -
     request_id = body["request"]["id"]
     if as_json:
         emit({"valid": True, "request": request_id, "store": body.get("store"), "signed_by": signer,
-              "coordinator_key": None if coordinator is None else key == coordinator, "ledger": ledger}, True)
+              "coordinator_key": None if coordinator is None else key == coordinator, "ledger": ledger,
+              "log_proof": proof}, True)
         return
     said = ("; pass --store S to compare it with the ledger" if ledger is None and "ledger_digest" in body else
             "; it carries no ledger digest (issued by an older fedforget), so no ledger can be compared with it"
             if ledger is None or not ledger["digest"] else
             f"; the ledger of {store} matches it (serving plan: {ledger['serving']})")
+    said += ("" if proof is None else f"; its forget entry #{proof['entry']} is in the log under the signed head of "
+             f"{proof['size']} entries" if proof["entry"] is not None else
+             f"; it was issued under the signed log head of {proof['size']} entries")
     console.print("[bold green]valid[/]: " + escape(f"receipt of request #{request_id} of {body.get('store')}, "
                                                     f"signed by {signer}, unaltered{said}"),
                   soft_wrap=True, highlight=False)
@@ -755,6 +765,16 @@ def add_method_commands(cli: typer.Typer) -> None:
 
 
 add_method_commands(app)
+
+
+def add_log_commands(cli: typer.Typer) -> None:
+    """``fedforget log``: export, verify and sign the ledger's log."""
+    from fedforget.unlearning.log_cli import log_app
+
+    cli.add_typer(log_app, name="log")
+
+
+add_log_commands(app)
 
 
 def add_data_commands(cli: typer.Typer) -> None:

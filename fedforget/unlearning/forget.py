@@ -8,7 +8,8 @@ finished by the next ``forget`` or ``fedforget purge``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from fedforget.core.slicing import UnitId
 from fedforget.methods.registry import entry_for_plan, resolve, store_method
@@ -30,11 +31,12 @@ def parse_slices(texts: Sequence[str]) -> list[str]:
 
 def forget_request(store: Store, samples: Sequence[int] = (), slices: Sequence[str] = (),
                    clients: Sequence[int] = (), audit_before: bool = False,
-                   records: Sequence[str] = ()) -> ForgetResult:
+                   records: Sequence[str] = (), log_fields: Mapping[str, Any] | None = None) -> ForgetResult:
     """Apply the request (one transaction), then purge what it invalidated.
 
     ``records`` (``NODE:RECORD_ID``) are resolved against the manifest into sample ids before anything is
     written (:func:`fedforget.store.records.record_sample_ids`); the request's spec keeps their keyed commitments.
+    ``log_fields`` go into the request's log entry (the forget service's ``via``: who asked, under which key).
     ``audit_before`` measures the membership-inference audit on the model served *before* this
     request, between the commit and the purge: the only moment both that model and the request exist.
     """
@@ -54,7 +56,8 @@ def forget_request(store: Store, samples: Sequence[int] = (), slices: Sequence[s
     ledger = store.ledger()
     try:
         before = {"serving": ledger.serving(), "artifacts": ledger.artifacts()} if audit_before else None
-        result = ledger.forget(samples=samples, slices=parse_slices(slices), clients=clients, records=records)
+        result = ledger.forget(samples=samples, slices=parse_slices(slices), clients=clients, records=records,
+                               log_fields=log_fields)
         plan = ledger.plan()
         result.affected = {"groups": [], "sequences": []}
         entry = entry_for_plan(plan.get("kind")) if plan else None

@@ -20,7 +20,9 @@ the new place, so old receipts keep verifying; a line on stderr says so. Never i
 ``--check`` verifies the signature against that key's public half (or ``--public-key FILE``), so a
 receipt re-signed with another key is refused too, and requires the file's bytes to be exactly the
 ones written (:func:`receipt_bytes`), so one signed body has one accepted file. ``ledger_digest``
-(``receipt_ledger``) commits the receipt to the ledger rows it certifies.
+(``receipt_ledger``) commits the receipt to the ledger rows it certifies, and ``log``
+(``fedforget.store.log_proof``) proves its request's forget entry under a head signed when the receipt was
+issued, checkable with the public key alone (``fedforget.unlearning.log_verify``).
 """
 
 from __future__ import annotations
@@ -278,7 +280,9 @@ def receipt_bytes(signed: dict[str, Any]) -> bytes:
 def build_receipt(store: Store, request: int, verify_result: dict[str, Any] | None) -> dict[str, Any]:
     """The unsigned body of request ``request``'s receipt, read from one snapshot of the ledger."""
     from fedforget.store.acks import request_acks
+    from fedforget.store.log_proof import log_section
     from fedforget.store.purge import purged_rows
+    from fedforget.store.record_commitments import openings
 
     ledger = store.ledger()
     try:
@@ -293,6 +297,8 @@ def build_receipt(store: Store, request: int, verify_result: dict[str, Any] | No
         acks = request_acks(ledger).get(request, {"owners": [], "acknowledged": [], "pending": []})
         serving = ledger.serving()
         digest = ledger_state(ledger, request)
+        section = log_section(ledger.db, request)
+        opened = openings(ledger.db, request)
     finally:
         ledger.close()
     return {
@@ -312,13 +318,29 @@ def build_receipt(store: Store, request: int, verify_result: dict[str, Any] | No
             # the reference was trained by the nodes of this federation (absent: in process)
             {"federation": verify_result["federation"], "held": verify_result.get("held")}
             if "federation" in verify_result else {}),
-    }
+    } | ({"log": section} if section is not None else {}) | ({"record_openings": opened} if opened else {})
 
 
 def sign_receipt(body: dict[str, Any], key) -> dict[str, Any]:  # noqa: ANN001
     signature = key.sign(canonical(body))
     return {**body, "signature": {"algorithm": "ed25519", "public_key": base64.b64encode(_public_raw(key)).decode(),
                                   "value": base64.b64encode(signature).decode()}}
+
+
+def sign_head(store: Store, request: int) -> None:
+    """Append the ``receipt`` entry of request ``request`` and sign a head over it and everything before it
+    (a training run's entries included): the receipt is built under that head."""
+    from fedforget.store.log import head_signer
+
+    if head_signer() is None:  # the CLI and the service act as the coordinator before they open a store
+        raise RuntimeError("receipts are issued by the coordinator: call "
+                           "fedforget.unlearning.log_signer.act_as_coordinator() first")
+    ledger = store.ledger()
+    try:
+        with ledger.transaction("receipt", request=request):
+            pass
+    finally:
+        ledger.close()
 
 
 def receipt_path(store: Store, request: int) -> Path:
@@ -332,7 +354,9 @@ def issue_receipt(store: Store, request: int, verify_result: dict[str, Any] | No
     from fedforget.store.atomic import atomic_write_bytes
     from fedforget.store.secret_files import mkdir_private
 
-    signed = sign_receipt(build_receipt(store, request, verify_result), load_or_create_key(store.root))
+    key = load_or_create_key(store.root)
+    sign_head(store, request)
+    signed = sign_receipt(build_receipt(store, request, verify_result), key)
     out = receipt_path(store, request)
     atomic_write_bytes(mkdir_private(out.parent) / out.name, receipt_bytes(signed))
     return signed, out

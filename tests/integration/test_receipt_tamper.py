@@ -87,9 +87,12 @@ def test_a_public_key_file_is_named_as_what_it_is_coordinators_or_not(issued, tm
     attacker = Ed25519PrivateKey.generate()
     (tmp_path / "attacker.pem").write_bytes(attacker.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
-    forged = tmp_path / "forged.json"
-    forged.write_bytes(receipt_bytes(sign_receipt(
-        {k: v for k, v in json.loads(path.read_bytes()).items() if k != "signature"}, attacker)))
+    forged, mixed = tmp_path / "forged.json", tmp_path / "mixed.json"
+    body = {k: v for k, v in json.loads(path.read_bytes()).items() if k != "signature"}
+    mixed.write_bytes(receipt_bytes(sign_receipt(body, attacker)))  # its log head is still the coordinator's
+    refused = check(mixed, "--public-key", str(tmp_path / "attacker.pem"))
+    assert refused.exit_code == 1 and "log head" in refused.stderr, refused.output
+    forged.write_bytes(receipt_bytes(sign_receipt({k: v for k, v in body.items() if k != "log"}, attacker)))
     by_attacker = check(forged, "--public-key", str(tmp_path / "attacker.pem"))
     assert by_attacker.exit_code == 0, by_attacker.output
     assert "the key in" in by_attacker.stdout and "attacker.pem (NOT the coordinator's key)" in by_attacker.stdout

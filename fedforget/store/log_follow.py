@@ -1,0 +1,171 @@
+"""Check only what was appended to the ledger's log since a whole check, in time that does not grow with the log.
+
+A whole check (:func:`fedforget.store.log_check.log_problems`) replays every entry and compares every logged
+table with the rows the replay rebuilt. After it, a coordinator that keeps the :class:`Replay` can check each
+later commit by itself:
+
+- the new entries continue the chain the replay ended (position, ``prev``, stored leaf hash, canonical bytes)
+  and are folded into its frontier, which must be the stored frontier;
+- every head written since has the root of the entries under it and a signature that holds, each new entry the
+  coordinator wrote is followed by its head, and every new coordinator entry is under a signed head;
+- ``log_state`` and ``sqlite_sequence`` (a few rows) are what the log gives;
+- each row the new entries wrote or deleted is looked up in its table by its primary key: the table holds that
+  row exactly as many times as the whole replay says (a row the writer logged deleting but that the log never
+  wrote, because a hand edit changed it first, is caught here too);
+- each logged table holds as many rows as the replay leaves in it, and each INTEGER column the sum of the
+  integers the replay leaves in it (a row added, deleted, made valid again or given another watermark by hand beside an
+  honest commit): one pass over the small logged tables in SQLite, no row read into Python.
+
+What it cannot see is a hand edit in place of a text or real value no new entry touches, made in the same
+moment as an honest commit (a hand edit alone changes the file without a new entry, which the caller answers
+with a whole check).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fedforget.store.log import COORDINATOR_KINDS, HEAD_FORMAT, _quoted, logged_row, logged_tables
+from fedforget.store.log_check import SHOWN, Replay, _row_key, _signed, check_sequences, check_state, replay
+
+
+def follow(db: sqlite3.Connection, log: Replay, rows: list[tuple[int, str, str]],
+           trusted: Callable[[bytes], bool] | None, problems: list[str]) -> dict[str, set[str]]:
+    """Fold ``rows`` (the entries at ``log.size`` and after) into ``log`` and check them and their heads, inside
+    the caller's read transaction. Returns table → the row keys they touched."""
+    start = log.size
+    heads = dict(db.execute("SELECT size, head FROM log_heads WHERE size > ?", (start,)).fetchall())
+    log.touched = {}
+    try:
+        replay(rows, {int(s) for s in heads}, problems, into=log)
+        touched = log.touched
+    finally:
+        log.touched = None
+    if problems:
+        return touched
+    check_state(db, log, problems)
+    check_sequences(db, log, problems)
+    _check_new_heads(db, log, start, heads, trusted, problems)
+    _check_touched(db, log, touched, problems)
+    return touched
+
+
+def _check_new_heads(db: sqlite3.Connection, log: Replay, start: int, heads: dict[int, str],
+                     trusted: Callable[[bytes], bool] | None, problems: list[str]) -> None:
+    newest: dict | None = None
+    verdicts: dict[bytes, bool] = {}
+    for size in sorted(heads):
+        try:
+            head = json.loads(heads[size])
+            root = head["root"]
+        except (ValueError, TypeError, KeyError):
+            problems.append(f"the ledger's log head at {size} entries is not a head")
+            return
+        if head.get("size") != size or head.get("log") != log.log_id or head.get("format") != HEAD_FORMAT:
+            problems.append(f"the ledger's log head at {size} entries names another log or size")
+        elif size > log.size:
+            problems.append(f"the ledger's log was cut back: a signed head covers {size} entries, the log holds "
+                            f"{log.size}")
+        elif log.roots.get(size) != root:
+            problems.append(f"the ledger's log under the head at {size} entries is not the log that was signed")
+        elif not _signed(head, trusted, verdicts):
+            problems.append(f"the ledger's log head at {size} entries is not signed by the coordinator's key")
+        newest = head
+    signed = {size for size in log.signed_sizes if size > start}
+    if signed != set(heads):
+        missing = sorted(signed - set(heads))
+        problems.append(f"the ledger lost the log head the coordinator signed at {missing[0]} entries" if missing
+                        else f"the ledger holds a log head at {min(set(heads) - signed)} entries that no coordinator "
+                        "write signed")
+    if newest is None:
+        row = db.execute("SELECT MAX(size) FROM log_heads").fetchone()
+        covered = int(row[0] or 0)
+    else:
+        covered = int(newest["size"])
+    late = [seq for seq in range(start, log.size) if log.kinds.get(seq) in COORDINATOR_KINDS and seq >= covered]
+    if late:
+        problems.append(f"the ledger's log entry {late[0]} ({log.kinds[late[0]]}) is under no signed head: the "
+                        "coordinator signs its own entries when it writes them")
+
+
+@dataclass(frozen=True)
+class Table:
+    """What the check needs of one logged table's schema."""
+
+    name: str
+    columns: list[str]
+    #: positions of its primary key's columns (all of them when it has none)
+    keys: list[int]
+    #: positions of its INTEGER columns, whose sums are compared
+    integers: list[int]
+    #: ``SELECT COUNT(*), TOTAL(integer column), ... FROM table``
+    census: str
+
+
+_schemas: dict[tuple[str, int], dict[str, Table]] = {}
+
+
+def schema(db: sqlite3.Connection) -> dict[str, Table]:
+    """The logged tables (cached per database file and schema version: one pragma per call)."""
+    path = db.execute("PRAGMA database_list").fetchone()[2]
+    version = int(db.execute("PRAGMA main.schema_version").fetchone()[0])
+    cached = _schemas.get((path, version))
+    if cached is not None:
+        return cached
+    out = {}
+    for table in logged_tables(db):
+        info = list(db.execute(f"PRAGMA main.table_info({_quoted(table)})"))
+        cols = [str(r[1]) for r in info]
+        keys = [i for i, r in sorted(enumerate(info), key=lambda r: r[1][5]) if r[5] > 0] or list(range(len(cols)))
+        integers = [i for i, r in enumerate(info) if str(r[2]).upper() == "INTEGER"]
+        sums = "".join(f", TOTAL(CASE WHEN typeof({_quoted(cols[i])}) = 'integer' THEN {_quoted(cols[i])} END)"
+                       for i in integers)
+        out[table] = Table(table, cols, keys, integers, f"SELECT COUNT(*){sums} FROM {_quoted(table)}")
+    if len(_schemas) > 64:
+        _schemas.clear()
+    _schemas[(path, version)] = out
+    return out
+
+
+def _check_touched(db: sqlite3.Connection, log: Replay, touched: dict[str, set[str]], problems: list[str]) -> None:
+    tables = schema(db)
+    for table, info in tables.items():
+        held, *totals = db.execute(info.census).fetchone()
+        if held != log.totals.get(table, 0):
+            problems.append(f"the ledger's {table} table holds {held} rows, its log wrote {log.totals.get(table, 0)}")
+            return
+        want = log.sums.get(table, {})
+        edited = [info.columns[i] for i, total in zip(info.integers, totals, strict=True)
+                  if abs(total - want.get(i, 0)) >= 0.5]
+        if edited:
+            problems.append(f"the ledger's {table} table's {edited[0]} column holds values its log never wrote")
+            return
+    for table in sorted(touched):
+        if table not in tables:
+            problems.append(f"the ledger lost its {table} table, which its log wrote rows into")
+            return
+        cols, keys = tables[table].columns, tables[table].keys
+        expected = log.tables.get(table, {})
+        for key in sorted(touched[table]):
+            values = json.loads(key)
+            if len(values) != len(cols):
+                problems.append(f"the ledger's log wrote a row of {table} with {len(values)} of its {len(cols)} "
+                                f"columns: {key[:SHOWN]}")
+                return
+            where = " AND ".join(f"{_quoted(cols[i])} IS ?" for i in keys)
+            found = db.execute(f"SELECT * FROM {_quoted(table)} WHERE {where}", [values[i] for i in keys])
+            have = sum(1 for row in found if _row_key(logged_row(table, row)) == key)
+            want = expected.get(key, 0)
+            if want < 0:
+                problems.append(f"the ledger's log deleted a row of {table} it never wrote (it was edited by hand "
+                                f"first): {key[:SHOWN]}")
+                return
+            if have > want:
+                problems.append(f"the ledger's {table} table holds a row its log never wrote: {key[:SHOWN]}")
+                return
+            if have < want:
+                problems.append(f"the ledger's {table} table lost a row its log wrote: {key[:SHOWN]}")
+                return
