@@ -380,12 +380,13 @@ def test_the_fixture_covers_every_table_of_the_schema(signed):
 
 
 def as_old_store(signed: Signed, path: Path) -> Path:
-    """A copy written as stores were before the log: no log tables, raw record names in the requests' specs,
-    and never signed at its path."""
+    """A copy written as stores were before the log: no log tables, no receipts proving log entries, raw record
+    names in the requests' specs, and never signed at its path."""
     place(signed, path, record=False)
     with sqlite3.connect(path / LEDGER) as db:
         names = dict(db.execute("SELECT request, json_group_array(record) FROM record_names GROUP BY request"))
     as_written_before_the_log(path)
+    shutil.rmtree(path / "receipts")  # this store's receipts prove entries of its log: an old store has neither
     with sqlite3.connect(path / LEDGER) as db:
         for request, records in names.items():
             spec = json.loads(db.execute("SELECT spec FROM requests WHERE id=?", (request,)).fetchone()[0])
