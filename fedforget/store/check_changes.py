@@ -255,8 +255,8 @@ class StoreWatch:
             out.problems.append(f"{LEDGER}'s forgotten rows do not add up to its requests since the last check")
         if _count(db, "units") != seen.units:
             out.problems.append(f"{LEDGER}'s units table changed after training")
-        artifacts = {str(json.loads(k)[0]) for k in touched.get("artifacts", ())}
-        meta = {str(json.loads(k)[0]) for k in touched.get("meta", ())}
+        artifacts = {str(k[0]) for k in touched.get("artifacts", ())}
+        meta = {str(k[0]) for k in touched.get("meta", ())}
         if artifacts - seen.artifacts or any(t in touched for t in TRAINING_TABLES):
             check_artifact_rows(self.store, ledger, out)
             check_serving(self.store, ledger, out)

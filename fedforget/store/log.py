@@ -253,8 +253,9 @@ class LogWriter:
         """Sign the head over every entry so far (inside the transaction that appended the last one)."""
         assert _signer is not None
         frontier = self.frontier()
+        before = self.db.execute("SELECT head FROM log_heads ORDER BY size DESC LIMIT 1").fetchone()
         head = {"format": HEAD_FORMAT, "log": log_id(self.db), "size": frontier.size,
-                "root": frontier.root().hex(), "at": time.time()}
+                "root": frontier.root().hex(), "at": time.time(), "prev": head_digest(before[0]) if before else None}
         public, signature = _signer.sign(canonical(head))
         signed = {**head, "signature": {"algorithm": "ed25519", "public_key": base64.b64encode(public).decode(),
                                         "value": base64.b64encode(signature).decode()}}
@@ -278,6 +279,12 @@ def adopted_marker(at: float) -> str:
 def frontier_text(frontier: Frontier) -> str:
     """``log_state``'s ``frontier`` value, as the writer stores it and the check expects it byte for byte."""
     return json.dumps(frontier.to_json())
+
+
+def head_digest(text: str) -> str:
+    """What the next head names its predecessor by: the sha256 of the stored head (its signature included), so
+    the newest head's signature covers every head before it."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def log_id(db: sqlite3.Connection) -> str | None:

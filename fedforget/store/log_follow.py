@@ -27,13 +27,14 @@ import json
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from fedforget.store.log import COORDINATOR_KINDS, HEAD_FORMAT, _quoted, logged_row, logged_tables
-from fedforget.store.log_check import SHOWN, Replay, _row_key, _signed, check_sequences, check_state, replay
+from fedforget.store.log import COORDINATOR_KINDS, HEAD_FORMAT, _quoted, head_digest, logged_row, logged_tables
+from fedforget.store.log_check import Replay, _row_key, _signed, check_sequences, check_state, replay, shown_row
 
 
 def follow(db: sqlite3.Connection, log: Replay, rows: list[tuple[int, str, str]],
-           trusted: Callable[[bytes], bool] | None, problems: list[str]) -> dict[str, set[str]]:
+           trusted: Callable[[bytes], bool] | None, problems: list[str]) -> dict[str, set[tuple[Any, ...]]]:
     """Fold ``rows`` (the entries at ``log.size`` and after) into ``log`` and check them and their heads, inside
     the caller's read transaction. Returns table → the row keys they touched."""
     start = log.size
@@ -56,8 +57,10 @@ def follow(db: sqlite3.Connection, log: Replay, rows: list[tuple[int, str, str]]
 def _check_new_heads(db: sqlite3.Connection, log: Replay, start: int, heads: dict[int, str],
                      trusted: Callable[[bytes], bool] | None, problems: list[str]) -> None:
     newest: dict | None = None
-    verdicts: dict[bytes, bool] = {}
+    last = db.execute("SELECT head FROM log_heads WHERE size <= ? ORDER BY size DESC LIMIT 1", (start,)).fetchone()
+    before = head_digest(str(last[0])) if last else None
     for size in sorted(heads):
+        named, before = before, head_digest(str(heads[size]))
         try:
             head = json.loads(heads[size])
             root = head["root"]
@@ -71,9 +74,12 @@ def _check_new_heads(db: sqlite3.Connection, log: Replay, start: int, heads: dic
                             f"{log.size}")
         elif log.roots.get(size) != root:
             problems.append(f"the ledger's log under the head at {size} entries is not the log that was signed")
-        elif not _signed(head, trusted, verdicts):
-            problems.append(f"the ledger's log head at {size} entries is not signed by the coordinator's key")
+        elif head.get("prev") != named:
+            problems.append(f"the ledger's log head at {size} entries does not follow the head before it")
         newest = head
+    if newest is not None and not _signed(newest, trusted):
+        problems.append(f"the ledger's log head at {newest.get('size')} entries is not signed by the coordinator's "
+                        "key")
     signed = {size for size in log.signed_sizes if size > start}
     if signed != set(heads):
         missing = sorted(signed - set(heads))
@@ -130,7 +136,8 @@ def schema(db: sqlite3.Connection) -> dict[str, Table]:
     return out
 
 
-def _check_touched(db: sqlite3.Connection, log: Replay, touched: dict[str, set[str]], problems: list[str]) -> None:
+def _check_touched(db: sqlite3.Connection, log: Replay, touched: dict[str, set[tuple[Any, ...]]],
+                   problems: list[str]) -> None:
     tables = schema(db)
     for table, info in tables.items():
         held, *totals = db.execute(info.census).fetchone()
@@ -149,11 +156,11 @@ def _check_touched(db: sqlite3.Connection, log: Replay, touched: dict[str, set[s
             return
         cols, keys = tables[table].columns, tables[table].keys
         expected = log.tables.get(table, {})
-        for key in sorted(touched[table]):
-            values = json.loads(key)
+        for key in sorted(touched[table], key=shown_row):
+            values = list(key)
             if len(values) != len(cols):
                 problems.append(f"the ledger's log wrote a row of {table} with {len(values)} of its {len(cols)} "
-                                f"columns: {key[:SHOWN]}")
+                                f"columns: {shown_row(key)}")
                 return
             where = " AND ".join(f"{_quoted(cols[i])} IS ?" for i in keys)
             found = db.execute(f"SELECT * FROM {_quoted(table)} WHERE {where}", [values[i] for i in keys])
@@ -161,11 +168,11 @@ def _check_touched(db: sqlite3.Connection, log: Replay, touched: dict[str, set[s
             want = expected.get(key, 0)
             if want < 0:
                 problems.append(f"the ledger's log deleted a row of {table} it never wrote (it was edited by hand "
-                                f"first): {key[:SHOWN]}")
+                                f"first): {shown_row(key)}")
                 return
             if have > want:
-                problems.append(f"the ledger's {table} table holds a row its log never wrote: {key[:SHOWN]}")
+                problems.append(f"the ledger's {table} table holds a row its log never wrote: {shown_row(key)}")
                 return
             if have < want:
-                problems.append(f"the ledger's {table} table lost a row its log wrote: {key[:SHOWN]}")
+                problems.append(f"the ledger's {table} table lost a row its log wrote: {shown_row(key)}")
                 return
