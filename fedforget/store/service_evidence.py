@@ -59,8 +59,8 @@ def evidence_problems(store_root: Path, vias: dict[Any, list[tuple[int, str, Any
     """What ``service.db`` says that the log's ``vias`` (service request → its entries, as
     :class:`fedforget.store.log_check.Replay` collects them) do not; ``started``: when the log began."""
     rows = read_service_rows(store_root)
-    if isinstance(rows, str):
-        return [rows]
+    if isinstance(rows, str):  # no service's database: wrong only when the log says the service wrote one
+        return [rows] if vias else []
     by_id = {int(r[0]): r for r in rows}
     for named, entries in sorted(vias.items(), key=lambda kv: str(kv[0])):
         seq = entries[0][0]
