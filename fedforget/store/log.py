@@ -30,7 +30,6 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fedforget.store.merkle import Frontier, leaf_hash
@@ -97,13 +96,6 @@ def without_head_signer() -> Iterator[None]:
         yield
     finally:
         _signer = held
-
-
-@dataclass
-class LogEntry:
-    seq: int
-    leaf: str
-    data: dict[str, Any]
 
 
 def logged_row(table: str, values: Sequence[Any]) -> list[Any]:
