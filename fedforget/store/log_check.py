@@ -200,12 +200,31 @@ def check_heads(db: sqlite3.Connection, log: Replay, problems: list[str],
     entries are signed.
     ``trusted(public_key)`` says whether a key is the coordinator's (None: this machine does not know it).
     Returns the newest head."""
+    rows = [(int(size), str(text)) for size, text in db.execute("SELECT size, head FROM log_heads ORDER BY size")]
+    newest = check_head_run(rows, None, log, trusted, problems)
+    sizes = {size for size, _ in rows}
+    missing = sorted(log.signed_sizes - sizes)
+    if missing:
+        problems.append(f"the ledger lost the log head the coordinator signed at {missing[0]} entries")
+    stray = sorted(sizes - log.signed_sizes)
+    if stray:
+        problems.append(f"the ledger holds a log head at {stray[0]} entries that no coordinator write signed")
+    covered = int(newest["size"]) if newest is not None and isinstance(newest.get("size"), int) else 0
+    late = [seq for seq, kind in log.kinds.items() if kind in COORDINATOR_KINDS and seq >= covered]
+    if late:
+        problems.append(f"the ledger's log entry {late[0]} ({log.kinds[late[0]]}) is under no signed head: the "
+                        "coordinator signs its own entries when it writes them")
+    return newest
+
+
+def check_head_run(heads: list[tuple[int, str]], before: str | None, log: Replay,
+                   trusted: Callable[[bytes], bool] | None, problems: list[str]) -> dict[str, Any] | None:
+    """Heads ``(size, stored text)`` in size order, the first naming the head whose digest is ``before``: each
+    head's root is the log's and each names the one before, and the newest one's signature holds (which binds
+    every earlier head in place). Returns the newest head."""
     newest = None
-    sizes: set[int] = set()
-    before: str | None = None
-    for size, text in db.execute("SELECT size, head FROM log_heads ORDER BY size"):
-        sizes.add(size)
-        named, before = before, head_digest(str(text))
+    for size, text in heads:
+        named, before = before, head_digest(text)
         try:
             head = json.loads(text)
             root = head["root"]
@@ -223,21 +242,9 @@ def check_heads(db: sqlite3.Connection, log: Replay, problems: list[str],
             problems.append(f"the ledger's log head at {size} entries does not follow the head before it (a head "
                             "was edited, removed or added)")
         newest = head
-    # each head names the one before it, so the newest head's signature holds every earlier head in place
     if newest is not None and not _signed(newest, trusted):
         problems.append(f"the ledger's log head at {newest.get('size')} entries is not signed by the coordinator's "
                         "key")
-    missing = sorted(log.signed_sizes - sizes)
-    if missing:
-        problems.append(f"the ledger lost the log head the coordinator signed at {missing[0]} entries")
-    stray = sorted(sizes - log.signed_sizes)
-    if stray:
-        problems.append(f"the ledger holds a log head at {stray[0]} entries that no coordinator write signed")
-    covered = int(newest["size"]) if newest is not None and isinstance(newest.get("size"), int) else 0
-    late = [seq for seq, kind in log.kinds.items() if kind in COORDINATOR_KINDS and seq >= covered]
-    if late:
-        problems.append(f"the ledger's log entry {late[0]} ({log.kinds[late[0]]}) is under no signed head: the "
-                        "coordinator signs its own entries when it writes them")
     return newest
 
 

@@ -23,14 +23,13 @@ with a whole check).
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fedforget.store.log import COORDINATOR_KINDS, HEAD_FORMAT, _quoted, head_digest, logged_row, logged_tables
-from fedforget.store.log_check import Replay, _row_key, _signed, check_sequences, check_state, replay, shown_row
+from fedforget.store.log import COORDINATOR_KINDS, _quoted, head_digest, logged_row, logged_tables
+from fedforget.store.log_check import Replay, _row_key, check_head_run, check_sequences, check_state, replay, shown_row
 
 
 def follow(db: sqlite3.Connection, log: Replay, rows: list[tuple[int, str, str]],
@@ -56,30 +55,9 @@ def follow(db: sqlite3.Connection, log: Replay, rows: list[tuple[int, str, str]]
 
 def _check_new_heads(db: sqlite3.Connection, log: Replay, start: int, heads: dict[int, str],
                      trusted: Callable[[bytes], bool] | None, problems: list[str]) -> None:
-    newest: dict | None = None
     last = db.execute("SELECT head FROM log_heads WHERE size <= ? ORDER BY size DESC LIMIT 1", (start,)).fetchone()
-    before = head_digest(str(last[0])) if last else None
-    for size in sorted(heads):
-        named, before = before, head_digest(str(heads[size]))
-        try:
-            head = json.loads(heads[size])
-            root = head["root"]
-        except (ValueError, TypeError, KeyError):
-            problems.append(f"the ledger's log head at {size} entries is not a head")
-            return
-        if head.get("size") != size or head.get("log") != log.log_id or head.get("format") != HEAD_FORMAT:
-            problems.append(f"the ledger's log head at {size} entries names another log or size")
-        elif size > log.size:
-            problems.append(f"the ledger's log was cut back: a signed head covers {size} entries, the log holds "
-                            f"{log.size}")
-        elif log.roots.get(size) != root:
-            problems.append(f"the ledger's log under the head at {size} entries is not the log that was signed")
-        elif head.get("prev") != named:
-            problems.append(f"the ledger's log head at {size} entries does not follow the head before it")
-        newest = head
-    if newest is not None and not _signed(newest, trusted):
-        problems.append(f"the ledger's log head at {newest.get('size')} entries is not signed by the coordinator's "
-                        "key")
+    newest = check_head_run([(int(size), str(heads[size])) for size in sorted(heads)],
+                            head_digest(str(last[0])) if last else None, log, trusted, problems)
     signed = {size for size in log.signed_sizes if size > start}
     if signed != set(heads):
         missing = sorted(signed - set(heads))
