@@ -45,7 +45,12 @@ class ModuleShipping:
         self.sent: dict[int, set[str]] = {}
         self._bytes: dict[str, np.ndarray] = {}
 
-    def _payload(self, sha256: str) -> np.ndarray:
+    def module_bytes(self, sha256: str) -> np.ndarray:
+        """A module's file bytes, read from the store once per run.
+
+        Held for the rest of the run: a request applied meanwhile may purge the file of a module this run
+        builds on (what it builds on it is then recorded stale and purged when the run ends), and the run
+        must still be able to send the bytes it started from."""
         if sha256 not in self._bytes:
             self._bytes[sha256] = np.frombuffer(self.store.artifact_bytes(sha256), dtype=np.uint8)
         return self._bytes[sha256]
@@ -54,7 +59,7 @@ class ModuleShipping:
         """The module bytes a message to ``partition`` must carry: the ones not sent to it yet (all of
         them when ``everything``, or when the cache is off)."""
         held = self.sent.setdefault(partition, set())
-        out = {sha: self._payload(sha) for sha in shas if everything or not self.enabled or sha not in held}
+        out = {sha: self.module_bytes(sha) for sha in shas if everything or not self.enabled or sha not in held}
         if self.enabled:
             held.update(out)
         return out

@@ -110,6 +110,15 @@ def resolve_store_path(path: str | os.PathLike[str]) -> Path:
     return Path(base) / p
 
 
+def arrays_of(sha256: str, data: bytes) -> dict[str, np.ndarray]:
+    """The arrays of an artifact's bytes (already checked against ``sha256``): safetensors only, so a planted
+    pickle is data, never code."""
+    try:
+        return st_load(data)
+    except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
+        raise StoreError(f"artifact {sha256} is not a safetensors file ({type(exc).__name__})") from None
+
+
 class Store:
     """A handle on an existing store directory."""
 
@@ -291,11 +300,7 @@ class Store:
 
     def get_arrays(self, sha256: str) -> dict[str, np.ndarray]:
         """Load an artifact, refusing one whose bytes no longer match its name."""
-        data = self.artifact_bytes(sha256)
-        try:
-            return st_load(data)  # safetensors only: a planted pickle is data, never code
-        except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
-            raise StoreError(f"artifact {sha256} is not a safetensors file ({type(exc).__name__})") from None
+        return arrays_of(sha256, self.artifact_bytes(sha256))
 
     def verify_artifact(self, sha256: str) -> bool:
         """Whether the file named ``sha256`` holds bytes with that sha256.

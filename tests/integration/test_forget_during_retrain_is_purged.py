@@ -9,18 +9,23 @@ from __future__ import annotations
 import hashlib
 import json
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from fedforget.core.slicing import UnitId
 from fedforget.federation import driver
+from fedforget.federation.module_shipping import ModuleShipping
 from fedforget.inprocess import run_in_process
+from fedforget.methods.chains import server as chains_server
 from fedforget.store import Store
 from fedforget.store.check import check_store
 from fedforget.store.purge import TRAINING_VALUES
+from fedforget.store.store import StoreError
 from fedforget.unlearning.cli import app
 from fedforget.unlearning.forget import forget_request
 
-from .helpers import artifact_rows, copy_store, train_in_process
+from .helpers import artifact_rows, copy_store, lineage, train_in_process
 
 NODES = 3
 FEDSGT = {"method": "fedsgt", "chains.groups": 3, "chains.budget": 3, "slices-per-client": 1, "local-epochs": 1,
@@ -127,3 +132,105 @@ def test_without_the_end_of_run_purge_the_check_reports_the_stale_rebuilt_files_
     assert runner.invoke(app, ["purge", "--store", str(store.root)]).exit_code == 0
     assert not any(store.artifact_path(sha).exists() for sha in stale.values())
     assert _check(store).exit_code == 0
+
+
+def _unforgotten_sample(store: Store, units: list[str]) -> int:
+    """A sample of one of ``units`` that no request has forgotten (the fixture's request took partition 1's
+    first sample)."""
+    taken = store.manifest()["partitions"]["1"][0][0]
+    for unit in units:
+        u = UnitId.parse(unit)
+        for sample in store.manifest()["partitions"][str(u.partition)][u.slice]:
+            if sample != taken:
+                return int(sample)
+    raise AssertionError(f"no sample left in {units}")
+
+
+def _position(artifact: str) -> int:
+    return int(artifact.rsplit("/p", 1)[1])
+
+
+def _chain_length(store: Store, artifact: str) -> int:
+    chain = artifact.rsplit("/p", 1)[0]
+    return max(_position(a) for a in artifact_rows(store) if a.startswith(chain + "/p"))
+
+
+def _forget_what_the_retrain_just_built(store: Store, monkeypatch) -> list:  # noqa: ANN001
+    """At the first module the retrain records that a later position of its chain builds on, apply a request
+    for a sample in its lineage: the request invalidates it and its purge deletes the file while the retrain
+    still has to send it to the next position's nodes."""
+    applied: list = []
+    real = chains_server.crash_point
+
+    def hook(name: str) -> None:
+        if name == "chains:position-recorded" and not applied:
+            rebuilt = [a for a, r in artifact_rows(store).items() if r["watermark"] == 1 and r["valid"]
+                       and _position(a) < _chain_length(store, a)]
+            if rebuilt:
+                sample = _unforgotten_sample(store, lineage(store, rebuilt[0]))
+                applied.append((rebuilt[0], forget_request(store, samples=[sample])))
+        real(name)
+
+    monkeypatch.setattr(chains_server, "crash_point", hook)
+    return applied
+
+
+def test_a_request_that_purges_a_module_the_retrain_just_built_leaves_the_retrain_to_finish(store, monkeypatch):
+    applied = _forget_what_the_retrain_just_built(store, monkeypatch)
+    _retrain(store)
+    assert applied, "the retrain recorded no module a later position builds on"
+    module, result = applied[0]
+    assert result.request == 2 and module in result.invalidated
+    stale = _stale(store, watermark=1)
+    assert module in stale and len(stale) > 1  # the module and what the retrain built on it after its purge
+    assert not set(stale.values()) & _contents(store)
+    check = _check(store)
+    assert check.exit_code == 0 and json.loads(check.stdout)["clean"], check.stdout
+    assert check_store(store).ok
+    monkeypatch.undo()
+    _retrain(store)
+    assert not _stale(store, watermark=2) and _check(store).exit_code == 0
+
+
+def test_without_holding_the_modules_it_built_the_retrain_fails_on_the_purged_file(store, monkeypatch):
+    """Negative control: the request above really deletes a file the retrain still sends."""
+    applied = _forget_what_the_retrain_just_built(store, monkeypatch)
+    monkeypatch.setattr(ModuleShipping, "module_bytes",
+                        lambda self, sha: np.frombuffer(self.store.artifact_bytes(sha), dtype=np.uint8))
+    with pytest.raises(StoreError, match="is missing from"):
+        _retrain(store)
+    assert applied
+
+
+def test_a_request_that_purges_a_reusable_prefix_before_the_retrain_reads_it_leaves_that_chain_unbuilt(
+        store, monkeypatch):
+    """The request lands after the retrain chose what to rebuild and before it read the valid prefixes."""
+    applied: list = []
+    real_train = chains_server.ChainTrainer.train
+
+    def train(self, start: dict[str, int]) -> None:  # noqa: ANN001
+        if self.watermark == 1 and not applied:
+            key = next(k for k, position in sorted(start.items()) if position >= 2)
+            prefix = self.plan.artifact_id(next(c for c in self.plan.chains() if c.key == key), 1)
+            applied.append((key, start[key], forget_request(store, samples=[
+                _unforgotten_sample(store, lineage(store, prefix))])))
+        real_train(self, start)
+
+    monkeypatch.setattr(chains_server.ChainTrainer, "train", train)
+    _retrain(store)
+    key, position, result = applied[0]
+    assert result.request == 2
+    ledger = store.ledger()
+    try:
+        unbuilt = ledger.get_meta("unbuilt")["artifacts"]
+        assert ledger.retrained_watermark() == 1
+    finally:
+        ledger.close()
+    assert f"fedsgt/{key}/p{position}" in unbuilt
+    check = _check(store)
+    assert check.exit_code == 0 and json.loads(check.stdout)["clean"], check.stdout
+    assert check_store(store).ok
+    monkeypatch.undo()
+    _retrain(store)  # rebuilds the chain left unbuilt, without either request's data
+    rows = artifact_rows(store)
+    assert rows[f"fedsgt/{key}/p{position}"]["valid"] and rows[f"fedsgt/{key}/p{position}"]["watermark"] == 2

@@ -45,13 +45,13 @@ from fedforget.federation.module_shipping import (
 from fedforget.federation.module_stack import default_module_init, fresh_module, initial_head, slot_name, split_state
 from fedforget.federation.registration import Federation
 from fedforget.federation.run_setup import ServerRun
-from fedforget.federation.serve import load_tensors
 from fedforget.methods.chains.config import parse_prior
 from fedforget.methods.chains.grouping import group_units
 from fedforget.methods.chains.plan import Chain, ChainPlan, layer_blocks, rebuild_from
 from fedforget.methods.chains.sequences import select_sequences
 from fedforget.store.crash import crash_point
 from fedforget.store.ledger import Ledger
+from fedforget.store.store import StoreError, arrays_of
 from fedforget.tasks.partitioning import PartitionPlan
 
 Arrays = dict[str, np.ndarray]
@@ -179,7 +179,9 @@ class ChainTrainer:
         return self.stored[artifact]
 
     def _artifact_state(self, artifact: str) -> Arrays:
-        return _numpy(load_tensors(self.run.store, self._artifact_sha(artifact)))
+        """A stored module's arrays, from the bytes this run holds (the same bytes it sends the nodes)."""
+        sha = self._artifact_sha(artifact)
+        return {k: np.array(v, copy=True) for k, v in arrays_of(sha, self.shipping.module_bytes(sha).tobytes()).items()}
 
     def _begin(self, chain: Chain, position: int) -> ChainState:
         """The starting point of ``position``: prefix modules and head from the stored valid prefix."""
@@ -219,7 +221,15 @@ class ChainTrainer:
 
     def train(self, start: dict[str, int]) -> None:
         """Train every chain from its start position to its end, all chains advancing together."""
-        states = [self._begin(c, start[c.key]) for c in self.plan.chains() if c.key in start]
+        states = []
+        for chain in self.plan.chains():
+            if chain.key in start:
+                try:
+                    states.append(self._begin(chain, start[chain.key]))
+                except StoreError:
+                    if not self._forgotten_meanwhile(chain, start[chain.key]):
+                        raise
+                    self._leave_unbuilt(chain, start[chain.key])
         total = sum(self.plan.phases(s.chain) - s.position + 1 for s in states)
         done = 0
         while states:
@@ -233,6 +243,18 @@ class ChainTrainer:
             log(INFO, "fedforget: %d/%d chain positions trained", done, total)
             states = [self._advance(s, current[id(s)]) for s in states
                       if s.position < self.plan.phases(s.chain)]
+
+    def _forgotten_meanwhile(self, chain: Chain, position: int) -> bool:
+        """Whether a request applied since this run chose what to rebuild invalidated the prefix ``position``
+        continues (and its purge took the files): everything built on it would be stale."""
+        valid = self.ledger.valid_artifacts()
+        return any(self.plan.artifact_id(chain, p) not in valid for p in range(1, position))
+
+    def _leave_unbuilt(self, chain: Chain, position: int) -> None:
+        """The chain stops before ``position``: the next retrain rebuilds it from its valid prefix."""
+        log(INFO, "fedforget: a request applied during this run forgot the prefix of chain %s before position %d; "
+                  "the next retrain rebuilds it", chain.key, position)
+        self.unbuilt += [self.plan.artifact_id(chain, p) for p in range(position, self.plan.phases(chain) + 1)]
 
     def _drop_excluded(self, states: list[ChainState], current: dict[int, Arrays]) -> list[ChainState]:
         """States that lost a participant stop here: their position (and the rest of the chain) stays unbuilt."""
@@ -344,6 +366,8 @@ class ChainTrainer:
         sha = self.run.store.put_arrays(state, {"artifact": artifact, "method": self.cfg.method,
                                                 "task": self.cfg.task})
         self.stored[artifact] = sha
+        if self.plan.stacking == "new" and s.position < self.plan.phases(s.chain):
+            self.shipping.module_bytes(sha)  # the next position's prefix, held before a request can purge it
         slot = self._slots(s.position)[-1]
         self.ledger.record_artifact(
             artifact, sha, "lora+head", self.plan.lineage(s.chain, s.position), self.watermark,
