@@ -1,9 +1,8 @@
-"""The ServerApp: read the run config, pick the method, run it on the Grid."""
+"""The ServerApp: read the run config into the method's strategy (:mod:`fedforget.strategies`) and start it."""
 
 from __future__ import annotations
 
 import logging
-from contextlib import ExitStack
 from logging import ERROR
 from pathlib import Path
 
@@ -12,14 +11,11 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
 from fedforget.core.config import ConfigError, parse_run_config
-from fedforget.federation.messaging import ReliableGrid
 from fedforget.federation.node_data import REGISTERED
-from fedforget.methods.registry import get_method
-from fedforget.store import StoreError
-from fedforget.store.lock import LOCK_FILE, store_run_lock
-from fedforget.store.log import without_head_signer
+from fedforget.store.lock import LOCK_FILE
 from fedforget.store.store import CLIENTS, resolve_store_path
-from fedforget.tasks.data_access import serving_role
+from fedforget.strategies import strategy_for
+from fedforget.strategies.run_action import RunLockRefused
 
 app = ServerApp()
 
@@ -86,21 +82,11 @@ def main(grid: Grid, context: Context) -> None:
     store_root = resolve_store_path(cfg.store)
     fresh = cfg.action == "train" and not store_root.exists()
     try:
-        with ExitStack() as held:
-            held.enter_context(serving_role())  # the server never reads a client's training rows
-            held.enter_context(without_head_signer())  # nor holds the coordinator's key: its entries wait
-            try:  # one run writes a store at a time; the lock dies with this process, however it ends
-                held.enter_context(store_run_lock(store_root, cfg.action))
-            except StoreError as exc:
-                quiet_refusals()
-                log(ERROR, "fedforget: error: %s", exc)
-                raise StoreLockRefused(str(exc)) from None
-            if cfg.action == "propagate":  # deletion on the clients now, no training (`forget --propagate`)
-                from fedforget.federation.propagate import run_propagation
-
-                run_propagation(ReliableGrid(grid), cfg)
-                return
-            get_method(cfg.method)(ReliableGrid(grid), cfg)
+        strategy_for(context.run_config).start(grid=grid, action=cfg.action)
+    except RunLockRefused as exc:
+        quiet_refusals()
+        log(ERROR, "fedforget: error: %s", exc)
+        raise StoreLockRefused(str(exc)) from None
     except ConfigError as exc:  # a config this federation cannot run: its size is known only once nodes answer
         if fresh:
             remove_unwritten_store(store_root)

@@ -1,0 +1,12 @@
+"""FedAvg over LoRA + head as a Flower strategy: the reference every method is measured against, and the
+retrain-from-scratch baseline of forgetting (``start(grid=grid, action="retrain")``)."""
+
+from __future__ import annotations
+
+from fedforget.strategies.base import MethodStrategy
+
+
+class FedAvgLoRA(MethodStrategy):
+    """Flower's FedAvg over one LoRA adapter + head, seeded by partition and averaged in partition order."""
+
+    variant = "fedavg"

@@ -1,0 +1,12 @@
+"""FedShard as a Flower strategy: each shard sizes its own rounds (``rounds_min``/``rounds_max``)."""
+
+from __future__ import annotations
+
+from fedforget.strategies.base import MethodStrategy
+
+
+class FedShard(MethodStrategy):
+    """FedShard: clients sharded by a fairness-aware plan; a forget retrains only its shard."""
+
+    variant = "fedshard"
+    rounds_key = None

@@ -1,0 +1,24 @@
+"""The split-learning variants as Flower strategies: ``num_rounds`` is the split model's training rounds;
+a forget retrains it from scratch."""
+
+from __future__ import annotations
+
+from fedforget.strategies.base import MethodStrategy
+
+
+class HOSFL(MethodStrategy):
+    """HO-SFL: split learning whose clients train their half without backpropagation (zeroth order)."""
+
+    variant = "hosfl"
+
+
+class SFL(MethodStrategy):
+    """SFL: split federated learning with first-order clients (the reference for HO-SFL)."""
+
+    variant = "sfl"
+
+
+class ZOSFL(MethodStrategy):
+    """ZO-SFL: split learning with zeroth-order clients and server."""
+
+    variant = "zo-sfl"

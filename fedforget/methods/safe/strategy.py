@@ -1,0 +1,17 @@
+"""SAFE and ProtoSISA as Flower strategies: ``num_rounds`` is each adapter's FedAvg rounds."""
+
+from __future__ import annotations
+
+from fedforget.strategies.base import MethodStrategy
+
+
+class SAFE(MethodStrategy):
+    """SAFE: adapters over a graph of coarse and fine shards of the clients' features."""
+
+    variant = "safe"
+
+
+class ProtoSISA(MethodStrategy):
+    """ProtoSISA: SAFE's shards with class prototypes in place of trained adapters."""
+
+    variant = "protosisa"

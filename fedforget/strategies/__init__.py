@@ -1,0 +1,61 @@
+"""fedforget's methods as Flower strategies, for a ServerApp of your own::
+
+    from fedforget.strategies import FedSGT
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        FedSGT(task="fmnist-cnn", store="runs/mine", groups=4).start(grid=grid)
+
+Each class is one ``method=`` value of the run config; :func:`start_from_context` runs the action
+(train, retrain, propagate) the fedforget coordinator submits, so ``fedforget forget``, ``retrain`` and
+``verify`` work on the store your app writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from flwr.app import Context
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result
+
+from fedforget.methods.chains.strategy import S3T, SISA, FedCIO, FedSGT
+from fedforget.methods.fedavg.strategy import FedAvgLoRA
+from fedforget.methods.fedshard.strategy import FedShard
+from fedforget.methods.hosfl.strategy import HOSFL, SFL, ZOSFL
+from fedforget.methods.safe.strategy import SAFE, ProtoSISA
+from fedforget.strategies.base import MethodStrategy
+
+STRATEGIES: tuple[type[MethodStrategy], ...] = (FedAvgLoRA, FedSGT, S3T, SISA, FedCIO, FedShard, SAFE, ProtoSISA,
+                                                HOSFL, SFL, ZOSFL)
+#: the run config's ``method=`` value → its strategy class
+BY_VARIANT: dict[str, type[MethodStrategy]] = {cls.variant: cls for cls in STRATEGIES}
+
+__all__ = ["BY_VARIANT", "HOSFL", "S3T", "SAFE", "SFL", "SISA", "STRATEGIES", "ZOSFL", "FedAvgLoRA", "FedCIO",
+           "FedSGT", "FedShard", "MethodStrategy", "ProtoSISA", "start_from_context", "strategy_for"]
+
+
+def strategy_for(run_config: Mapping[str, object]) -> MethodStrategy:
+    """The strategy a Flower run config names with ``method`` (its other keys as its parameters)."""
+    from fedforget.core.config import ConfigError, declared_defaults
+
+    variant = str(run_config.get("method", declared_defaults()["method"]))
+    if variant not in BY_VARIANT:
+        raise ConfigError(f"run-config 'method'={variant!r} is not one of {', '.join(BY_VARIANT)}")
+    return BY_VARIANT[variant].from_run_config(run_config)
+
+
+def start_from_context(strategy: MethodStrategy, grid: Grid, context: Context) -> Result:
+    """Start ``strategy`` with the action the run config asks for (``action``: train, retrain or propagate),
+    the way the fedforget coordinator submits them to your app: Flower's ``Strategy.start`` receives no
+    ``Context``, so a ServerApp passes it here."""
+    from fedforget.core.config import ConfigError, parse_run_config
+
+    nodes = parse_run_config(dict(context.run_config), warn=False)
+    differ = sorted(k for k, v in strategy.config.to_dict().items()
+                    if k != "action" and nodes.to_dict().get(k) != v)
+    if differ:  # the ClientApp reads the app's run config: a key set only in code would split the federation
+        raise ConfigError(f"{type(strategy).__name__} sets {', '.join(differ)} to values the app's run config "
+                          "(which the nodes read) does not hold; set them in [tool.flwr.app.config] or build the "
+                          f"strategy with {type(strategy).__name__}.from_run_config(context.run_config)")
+    return strategy.start(grid=grid, action=nodes.action)
