@@ -16,7 +16,7 @@ from typing import Any
 from fedforget.federation.message_types import FORGET, QUERY
 from fedforget.methods.method import Method, resolve
 
-METHOD_PACKAGES: tuple[str, ...] = ("fedavg", "chains", "hosfl", "fedshard", "safe")
+METHOD_PACKAGES: tuple[str, ...] = ("fedavg", "chains", "hosfl", "fedshard", "safe", "replay")
 
 #: Handlers every node serves whatever the method: registration (and finding a node mid-run) and sample deletion.
 SHARED_HANDLERS: Mapping[str, str] = {

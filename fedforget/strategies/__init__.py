@@ -23,16 +23,17 @@ from fedforget.methods.chains.strategy import S3T, SISA, FedCIO, FedSGT
 from fedforget.methods.fedavg.strategy import FedAvgLoRA
 from fedforget.methods.fedshard.strategy import FedShard
 from fedforget.methods.hosfl.strategy import HOSFL, SFL, ZOSFL
+from fedforget.methods.replay.strategy import Forgettable
 from fedforget.methods.safe.strategy import SAFE, ProtoSISA
 from fedforget.strategies.base import MethodStrategy
 
 STRATEGIES: tuple[type[MethodStrategy], ...] = (FedAvgLoRA, FedSGT, S3T, SISA, FedCIO, FedShard, SAFE, ProtoSISA,
-                                                HOSFL, SFL, ZOSFL)
+                                                HOSFL, SFL, ZOSFL, Forgettable)
 #: the run config's ``method=`` value → its strategy class
 BY_VARIANT: dict[str, type[MethodStrategy]] = {cls.variant: cls for cls in STRATEGIES}
 
 __all__ = ["BY_VARIANT", "HOSFL", "S3T", "SAFE", "SFL", "SISA", "STRATEGIES", "ZOSFL", "FedAvgLoRA", "FedCIO",
-           "FedSGT", "FedShard", "MethodStrategy", "ProtoSISA", "start_from_context", "strategy_for"]
+           "FedSGT", "FedShard", "Forgettable", "MethodStrategy", "ProtoSISA", "start_from_context", "strategy_for"]
 
 
 def strategy_for(run_config: Mapping[str, object]) -> MethodStrategy:

@@ -20,6 +20,8 @@ class TrainSettings:
     lr: float
     optimizer: str
     seed: int
+    #: FedProx's proximal term: ``mu / 2 * ||w - w_received||²`` over the trained parameters (0: none)
+    proximal_mu: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -56,12 +58,16 @@ def train_supervised(
         model.train()
         opt = _optimizer(params, settings)
         gen = generator(settings.seed)
+        anchor = [p.detach().clone() for p in params] if settings.proximal_mu else None
         for _ in range(settings.epochs):
             order = torch.randperm(n, generator=gen)
             for start in range(0, n, settings.batch_size):
                 idx = order[start : start + settings.batch_size]
                 logits = model(*(t[idx] for t in inputs))
                 loss = nn.functional.cross_entropy(logits, labels[idx])
+                if anchor is not None:
+                    loss = loss + settings.proximal_mu / 2 * sum(
+                        ((p - a) ** 2).sum() for p, a in zip(params, anchor, strict=True))
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()

@@ -117,3 +117,20 @@ def test_every_strategy_is_a_flower_strategy_whose_signature_lists_its_keys():
         assert {"task", "store", "seed", "lr"} <= names and "reference" not in names
     assert "groups" in inspect.signature(FedSGT).parameters
     assert "groups" not in inspect.signature(FedAvgLoRA).parameters
+
+
+def test_flowers_fedprox_made_forgettable_in_a_users_server_app(tmp_path):
+    """``Forgettable(FedProx(proximal_mu=0.1))`` in a user's ServerApp trains the store ``method='replay'``
+    trains from the run config."""
+    from flwr.serverapp.strategy import FedProx
+
+    from fedforget.strategies import Forgettable
+
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    keys = {**KEYS, "num_rounds": 2}
+    results: list = []
+    app = _users_app(lambda: Forgettable(FedProx(proximal_mu=0.1), store=str(mine), **keys), results)
+    run_in_process(_run_config(mine, "replay", strategy="fedprox", proximal_mu=0.1, **keys), NODES, server_app=app)
+    run_in_process(_run_config(theirs, "replay", strategy="fedprox", proximal_mu=0.1, **keys), NODES)
+    assert artifact_shas(Store.open(mine)) == artifact_shas(Store.open(theirs))
+    assert served_ids(Store.open(mine)) == ["replay/round-2"] and len(results[0].train_metrics_clientapp) == 2

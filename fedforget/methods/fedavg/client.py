@@ -1,11 +1,9 @@
-"""The client side of the methods: what a node does with a message, given its partition's data."""
+"""fedavg's client side: one round of local adapter training (:mod:`fedforget.federation.adapter_round`),
+and the node's view, re-exported for the tests and tools that import it from here."""
 
 from __future__ import annotations
 
-import torch
-from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
-
-from fedforget.core.seeds import derive_seed
+from fedforget.federation.adapter_round import evaluate_adapter, train_adapter
 from fedforget.federation.client_site import (  # re-exported: the node's view lives in the light module
     ClientSite,
     client_state_dir,
@@ -13,70 +11,6 @@ from fedforget.federation.client_site import (  # re-exported: the node's view l
     describe,
     node_partition,
 )
-from fedforget.federation.messaging import PARTITION_KEY, RECEIVED, to_numpy
-from fedforget.federation.run_setup import build_model, local_test_share
-from fedforget.training.supervised import TrainSettings, evaluate, train_supervised
 
 __all__ = ["ClientSite", "client_state_dir", "dataset_key", "describe", "evaluate_adapter", "node_partition",
            "train_adapter"]
-
-
-def _tensors(record: ArrayRecord) -> dict[str, torch.Tensor]:
-    return {k: torch.from_numpy(v.copy()) for k, v in to_numpy(record).items()}
-
-
-def _evaluate_share(site: ClientSite, model: torch.nn.Module) -> dict[str, float]:
-    """Accuracy and loss of ``model`` on this client's share of the public test split, or on its own test
-    records (a node with its own data, which may hold none)."""
-    if site.data_dir is not None:
-        return evaluate(model, site.data.test.inputs, site.data.test.labels)
-    share = local_test_share(site.data, site.partition, site.num_partitions, site.cfg.seed)
-    return evaluate(model, share.inputs, share.labels)
-
-
-def train_adapter(msg: Message, context: Context) -> Message:
-    """Load the received adapter + head, train it on this partition's data, send it back.
-
-    With ``evaluate-received`` in the config the client first evaluates the model it received on its
-    share of the test split and adds ``received-accuracy``, ``received-loss`` and ``received-examples``
-    to the reply: the previous round's evaluation rides on this round's message instead of a message
-    (and, on a deployment, a ClientApp process) of its own. Evaluation trains nothing and draws no
-    random numbers, so the trained state is the same either way.
-    """
-    site = ClientSite.from_context(context)
-    config = msg.content["config"]
-    adapter = str(config.get("adapter", "default"))
-    artifact = str(config.get("artifact", "global"))
-    server_round = int(config.get("server-round", 0))
-    slices = [int(s) for s in config["slices"]] if "slices" in config else None
-    examples = site.slice_examples(slices)
-    model = build_model(site.cfg, site.data.num_classes).model
-    model.activate([adapter], trainable=[] if site.cfg.head_only else [adapter])  # head-only: a linear probe
-    model.load_trainable_state(adapter, _tensors(msg.content["arrays"]))
-    received = _evaluate_share(site, model) if bool(config.get("evaluate-received", False)) else None
-    cfg = site.cfg
-    settings = TrainSettings(
-        epochs=cfg.local_epochs, batch_size=cfg.batch_size, lr=cfg.lr, optimizer=cfg.optimizer,
-        seed=derive_seed(cfg.seed, cfg.method, artifact, server_round, site.partition, "train-order"),
-    )
-    result = train_supervised(model, examples.inputs, examples.labels, settings)
-    metrics = MetricRecord({"num-examples": result.num_examples, "train-loss": result.mean_loss,
-                            PARTITION_KEY: site.partition})
-    if received is not None:
-        metrics.update({f"{RECEIVED}accuracy": received["accuracy"], f"{RECEIVED}loss": received["loss"],
-                        f"{RECEIVED}examples": int(received["num-examples"])})
-    return Message(RecordDict({"arrays": ArrayRecord(model.trainable_state(adapter)), "metrics": metrics}),
-                   reply_to=msg)
-
-
-def evaluate_adapter(msg: Message, context: Context) -> Message:
-    """Evaluate the received adapter + head on this client's share of the test split."""
-    site = ClientSite.from_context(context)
-    adapter = str(msg.content["config"].get("adapter", "default"))
-    model = build_model(site.cfg, site.data.num_classes).model
-    model.activate([adapter], trainable=[adapter])
-    model.load_trainable_state(adapter, _tensors(msg.content["arrays"]))
-    result = _evaluate_share(site, model)
-    metrics = MetricRecord({"num-examples": int(result["num-examples"]), "accuracy": result["accuracy"],
-                            "loss": result["loss"], PARTITION_KEY: site.partition})
-    return Message(RecordDict({"metrics": metrics}), reply_to=msg)

@@ -1,0 +1,31 @@
+"""Replay's run-config keys, ``[tool.flwr.app.config.replay]`` (pure: no torch, no flwr): which Flower
+strategy runs the rounds, and its own parameters under Flower's names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fedforget.core.config_keys import ConfigTable, option
+
+#: the Flower strategies whose every round a retrain can replay bit for bit
+STRATEGIES = ("fedavg", "fedprox", "fedavgm", "fedadagrad", "fedadam", "fedyogi")
+
+
+@dataclass(frozen=True)
+class ReplayConfig(ConfigTable):
+    """replay: a Flower strategy whose rounds are checkpoints."""
+
+    group = "replay"
+
+    strategy: str = option("fedavg", choices=STRATEGIES)
+    #: FedProx's proximal term weight (Flower's ``proximal_mu``)
+    proximal_mu: float = option(0.1, low=0)
+    #: FedAvgM's server learning rate and momentum (Flower's ``server_learning_rate``, ``server_momentum``)
+    server_learning_rate: float = option(1.0, positive=True)
+    server_momentum: float = option(0.9, low=0, high=1)
+    #: FedAdagrad, FedAdam, FedYogi: Flower's ``eta``, ``eta_l``, ``beta_1``, ``beta_2``, ``tau``
+    eta: float = option(0.01, positive=True)
+    eta_l: float = option(0.0316, positive=True)
+    beta_1: float = option(0.9, low=0, high=1)
+    beta_2: float = option(0.99, low=0, high=1)
+    tau: float = option(0.001, positive=True)

@@ -1,0 +1,159 @@
+"""Replay's server: a Flower strategy's rounds, each one a checkpoint in the store.
+
+The wrapper keeps what exactness needs and leaves the rest to the strategy: the nodes of a round are
+partitions drawn with a seed per round (Flower draws node ids, which change every run), the strategy's
+``configure_train`` builds their messages and its ``aggregate_train`` averages the replies in partition
+order. After each round the global model, and the strategy's server state when it has one, are recorded
+with the partitions trained so far as their lineage, so a forget invalidates exactly the rounds from the
+first one that saw the data; a retrain restores the last valid round and replays the rest."""
+
+from __future__ import annotations
+
+from logging import INFO, WARNING
+
+import numpy as np
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message
+from flwr.serverapp import Grid
+from flwr.supercore import log
+
+from fedforget.core.config import RunConfig, sample_clients
+from fedforget.core.seeds import derive_seed
+from fedforget.federation.driver import Built, MethodServer, drive
+from fedforget.federation.failover import PartitionsExcluded, PolicyGrid, check_reply
+from fedforget.federation.messaging import PARTITION_KEY, ReliableGrid, record_bytes, to_numpy
+from fedforget.federation.run_setup import DEFAULT_ADAPTER, ServerRun
+from fedforget.federation.units import all_units
+from fedforget.methods.replay import flower_strategies
+from fedforget.methods.replay.plan import replay_plan, resume_round, round_artifact, state_artifact
+from fedforget.store.ledger import Ledger
+from fedforget.training.supervised import evaluate
+
+MESSAGE = "train.replay"
+#: what seeds the nodes' data order: one name for every round's model, as fedavg's
+SEED_ARTIFACT = "replay/global"
+
+
+def run_replay(grid: Grid, cfg: RunConfig) -> None:
+    """Train (or replay from the last valid round) a Flower strategy's rounds into the store."""
+    drive(grid, cfg, ReplayServer(grid, cfg))
+
+
+class _Sampled:
+    """The Grid a strategy's ``configure_train`` sees: the round's drawn nodes, all of them available."""
+
+    def __init__(self, node_ids: list[int]) -> None:
+        self.node_ids = node_ids
+
+    def get_node_ids(self) -> list[int]:
+        return list(self.node_ids)
+
+
+class ReplayServer(MethodServer):
+    """Rounds as checkpoints: train all of them, or resume from the last one no forgotten data reached."""
+
+    def train(self, run: ServerRun, ledger: Ledger) -> Built:
+        ledger.load_samples(run.plan.slices)
+        ledger.set_plan(replay_plan(self.cfg.num_rounds, flower_strategies.is_stateful(self.cfg.replay)))
+        return self._rounds(run, ledger, watermark=0, resume=0)
+
+    def retrain(self, run: ServerRun, ledger: Ledger, watermark: int, reusable: set[str]) -> Built:
+        resume = resume_round(reusable, self.cfg.num_rounds, flower_strategies.is_stateful(self.cfg.replay))
+        log(INFO, "fedforget: replay resumes after round %d of %d", resume, self.cfg.num_rounds)
+        return self._rounds(run, ledger, watermark, resume)
+
+    def _sampled(self, run: ServerRun, server_round: int) -> list[int]:
+        return sample_clients(sorted(run.nodes), self.cfg.fraction_train,
+                              derive_seed(self.cfg.seed, "sample", SEED_ARTIFACT, server_round))
+
+    def _rounds(self, run: ServerRun, ledger: Ledger, watermark: int, resume: int) -> Built:
+        cfg, name = self.cfg, self.cfg.replay.strategy
+        strategy = flower_strategies.build(cfg.replay)
+        initial = {k: v.detach().numpy() for k, v in run.bundle.initial_state.items()}
+        arrays = dict(initial) if resume == 0 else self._restore(run, ledger, strategy, resume, initial)
+        seen = {p for r in range(1, resume + 1) for p in self._sampled(run, r)}
+        policy = PolicyGrid(self.grid.inner if isinstance(self.grid, ReliableGrid) else self.grid, run.nodes,
+                            lambda reply, partition, sent: check_reply(
+                                reply, partition, sent=to_numpy(sent.content["arrays"]),
+                                max_examples=len(run.plan.partition_ids(partition))))
+        rebuilt: list[str] = []
+        for server_round in range(resume + 1, cfg.num_rounds + 1):
+            chosen = self._sampled(run, server_round)
+            messages = self._configure(strategy, server_round, arrays, chosen, run)
+            try:
+                replies = list(policy.send_and_receive(messages, timeout=cfg.round_timeout))
+            except PartitionsExcluded as lost:
+                log(WARNING, "fedforget: replay stops before round %d: partition(s) %s were lost; run "
+                    "`fedforget retrain` when they are back", server_round, sorted(lost.partitions))
+                unbuilt = [a for r in range(server_round, cfg.num_rounds + 1)
+                           for a in self._artifacts(r, name)]
+                return Built(rebuilt, unbuilt, set(lost.partitions), manifest={"rounds-done": server_round - 1},
+                             summary=f"replay built {len(rebuilt)} artifact(s), stopped at round {server_round}")
+            replies.sort(key=lambda r: int(r.content["metrics"][PARTITION_KEY]))
+            aggregated, metrics = strategy.aggregate_train(server_round, replies)
+            if aggregated is not None:  # the model keeps its dtypes (a float64 server step is rounded back)
+                arrays = {k: np.ascontiguousarray(v.numpy(), dtype=initial[k].dtype) for k, v in aggregated.items()}
+            seen.update(chosen)
+            rebuilt += self._checkpoint(run, ledger, strategy, server_round, arrays, sorted(seen), watermark)
+            self._report(run, server_round, arrays, chosen, messages, replies, metrics)
+        return Built(rebuilt, manifest={"rounds-done": cfg.num_rounds},
+                     summary=f"replay ({name}) built {len(rebuilt)} artifact(s) from round {resume + 1}")
+
+    def _configure(self, strategy, server_round: int, arrays: dict[str, np.ndarray],  # noqa: ANN001
+                   chosen: list[int], run: ServerRun) -> list[Message]:
+        """The strategy's own messages for the drawn partitions, as replay's message type."""
+        keep = strategy.fraction_train, strategy.min_train_nodes, strategy.min_available_nodes
+        strategy.fraction_train, strategy.min_train_nodes, strategy.min_available_nodes = 1.0, len(chosen), 0
+        try:
+            config = ConfigRecord({"adapter": DEFAULT_ADAPTER, "artifact": SEED_ARTIFACT})
+            record = ArrayRecord({k: Array(v) for k, v in arrays.items()})
+            made = list(strategy.configure_train(server_round, record, config,
+                                                 _Sampled([run.nodes[p] for p in chosen])))
+        finally:
+            strategy.fraction_train, strategy.min_train_nodes, strategy.min_available_nodes = keep
+        return [Message(m.content, dst_node_id=m.metadata.dst_node_id, message_type=MESSAGE) for m in made]
+
+    def _artifacts(self, server_round: int, name: str) -> list[str]:
+        return [round_artifact(server_round)] + ([state_artifact(server_round)] if flower_strategies.STATE[name]
+                                                 else [])
+
+    def _checkpoint(self, run: ServerRun, ledger: Ledger, strategy, server_round: int,  # noqa: ANN001
+                    arrays: dict[str, np.ndarray], seen: list[int], watermark: int) -> list[str]:
+        name, lineage = self.cfg.replay.strategy, all_units(run, seen)
+        meta = {"round": server_round, "strategy": name, "adapter": DEFAULT_ADAPTER, "slot": DEFAULT_ADAPTER}
+        sha = run.store.put_arrays(arrays, {"artifact": round_artifact(server_round), "method": self.cfg.method,
+                                            "task": self.cfg.task})
+        ledger.record_artifact(round_artifact(server_round), sha, "lora+head", lineage, watermark, meta)
+        written = [round_artifact(server_round)]
+        if flower_strategies.STATE[name]:
+            state = flower_strategies.state_arrays(strategy, name)
+            sha = run.store.put_arrays(state, {"artifact": state_artifact(server_round), "method": self.cfg.method})
+            ledger.record_artifact(state_artifact(server_round), sha, "strategy-state", lineage, watermark,
+                                   {"round": server_round, "strategy": name})
+            written.append(state_artifact(server_round))
+        return written
+
+    def _restore(self, run: ServerRun, ledger: Ledger, strategy, resume: int,  # noqa: ANN001
+                 initial: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        shas = {a["artifact"]: a["sha256"] for a in ledger.artifacts()}
+        stored = run.store.get_arrays(shas[round_artifact(resume)])
+        name = self.cfg.replay.strategy
+        if flower_strategies.STATE[name]:
+            flower_strategies.restore_state(strategy, name, run.store.get_arrays(shas[state_artifact(resume)]))
+        return {k: np.array(stored[k], copy=True) for k in initial}  # the model's order, as the first round sent
+
+    def _report(self, run: ServerRun, server_round: int, arrays: dict[str, np.ndarray], chosen: list[int],
+                messages: list[Message], replies: list[Message], metrics) -> None:  # noqa: ANN001
+        model = run.bundle.model
+        model.load_trainable_state(DEFAULT_ADAPTER, {k: torch.from_numpy(np.array(v)) for k, v in arrays.items()})
+        result = evaluate(model, run.test.inputs, run.test.labels)
+        run.store.append_metrics({
+            "round": server_round, "num-rounds": self.cfg.num_rounds, "accuracy": result["accuracy"],
+            "loss": result["loss"], "artifact": round_artifact(server_round), "action": self.cfg.action,
+            "trained": chosen, "bytes-down": sum(record_bytes(m.content["arrays"]) for m in messages),
+            "bytes-up": sum(record_bytes(r.content["arrays"]) for r in replies),
+            "train-loss": float((metrics or {}).get("train-loss", 0.0)),
+            "train-examples": sum(int(r.content["metrics"]["num-examples"]) for r in replies),
+        })
+        log(INFO, "round %d/%d: test accuracy %.4f, loss %.4f", server_round, self.cfg.num_rounds,
+            result["accuracy"], result["loss"])
