@@ -68,6 +68,9 @@ VARIANTS: dict[str, dict[str, object]] = {
     # as many uniform shards as SAFE's ten-class default graph has cliques (4 coarse × 2 fine = 8)
     "safe-flat": {"method": "safe", "safe.coarse": 1, "safe.fine": 1, "safe.prototypes": False},
     "sisa-inca": {"method": "protosisa", "safe.coarse": 8, "safe.fine": 1, "safe.prototypes": False},
+    # Flower's own strategies made forgettable (method='replay'), each with its run-config defaults
+    **{f"replay-{s}": {"method": "replay", "replay.strategy": s}
+       for s in ("fedavg", "fedprox", "fedavgm", "fedadagrad", "fedadam", "fedyogi")},
 }
 PARTITIONS: dict[str, dict[str, object]] = {
     "iid": {"partitioner": "iid"},

@@ -23,6 +23,7 @@ from fedforget.methods.registry import method_entry
 
 if TYPE_CHECKING:
     from fedforget.federation.run_setup import ServerRun
+    from fedforget.store import Store
     from fedforget.store.ledger import Ledger
 
 
@@ -35,39 +36,48 @@ def malformed_ack(reply: Message, _: int) -> str | None:
     return None
 
 
-def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> dict[int, int]:
-    """The method's forget message to every client holding forgotten samples; they delete them for good."""
-    if not forgotten:
-        return {}
+def forget_messages(store: Store, nodes: dict[int, int], targets: dict[int, list[int]],
+                    message_type: str) -> tuple[list[Message], int]:
+    """The forget message for each target partition (its samples; every purged sha256, so it drops its copies
+    of purged artifacts too), and the purge mark its acknowledgements confirm. Partitions without a node in
+    ``nodes`` are left out. Written once for a retrain and for ``forget --propagate``."""
     from fedforget.store.purge import purge_mark, purged_sha_list
 
-    ledger = run.store.ledger()
+    ledger = store.ledger()
     try:
         mark = purge_mark(ledger.db)  # read before the sha256s: a request purged in between stays unconfirmed
     finally:
         ledger.close()
-    shas = purged_sha_list(run.store)  # the clients drop their own copies of purged artifacts too
-    messages = [
-        Message(ForgetSamples(tuple(ids), tuple(shas)).to_record(), dst_node_id=run.nodes[p],
-                message_type=method_entry(run.cfg.method).forget_message)
-        for p, ids in sorted(forgotten.items())
-    ]
-    deleted = {}
-    parts = sorted(forgotten)
-    replies, lost = exchange_redo_or_exclude(grid, run.nodes, messages, parts, run.cfg.round_timeout, malformed_ack)
-    if lost:
-        raise NodeFailure(f"partition(s) {sorted(lost)} did not confirm deleting their forgotten samples; the "
-                          "retrain stops (nothing half-done is served); run `fedforget retrain` when they are back")
-    for reply in replies:
-        ack = ForgetAck.from_record(reply.content)
-        deleted[ack.partition] = ack.deleted
-    from fedforget.store.acks import record_acks  # the acknowledgements `status` and `receipt` show
+    shas = tuple(purged_sha_list(store))
+    messages = [Message(ForgetSamples(tuple(ids), shas).to_record(), dst_node_id=nodes[p], message_type=message_type)
+                for p, ids in sorted(targets.items()) if p in nodes]
+    return messages, mark
 
-    ledger = run.store.ledger()
+
+def record_forget_acks(store: Store, acks: list[ForgetAck], mark: int) -> dict[int, int]:
+    """Record the acknowledgements ``status`` and ``receipt`` show; partition → samples it deleted now."""
+    from fedforget.store.acks import record_acks
+
+    deleted = {ack.partition: ack.deleted for ack in acks}
+    ledger = store.ledger()
     try:
         record_acks(ledger, deleted, copies_up_to=mark)
     finally:
         ledger.close()
+    return deleted
+
+
+def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> dict[int, int]:
+    """The method's forget message to every client holding forgotten samples; they delete them for good."""
+    if not forgotten:
+        return {}
+    messages, mark = forget_messages(run.store, run.nodes, forgotten, method_entry(run.cfg.method).forget_message)
+    replies, lost = exchange_redo_or_exclude(grid, run.nodes, messages, sorted(forgotten), run.cfg.round_timeout,
+                                             malformed_ack)
+    if lost:
+        raise NodeFailure(f"partition(s) {sorted(lost)} did not confirm deleting their forgotten samples; the "
+                          "retrain stops (nothing half-done is served); run `fedforget retrain` when they are back")
+    deleted = record_forget_acks(run.store, [ForgetAck.from_record(r.content) for r in replies], mark)
     log(INFO, "fedforget: clients deleted %d sample(s) for good (%s)", sum(deleted.values()),
         ", ".join(f"partition {p}: {n}" for p, n in sorted(deleted.items())))
     return deleted

@@ -14,23 +14,16 @@ from __future__ import annotations
 
 from logging import INFO, WARNING
 
-from flwr.app import Message
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedforget.core.config import RunConfig
-from fedforget.federation.control_messages import (
-    ForgetAck,
-    ForgetSamples,
-    MalformedMessage,
-    PartitionInfo,
-    partition_queries,
-)
+from fedforget.federation.control_messages import ForgetAck, MalformedMessage, PartitionInfo, partition_queries
+from fedforget.federation.forget_messages import forget_messages, record_forget_acks
 from fedforget.federation.messaging import FORGET_MESSAGE, send_with_retries
 from fedforget.methods.registry import entry_for_plan
 from fedforget.store import Store
-from fedforget.store.acks import record_acks
-from fedforget.store.purge import purge_mark, purged_sha_list, unconfirmed_copies, visible_partitions
+from fedforget.store.purge import unconfirmed_copies, visible_partitions
 
 
 def forget_message_type(plan_kind: str | None) -> str:
@@ -60,31 +53,21 @@ def run_propagation(grid: Grid, cfg: RunConfig) -> dict[int, int]:
     try:
         forgotten = ledger.forgotten_by_partition()
         kind = (ledger.plan() or {}).get("kind")
-        mark = purge_mark(ledger.db)  # read before the sha256s: a request purged in between stays unconfirmed
         unseen = unconfirmed_copies(ledger.db, visible_partitions(store.root))  # what `purge --check` reports
         holders = {p: [] for p in unseen if p not in forgotten}
     finally:
         ledger.close()
     nodes = reachable_partitions(grid, cfg.round_timeout)
-    shas = purged_sha_list(store)  # the clients drop their own copies of purged artifacts too
-    messages = [Message(ForgetSamples(tuple(ids), tuple(shas)).to_record(),
-                        dst_node_id=nodes[p], message_type=forget_message_type(kind))
-                for p, ids in sorted({**forgotten, **holders}.items()) if p in nodes]
-    deleted = {}
+    messages, mark = forget_messages(store, nodes, {**forgotten, **holders}, forget_message_type(kind))
+    acks = []
     for reply in send_with_retries(grid, messages, cfg.round_timeout) if messages else []:
         if reply.has_error():
             continue
         try:
-            ack = ForgetAck.from_record(reply.content)
+            acks.append(ForgetAck.from_record(reply.content))
         except MalformedMessage as exc:  # not an acknowledgement: the partition stays pending
             log(WARNING, "fedforget: node %s acknowledged with a malformed reply (%s)", reply.metadata.src_node_id, exc)
-            continue
-        deleted[ack.partition] = ack.deleted
-    ledger = store.ledger()
-    try:
-        record_acks(ledger, deleted, copies_up_to=mark)
-    finally:
-        ledger.close()
+    deleted = record_forget_acks(store, acks, mark)
     missing = sorted(set(forgotten) - set(deleted))
     log(INFO, "fedforget: propagated: partition(s) %s deleted their forgotten samples", sorted(deleted))
     if missing:
