@@ -20,7 +20,7 @@ fresh ClientApp process and must not pay for the training stack.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -112,6 +112,23 @@ class PartitionInfo:
     def from_record(cls, content: RecordDict) -> PartitionInfo:
         info = _config(content, INFO)
         return cls(_int(info, PARTITION_KEY), _int(info, NUM_PARTITIONS_KEY))
+
+
+def answered_partitions(replies: Iterable[Message | None],
+                        on_malformed: Callable[[Message, MalformedMessage], None] | None = None) -> dict[int, int]:
+    """partition → node id of each answer to a :class:`PartitionQuery` (the one discovery of who holds what
+    outside registration); missing, failed and malformed answers are left out (``on_malformed`` hears of the
+    last)."""
+    found = {}
+    for reply in replies:
+        if reply is None or reply.has_error():
+            continue
+        try:
+            found[PartitionInfo.from_record(reply.content).partition] = reply.metadata.src_node_id
+        except MalformedMessage as exc:
+            if on_malformed is not None:
+                on_malformed(reply, exc)
+    return found
 
 
 # -- registration ----------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedforget.federation.control_messages import MalformedMessage, PartitionInfo, partition_queries
+from fedforget.federation.control_messages import answered_partitions, partition_queries
 from fedforget.federation.messaging import PARTITION_KEY, NodeFailure, ReliableGrid, send_slots
 
 REJOIN_ENV = "FEDFORGET_NODE_REJOIN_S"
@@ -71,17 +71,8 @@ def find_partition_nodes(grid: Grid, nodes: dict[int, int], wanted: set[int], ti
     ask = sorted(n for n in grid.get_node_ids() if n not in known or n in rejoined)
     if not ask or not wanted:
         return {}
-    found = {}
-    for reply in send_slots(grid, partition_queries(ask), timeout):
-        if reply is None or reply.has_error():
-            continue
-        try:
-            pid = PartitionInfo.from_record(reply.content).partition
-        except MalformedMessage:
-            continue
-        if pid in wanted:
-            found[pid] = reply.metadata.src_node_id
-    return found
+    found = answered_partitions(send_slots(grid, partition_queries(ask), timeout))
+    return {p: node for p, node in found.items() if p in wanted}
 
 
 def exchange_redo_or_exclude(grid: Grid, nodes: dict[int, int], messages: Sequence[Message],

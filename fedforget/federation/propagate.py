@@ -14,11 +14,17 @@ from __future__ import annotations
 
 from logging import INFO, WARNING
 
+from flwr.app import Message
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedforget.core.config import RunConfig
-from fedforget.federation.control_messages import ForgetAck, MalformedMessage, PartitionInfo, partition_queries
+from fedforget.federation.control_messages import (
+    ForgetAck,
+    MalformedMessage,
+    answered_partitions,
+    partition_queries,
+)
 from fedforget.federation.forget_messages import forget_messages, record_forget_acks
 from fedforget.federation.messaging import FORGET_MESSAGE, send_with_retries
 from fedforget.methods.registry import entry_for_plan
@@ -34,16 +40,12 @@ def forget_message_type(plan_kind: str | None) -> str:
 
 def reachable_partitions(grid: Grid, timeout: float) -> dict[int, int]:
     """partition → node id of the nodes that answer a ``query`` within ``timeout`` (absent ones are left out)."""
-    found = {}
-    for reply in send_with_retries(grid, partition_queries(sorted(grid.get_node_ids())), timeout):
-        if reply.has_error():
-            continue
-        try:
-            found[PartitionInfo.from_record(reply.content).partition] = reply.metadata.src_node_id
-        except MalformedMessage as exc:
-            log(WARNING, "fedforget: node %s answered the partition query with a malformed reply (%s)",
-                reply.metadata.src_node_id, exc)
-    return found
+    def malformed(reply: Message, exc: MalformedMessage) -> None:
+        log(WARNING, "fedforget: node %s answered the partition query with a malformed reply (%s)",
+            reply.metadata.src_node_id, exc)
+
+    return answered_partitions(send_with_retries(grid, partition_queries(sorted(grid.get_node_ids())), timeout),
+                               malformed)
 
 
 def run_propagation(grid: Grid, cfg: RunConfig) -> dict[int, int]:
