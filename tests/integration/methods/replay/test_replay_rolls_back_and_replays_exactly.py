@@ -107,3 +107,17 @@ def test_forgettable_takes_flowers_strategy_and_refuses_what_it_cannot_replay():
 
     with pytest.raises(ConfigError, match="MyFedAvg cannot be replayed"):
         Forgettable(MyFedAvg())
+
+
+def test_the_coordinator_reads_a_replayed_store_like_any_other(tmp_path):
+    """status, purge --check, the store check and a receipt on a store forgotten from and replayed."""
+    store = _train(tmp_path / "store", "fedyogi")
+    _forget_then_retrain(store)
+    status = runner.invoke(app, ["status", "--store", str(store.root), "--json"])
+    assert status.exit_code == 0, status.output
+    assert json.loads(status.stdout)["available"] and not json.loads(status.stdout)["retrain_required"]
+    check = runner.invoke(app, ["purge", "--store", str(store.root), "--check", "--json"])
+    assert check.exit_code == 0 and json.loads(check.stdout)["clean"], check.stdout
+    receipt = runner.invoke(app, ["receipt", "1", "--store", str(store.root), "--json"])
+    assert receipt.exit_code == 0, receipt.output
+    assert json.loads(receipt.stdout)["verify"]["exact"]
