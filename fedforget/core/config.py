@@ -2,11 +2,10 @@
 
 Each key is declared once, as a field of a typed table (:mod:`fedforget.core.config_keys`): the common
 keys in :class:`RunConfig`, the ``hf`` task's in :class:`HfConfig`, each method's in its own package's
-``config.py``, which its :class:`~fedforget.methods.method.Method` names. A :class:`RunConfig` holds the
+``config.py``, which its :class:`~fedforget.core.method.Method` names. A :class:`RunConfig` holds the
 common keys and one object per group (``cfg.safe.coarse``), always present with its defaults, so
 ``to_dict()`` records every key. The tables below (:data:`CONFIG_GROUPS`, :data:`METHOD_GROUP`,
-:data:`RENAMED`) are derived from those declarations through :mod:`fedforget.methods.registry`, the one
-place core reaches the methods.
+:data:`RENAMED`) are derived from those declarations, read through :func:`fedforget.core.method.families`.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from typing import Any
 # ConfigError is raised by every table; most callers import it from here, with RunConfig
 from fedforget.core.config_keys import ConfigError, ConfigTable, option
 from fedforget.core.defaults import AUTO_KEYS, resolve_defaults
-from fedforget.methods.registry import BY_VARIANT, FAMILIES, resolve
+from fedforget.core.method import by_variant, families, resolve
 
 #: The last four serve HO-SFL's benchmarks: validation splits (tasks/digits_validation.py, tasks/smollm.py)
 #: and the pixel-permuted positive control (tasks/digits_permuted.py).
@@ -29,7 +28,7 @@ TASKS = ("digits-mlp", "fmnist-cnn", "fmnist-effnet", "rt-minilm", "hf", "rt-smo
 #: A benchmark variant of a task runs that task's model (the same backbone, blocks and cuts) on other rows.
 MODEL_OF = {"digits-mlp-val": "digits-mlp", "digits-mlp-perm": "digits-mlp", "digits-mlp-perm-val": "digits-mlp",
             "rt-smollm-val": "rt-smollm"}
-METHODS: tuple[str, ...] = tuple(BY_VARIANT)  # each method package's variants, in registry order
+METHODS: tuple[str, ...] = tuple(by_variant())  # each method package's variants, in registry order
 ACTIONS = ("train", "retrain", "propagate")
 PARTITIONERS = ("iid", "dirichlet")
 OPTIMIZERS = ("sgd", "adam")
@@ -65,7 +64,7 @@ class HfConfig(ConfigTable):
 #: ``[tool.flwr.app.config.<group>]`` that Flower flattens to dotted run-config keys (``safe.coarse``).
 #: Every other key is common and stays flat. Task groups come first, then the methods' in registry order
 #: (the pyproject's order, hence the manifest's).
-_METHOD_TABLES: dict[str, type[ConfigTable]] = {m.name: resolve(m.config) for m in FAMILIES if m.config}
+_METHOD_TABLES: dict[str, type[ConfigTable]] = {m.name: resolve(m.config) for m in families() if m.config}
 #: Group → its typed table.
 TABLES: dict[str, type[ConfigTable]] = {"hf": HfConfig,
                                         **{cls.group: cls for cls in _METHOD_TABLES.values() if cls.group}}
@@ -74,7 +73,7 @@ CONFIG_GROUPS: dict[str, tuple[str, ...]] = {g: tuple(cls.key(f.name) for f in c
                                              for g, cls in TABLES.items()}
 #: The group of method keys each method reads (None: the common keys only).
 METHOD_GROUP: dict[str, str | None] = {v: (_METHOD_TABLES[m.name].group if m.config else None)
-                                       for m in FAMILIES for v in m.variants}
+                                       for m in families() for v in m.variants}
 #: The group of task keys each task reads.
 TASK_GROUP: dict[str, str] = {"hf": "hf"}
 #: Flat name → grouped key, for each grouped key; a flat name is still read, with a warning on stderr.
@@ -199,7 +198,7 @@ class RunConfig(ConfigTable):
                                or any(ord(c) < 32 or ord(c) == 127 for c in self.test_data)):
             raise ConfigError(f"run-config 'test-data' must be a directory path (at most {MAX_PATH_CHARS} "
                               f"characters, no control characters), got {self.test_data[:80]!r}")
-        probes = [v for m in FAMILIES if m.head_only for v in m.variants]  # the methods that declare head_only
+        probes = [v for m in families() if m.head_only for v in m.variants]  # the methods that declare head_only
         if self.head_only and self.method not in probes:
             raise ConfigError(f"head-only=true (a linear probe) needs method={' or '.join(map(repr, probes))}, "
                               f"got {self.method!r}")

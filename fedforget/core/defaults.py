@@ -6,8 +6,8 @@ method (a chain position sees its data once unless it gets more rounds or epochs
 therefore ships ``0`` for these keys, and these tables decide. A value the user passes always wins.
 
 The tasks' values and the fallback are here; each method's, per variant and per (variant, task), are
-its package's :class:`~fedforget.methods.method.Defaults`, which its declaration names and which this
-module reads through :mod:`fedforget.methods.registry`.
+its package's :class:`~fedforget.core.method.Defaults`, which its declaration names and which this
+module reads through the registry's look-ups in :mod:`fedforget.core.method`.
 
 Precedence, most specific first: the user's value, ``(method, task)``, ``method``, ``task``, the
 fallback. ``lora-alpha`` left at auto follows the rank (alpha = 2·r).
@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from fedforget.methods.method import Defaults, Value
-from fedforget.methods.registry import BY_VARIANT, resolve
+from fedforget.core.method import Defaults, Value, by_variant, resolve
 
 NO_DEFAULTS = Defaults()
 
@@ -47,7 +46,7 @@ TASK_DEFAULTS["rt-smollm-val"] = TASK_DEFAULTS["rt-smollm"]  # a validation spli
 
 def method_defaults(method: str) -> Defaults:
     """The auto-key values ``method``'s package declares (none for a method no package runs)."""
-    entry = BY_VARIANT.get(method)
+    entry = by_variant().get(method)
     return resolve(entry.defaults) if entry is not None and entry.defaults else NO_DEFAULTS
 
 

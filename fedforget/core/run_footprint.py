@@ -9,8 +9,8 @@ before its store exists. The estimate is an upper bound of what grows with the c
 
 Here are the tasks' sizes, the plan's, and the estimate of a method that trains LoRA + head modules
 (:func:`lora_footprint`). A method that stores more modules, or another model, declares its own
-``footprint`` and the keys it grows with (:class:`~fedforget.methods.method.Method`), read through
-:mod:`fedforget.methods.registry`.
+``footprint`` and the keys it grows with (:class:`~fedforget.core.method.Method`), read through
+:func:`fedforget.core.method.by_variant`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from fedforget.methods.registry import BY_VARIANT, resolve
+from fedforget.core.method import by_variant, resolve
 
 if TYPE_CHECKING:
     from fedforget.core.config import RunConfig
@@ -111,7 +111,7 @@ def footprint(cfg: RunConfig, partitions: int = PLANNING_PARTITIONS) -> dict[str
 
     The method's own ``footprint`` hook where it declares one; otherwise :func:`lora_footprint` with
     :data:`FINAL_MODULES`."""
-    entry = BY_VARIANT.get(cfg.method)
+    entry = by_variant().get(cfg.method)
     if entry is not None and entry.footprint:
         return dict(resolve(entry.footprint)(cfg, partitions))
     return lora_footprint(cfg, FINAL_MODULES, partitions)
@@ -123,7 +123,7 @@ def total_bytes(cfg: RunConfig, partitions: int = PLANNING_PARTITIONS) -> int:
 
 def size_keys(cfg: RunConfig) -> tuple[str, ...]:
     """The run-config keys whose size this method's estimate grows with (its declaration's ``size_keys``)."""
-    entry = BY_VARIANT.get(cfg.method)
+    entry = by_variant().get(cfg.method)
     return entry.size_keys.get(cfg.method, LORA_SIZE_KEYS) if entry is not None else LORA_SIZE_KEYS
 
 

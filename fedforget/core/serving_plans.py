@@ -25,7 +25,7 @@ def single_from_json(plan_json: dict[str, Any], valid: Collection[str]) -> dict[
 
 def compute_serving(plan_json: dict[str, Any], valid: Collection[str]) -> dict[str, Any]:
     """The serving plan of ``plan_json`` given the ``valid`` artifacts."""
-    from fedforget.methods.registry import entry_for_plan, resolve
+    from fedforget.core.method import entry_for_plan, resolve
 
     kind = plan_json.get("kind")
     entry = entry_for_plan(kind)

@@ -27,7 +27,7 @@ from fedforget.federation.control_messages import (
 )
 from fedforget.federation.forget_messages import forget_messages, record_forget_acks
 from fedforget.federation.messaging import FORGET_MESSAGE, send_with_retries
-from fedforget.methods.registry import entry_for_plan
+from fedforget.core.method import entry_for_plan
 from fedforget.store import Store
 from fedforget.store.purge import unconfirmed_copies, visible_partitions
 

@@ -14,7 +14,7 @@ import torch
 
 from fedforget.core.config import RunConfig
 from fedforget.federation.module_stack import Module, assemble, split_state
-from fedforget.methods.registry import entry_for_plan, resolve
+from fedforget.core.method import entry_for_plan, resolve
 from fedforget.store import Store
 from fedforget.training.supervised import predict_logits
 

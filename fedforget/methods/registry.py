@@ -1,10 +1,11 @@
 """Every method, one line each: the packages under :mod:`fedforget.methods`, each declaring its
-:class:`~fedforget.methods.method.Method` in its ``__init__``.
+:class:`~fedforget.core.method.Method` in its ``__init__``.
 
 The answer to "where is method X?" is ``fedforget/methods/X/``. Declarations hold dotted names, never
 imported code: the ClientApp reads this module in every fresh per-message process, so importing it costs
 nothing beyond the standard library. Adding a method is a folder with its declaration and one line in
-:data:`METHOD_PACKAGES`.
+:data:`METHOD_PACKAGES`. Floors below this one (core, store, federation) read it through
+:mod:`fedforget.core.method`'s look-ups, which find it by name.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from fedforget.core.method import Method, entry_for_plan, method_entry, resolve, store_method
 from fedforget.federation.message_types import FORGET, QUERY
-from fedforget.methods.method import Method, resolve
 
 METHOD_PACKAGES: tuple[str, ...] = ("fedavg", "chains", "hosfl", "fedshard", "safe", "replay")
 
@@ -27,33 +28,14 @@ SHARED_HANDLERS: Mapping[str, str] = {
 FAMILIES: tuple[Method, ...] = tuple(importlib.import_module(f"fedforget.methods.{name}").METHOD
                                      for name in METHOD_PACKAGES)
 BY_VARIANT: dict[str, Method] = {v: m for m in FAMILIES for v in m.variants}
-PLAN_KINDS: dict[str, Method] = {k: m for m in reversed(FAMILIES) for k in m.serving_rules}
 
 __all__ = ["BY_VARIANT", "FAMILIES", "METHOD_PACKAGES", "SHARED_HANDLERS", "Method", "client_handlers",
-           "entry_for_plan", "get_method", "method_entry", "resolve"]
-
-
-def method_entry(name: str) -> Method:
-    """The entry that runs ``method=name``."""
-    try:
-        return BY_VARIANT[name]
-    except KeyError:
-        raise ValueError(f"unknown method {name!r}; known: {', '.join(sorted(BY_VARIANT))}") from None
+           "entry_for_plan", "get_method", "method_entry", "resolve", "store_method"]
 
 
 def get_method(name: str) -> Callable[..., None]:
     """The server driver of ``method=name``, imported now: ``driver(grid, cfg)``."""
     return resolve(method_entry(name).driver)
-
-
-def entry_for_plan(kind: str | None) -> Method | None:
-    """The first entry writing serving plans of ``kind``."""
-    return PLAN_KINDS.get(kind) if kind is not None else None
-
-
-def store_method(manifest: Mapping[str, Any]) -> Method | None:
-    """The entry that wrote a store (None for a manifest naming no known method)."""
-    return BY_VARIANT.get(str(manifest.get("method")))
 
 
 def client_handlers() -> dict[str, str]:

@@ -47,9 +47,9 @@ AUDIT_DECISION = ("request", "forgotten", "held_out", "verdict", "memorised")
 def feature_cache_globs() -> tuple[str, ...]:
     """Per-client files in a client's state dir that hold features of its raw samples (recomputed on demand),
     as every method declares them."""
-    from fedforget.methods.registry import FAMILIES
+    from fedforget.core.method import families
 
-    return tuple(dict.fromkeys(g for method in FAMILIES for g in method.feature_caches))
+    return tuple(dict.fromkeys(g for method in families() for g in method.feature_caches))
 
 
 def record_purges(db: sqlite3.Connection, request: int, invalidated: list[str]) -> int:

@@ -56,9 +56,9 @@ MAX_METRICS_BYTES = 512 * 2**20
 def ledger_rules() -> tuple[InvalidationRule, ...]:
     """What a forget request does beyond lineage, inside its transaction: every method's rules (each a no-op
     on other methods' stores)."""
-    from fedforget.methods.registry import FAMILIES, resolve
+    from fedforget.core.method import families, resolve
 
-    return tuple(resolve(rule) for method in FAMILIES for rule in method.ledger_rules)
+    return tuple(resolve(rule) for method in families() for rule in method.ledger_rules)
 
 
 def safetensors_metadata(path: Path) -> dict[str, str] | None:

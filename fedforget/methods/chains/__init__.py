@@ -2,7 +2,7 @@
 the data."""
 
 from fedforget.federation.message_types import CHAIN, FORGET, MODULE_TRAINING
-from fedforget.methods.method import Method
+from fedforget.core.method import Method
 
 METHOD = Method(
     name="chains",
@@ -30,4 +30,6 @@ METHOD = Method(
     status="fedforget.methods.chains.coordinator:status",
     print_status="fedforget.methods.chains.coordinator:print_status",
     commands="fedforget.methods.chains.cli:add_commands",
+    progress={r"(\d+)/(\d+) chain positions trained": "chain positions"},  # server.py logs it per position
+    crash_points=("chains:position-recorded",),  # server.py, once a position's artifact is recorded
 )

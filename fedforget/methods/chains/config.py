@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fedforget.core.config_keys import ConfigError, ConfigTable, option
-from fedforget.methods.method import Defaults
+from fedforget.core.method import Defaults
 
 if TYPE_CHECKING:
     from fedforget.core.config import RunConfig

@@ -2,7 +2,7 @@
 data."""
 
 from fedforget.federation.message_types import FORGET, LORA_SERVING, SINGLE_RULE
-from fedforget.methods.method import Method
+from fedforget.core.method import Method
 
 METHOD = Method(
     name="fedavg",

@@ -2,7 +2,7 @@
 affected branch."""
 
 from fedforget.federation.message_types import CHAIN, FORGET, LORA_SERVING, MODULE_TRAINING
-from fedforget.methods.method import Method
+from fedforget.core.method import Method
 
 METHOD = Method(
     name="fedshard",
@@ -22,4 +22,5 @@ METHOD = Method(
     print_status="fedforget.methods.fedshard.status:print_status",
     prepare_scratch="fedforget.methods.fedshard.verify:prepare_scratch",
     commands="fedforget.methods.fedshard.cli:add_commands",
+    progress={r"FedShard stage (\d+)/(\d+)": "FedShard stages"},  # server.py logs it per stage
 )

@@ -2,7 +2,7 @@
 retrains from scratch without the forgotten data."""
 
 from fedforget.federation.message_types import FORGET, SINGLE_RULE
-from fedforget.methods.method import Method
+from fedforget.core.method import Method
 
 METHOD = Method(
     name="hosfl",

@@ -1,6 +1,6 @@
 """SAFE (with ProtoSISA and SAFE-DP): per-clique adapters; a forget drops the cliques that saw the data."""
 
-from fedforget.methods.method import Method
+from fedforget.core.method import HeldSamples, Method
 
 METHOD = Method(
     name="safe",
@@ -31,4 +31,5 @@ METHOD = Method(
     prepare_scratch="fedforget.methods.safe.verify:prepare_scratch",
     dp_exposure="fedforget.methods.safe.verify:dp_exposure",
     feature_caches=("safe-features-*",),  # the frozen backbone's tokens (features.CACHE_PREFIX)
+    held_samples=HeldSamples(key="safe-shard-ids", name="safe shard", report="safe_shard"),  # shard.py draws it
 )
