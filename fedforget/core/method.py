@@ -124,12 +124,12 @@ def resolve(target: str) -> Callable[..., Any]:
 
 def families() -> tuple[Method, ...]:
     """Every method's declaration, in registry order."""
-    return getattr(importlib.import_module(REGISTRY), "FAMILIES")
+    return importlib.import_module(REGISTRY).FAMILIES
 
 
 def by_variant() -> Mapping[str, Method]:
     """``method=`` value → the declaration that runs it, in registry order."""
-    return getattr(importlib.import_module(REGISTRY), "BY_VARIANT")
+    return importlib.import_module(REGISTRY).BY_VARIANT
 
 
 def method_entry(name: str) -> Method:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fedforget.core.config import stored_run_config
+from fedforget.core.method import families
 from fedforget.store import Store
 from fedforget.store.check import check_store
 from fedforget.store.copy import copy_store
@@ -29,7 +30,8 @@ from fedforget.store.crash import CRASH_ENV
 FORGET_POINTS = ("forget:request-row", "forget:forgotten-rows", "forget:invalidated", "forget:before-commit")
 #: points passed once per retrain, and points passed once per artifact (or file) written
 RETRAIN_ONCE = ("retrain:forget-sent", "retrain:before-finish", "ledger:finish-retrain")
-RETRAIN_EACH = ("chains:position-recorded", "atomic:before-rename", "ledger:record-artifact")
+RETRAIN_EACH = (*(p for method in families() for p in method.crash_points), "atomic:before-rename",
+                "ledger:record-artifact")
 Tick = Callable[[int], None]
 
 

@@ -16,10 +16,10 @@ from flwr.app import Message
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
+from fedforget.core.method import method_entry
 from fedforget.federation.control_messages import ForgetAck, ForgetSamples, MalformedMessage
 from fedforget.federation.failover import exchange_redo_or_exclude
 from fedforget.federation.messaging import NodeFailure
-from fedforget.core.method import method_entry
 
 if TYPE_CHECKING:
     from fedforget.federation.run_setup import ServerRun

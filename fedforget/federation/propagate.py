@@ -19,6 +19,7 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedforget.core.config import RunConfig
+from fedforget.core.method import entry_for_plan
 from fedforget.federation.control_messages import (
     ForgetAck,
     MalformedMessage,
@@ -27,7 +28,6 @@ from fedforget.federation.control_messages import (
 )
 from fedforget.federation.forget_messages import forget_messages, record_forget_acks
 from fedforget.federation.messaging import FORGET_MESSAGE, send_with_retries
-from fedforget.core.method import entry_for_plan
 from fedforget.store import Store
 from fedforget.store.purge import unconfirmed_copies, visible_partitions
 

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from fedforget.core.config import RunConfig
-from fedforget.federation.module_stack import Module, assemble, split_state
 from fedforget.core.method import entry_for_plan, resolve
+from fedforget.federation.module_stack import Module, assemble, split_state
 from fedforget.store import Store
 from fedforget.training.supervised import predict_logits
 

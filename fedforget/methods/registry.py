@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from fedforget.core.method import Method, entry_for_plan, method_entry, resolve, store_method
 from fedforget.federation.message_types import FORGET, QUERY

@@ -3,7 +3,7 @@
 The ledger's sample index (``samples``, ``units``, ``forgotten``) is derived from the manifest at training
 time and is what ``forget`` looks ids up in; anything that checks the index, or that must not trust it
 (``fedforget verify``'s from-scratch reference), resolves the requests here instead: the fingerprinted
-manifest (``partitions``, pinned by the ledger's ``manifest-identity``; SAFE's ``cells``, which split each
+manifest (``partitions``, pinned by the ledger's ``manifest-identity``; ``cells``, where a method splits each
 pinned partition by class) and each request's recorded ``spec`` (samples, slices ``P:S``, clients).
 
 Pure: numpy only, no torch, no Flower, no I/O.
@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from fedforget.core.method import held_samples
+
 
 class PlanError(ValueError):
     """The manifest's plan, or a request's spec against it, is not what a training run or ``forget`` writes."""
@@ -31,8 +33,10 @@ class SamplePlan:
     partition_of: tuple[int, ...]
     ids: tuple[np.ndarray, ...]
     partitions: frozenset[int]
-    #: SAFE's server-held samples: in no partition, never forgotten
-    safe_shard: frozenset[int]
+    #: the server-held samples a method declares (:class:`~fedforget.core.method.HeldSamples`): in no partition,
+    #: never forgotten; what a message calls them
+    held: frozenset[int]
+    held_name: str = "server-held samples"
 
     @cached_property
     def index(self) -> dict[str, int]:
@@ -116,7 +120,7 @@ def partition_ids(manifest: Mapping[str, Any], partition: int) -> np.ndarray:
 
 
 def sample_plan(manifest: Mapping[str, Any]) -> SamplePlan | None:
-    """The manifest's units: ``partitions[P][S]`` is unit ``P:S``; a SAFE store's units are its class cells
+    """The manifest's units: ``partitions[P][S]`` is unit ``P:S``; a store with cells has its class cells
     (``cells[P][C]`` is unit ``P:C``), which must split each partition exactly. None before training wrote
     a plan."""
     parts = manifest.get("partitions")
@@ -138,15 +142,20 @@ def sample_plan(manifest: Mapping[str, Any]) -> SamplePlan | None:
         units = _cell_units(cells, {p: np.sort(np.concatenate(a)) if a else np.zeros(0, np.int64)
                                     for p, a in members.items()})
     names = tuple(sorted(units))
-    shard = manifest.get("safe-shard-ids") or []
-    if not isinstance(shard, list) or not all(type(i) is int for i in shard):
-        raise PlanError("the manifest's safe-shard-ids are not a list of sample ids")
+    held: list[int] = []
+    held_name = "server-held samples"
+    for declared in held_samples():
+        ids = manifest.get(declared.key) or []
+        if not isinstance(ids, list) or not all(type(i) is int for i in ids):
+            raise PlanError(f"the manifest's {declared.key} are not a list of sample ids")
+        if ids:
+            held, held_name = held + ids, f"server-held {declared.name}"
     return SamplePlan(names, tuple(units[n][0] for n in names), tuple(units[n][1] for n in names),
-                      frozenset(_partition(k) for k in parts), frozenset(shard))
+                      frozenset(_partition(k) for k in parts), frozenset(held), held_name)
 
 
 def _cell_units(cells: Any, members: dict[int, np.ndarray]) -> dict[str, tuple[int, np.ndarray]]:  # noqa: ANN401
-    """SAFE's cells, each partition's cells holding exactly that (fingerprinted) partition's samples."""
+    """The manifest's cells, each partition's cells holding exactly that (fingerprinted) partition's samples."""
     if not isinstance(cells, dict):
         raise PlanError("the manifest's cells are not a table")
     units: dict[str, tuple[int, np.ndarray]] = {}
@@ -211,7 +220,7 @@ def resolve_requests(plan: SamplePlan, specs: Iterable[tuple[int, Any]]) -> Forg
     """What ``forget`` removes for each ``(request id, spec)``, in id order: the samples it names and every
     sample of the slices and clients it names, each forgotten by the first request that names it.
 
-    Raises :class:`PlanError` for a spec naming a sample, slice or client outside the plan (a safe-shard
+    Raises :class:`PlanError` for a spec naming a sample, slice or client outside the plan (a server-held
     id included: it is never forgotten)."""
     specs = list(specs)
     if not specs:  # nothing forgotten: no look-up table to build
@@ -232,7 +241,7 @@ def resolve_requests(plan: SamplePlan, specs: Iterable[tuple[int, Any]]) -> Forg
         pos = plan.locate(np.asarray(named, dtype=np.int64)) if named else np.zeros(0, np.int64)
         if bool(np.any(pos < 0)):
             bad = int(np.asarray(named, dtype=np.int64)[pos < 0][0])
-            where = "the server-held safe shard (never forgotten)" if bad in plan.safe_shard else "no partition"
+            where = f"the {plan.held_name} (never forgotten)" if bad in plan.held else "no partition"
             raise PlanError(f"request {rid} names sample {bad}, which lies in {where} of the manifest's plan")
         whole = [np.searchsorted(ids, plan.ids[u]) for u in _named_units(plan, spec, rid)]
         hit = np.concatenate([pos, *whole]) if whole else pos

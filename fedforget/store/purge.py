@@ -332,13 +332,13 @@ def copy_holders(db: sqlite3.Connection) -> dict[int, int]:
     shards, SAFE's adapters and HO-SFL's halves live only in the messages)."""
     if not _has_table(db):
         return {}
-    chains: dict[tuple[Any, Any], list[tuple[int, set[int]]]] = {}
+    by_chain: dict[tuple[Any, Any], list[tuple[int, set[int]]]] = {}
     for artifact, meta in db.execute("SELECT artifact, meta FROM artifacts"):
         where = _chain_place(meta)
         if where is not None:
             parts = {int(r[0]) for r in db.execute("SELECT DISTINCT u.partition FROM lineage l JOIN units u "
                                                    "ON u.unit = l.unit WHERE l.artifact=?", (artifact,))}
-            chains.setdefault(where[0], []).append((where[1], parts))
+            by_chain.setdefault(where[0], []).append((where[1], parts))
     holders: dict[int, int] = {}
     rows = db.execute("SELECT p.request, a.meta FROM purged p JOIN artifacts a ON a.artifact = p.artifact "
                       "WHERE p.sha256 NOT IN (SELECT sha256 FROM artifacts WHERE valid=1)")
@@ -346,7 +346,7 @@ def copy_holders(db: sqlite3.Connection) -> dict[int, int]:
         where = _chain_place(meta)
         if where is None:
             continue
-        for position, parts in chains.get(where[0], []):
+        for position, parts in by_chain.get(where[0], []):
             if position > where[1]:
                 for part in parts:
                     holders[part] = max(holders.get(part, 0), int(request))

@@ -8,6 +8,7 @@ run lock (:mod:`fedforget.store.lock`) then keeps any other run from writing the
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -24,6 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 import fedforget
+from fedforget.core.method import families
 from fedforget.store.secret_files import mkdir_private
 from fedforget.store.store import resolve_store_path
 
@@ -32,8 +34,6 @@ from fedforget.store.store import resolve_store_path
 #: must not hold them.
 ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]*[0-~])|\x9b[0-?]*[ -/]*[@-~]")
 ROUND_LINE = re.compile(r"round (\d+)/(\d+): test accuracy ([0-9.]+)")
-POSITION_LINE = re.compile(r"(\d+)/(\d+) chain positions trained")
-STAGE_LINE = re.compile(r"FedShard stage (\d+)/(\d+)")
 #: What ``flwr run`` prints once the SuperLink accepted the run (flwr/cli/run/run.py).
 STARTED_LINE = re.compile(r"Successfully started run (\d+)")
 #: Bound on ``flwr stop`` after an interruption: the command exits even if the SuperLink does not answer.
@@ -172,8 +172,22 @@ def flwr_run(federation: str, run_config: str, store: str, console: Console) -> 
     return code, log_path
 
 
+@functools.cache
+def progress_lines() -> tuple[tuple[re.Pattern[str], str], ...]:
+    """Each method's progress lines (its declared ``progress``), compiled once, in registry order."""
+    return tuple((re.compile(pattern), label) for method in families() for pattern, label in method.progress.items())
+
+
+def method_progress(line: str) -> tuple[str, int, int] | None:
+    """(label, done, total) of the first method progress line ``line`` holds, else None."""
+    for pattern, label in progress_lines():
+        if (match := pattern.search(line)) is not None:
+            return label, int(match[1]), int(match[2])
+    return None
+
+
 def follow_line(line: str, progress: Progress, bar: TaskID, federation: str) -> None:
-    """Move the progress bar on a round, chain-position or stage line; echo error lines."""
+    """Move the progress bar on a round line or a method's progress line; echo error lines."""
     match = ROUND_LINE.search(line)
     if match:
         rnd, total, acc = int(match[1]), int(match[2]), float(match[3])
@@ -181,11 +195,8 @@ def follow_line(line: str, progress: Progress, bar: TaskID, federation: str) -> 
                         acc=f"test accuracy {acc:.4f}")
         if rnd > 0:
             progress.console.print(f"round {rnd}/{total}: test accuracy {acc:.4f}")
-    elif (match := POSITION_LINE.search(line)) is not None:
-        progress.update(bar, description=f"{federation}: chain positions", completed=int(match[1]),
-                        total=int(match[2]), acc="")
-    elif (match := STAGE_LINE.search(line)) is not None:
-        progress.update(bar, description=f"{federation}: FedShard stages", completed=int(match[1]),
-                        total=int(match[2]), acc="")
+    elif (found := method_progress(line)) is not None:
+        label, done, total = found
+        progress.update(bar, description=f"{federation}: {label}", completed=done, total=total, acc="")
     elif "ERROR" in line or "Traceback" in line:
         progress.console.print(line.rstrip(), style="red", markup=False, highlight=False)

@@ -3,7 +3,7 @@
 ``verify`` (and ``receipt``, which runs it) retrain from scratch in this process: Flower's strategy log
 (~50 lines for a small FedAvg run) would bury the 3-line verdict. Inside :func:`quiet_flwr_log` the
 ``flwr`` logger's records go to a buffer instead of its handlers (errors still reach the terminal);
-the ServerApp's progress lines ("round k/n", "k/n chain positions trained", "FedShard stage k/n")
+the ServerApp's progress lines ("round k/n", and each method's own, which its declaration's ``progress`` names)
 call ``on_progress(done, total, what)``; on an exception the buffered log is printed after all.
 """
 
@@ -14,17 +14,18 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from fedforget.unlearning.flwr_runner import POSITION_LINE, ROUND_LINE, STAGE_LINE
+from fedforget.unlearning.flwr_runner import ROUND_LINE, method_progress
 
 Progress = Callable[[int, int, str], None]
 
 
 def progress_of(line: str) -> tuple[int, int, str] | None:
     """``(done, total, unit)`` of a ServerApp progress line, else None."""
-    for pattern, unit in ((ROUND_LINE, "rounds"), (POSITION_LINE, "chain positions"), (STAGE_LINE, "stages")):
-        match = pattern.search(line)
-        if match:
-            return int(match[1]), int(match[2]), unit
+    if (match := ROUND_LINE.search(line)) is not None:
+        return int(match[1]), int(match[2]), "rounds"
+    if (found := method_progress(line)) is not None:
+        unit, done, total = found
+        return done, total, unit
     return None
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fedforget.core.method import held_samples
 from fedforget.store import Store
 from fedforget.store.ledger import FIND_COMMANDS, LedgerUsageError
 from fedforget.store.records import node_named, node_of_partition, record_of, record_sample_id
@@ -67,9 +68,11 @@ def locate_sample(store: Store, sample: int) -> dict[str, Any]:
     """Which client, slice and unit hold ``sample``, and whether (by which request) it is forgotten.
 
     Raises :class:`LedgerUsageError` (one line) for an id the store does not hold."""
-    if sample in set(store.manifest().get("safe-shard-ids") or []):
-        raise LedgerUsageError(f"sample {sample} is in the server-held safe shard, not in any client's data "
-                               "(the safe shard is never forgotten)")
+    manifest = store.manifest()
+    for held in held_samples():
+        if sample in set(manifest.get(held.key) or []):
+            raise LedgerUsageError(f"sample {sample} is in the server-held {held.name}, not in any client's data "
+                                   f"(the {held.name} is never forgotten)")
     ledger = store.ledger()
     try:
         db = ledger.db

@@ -7,8 +7,9 @@ What is forgotten is resolved from the fingerprinted manifest's plan and each re
 (:mod:`fedforget.store.forget_plan`), never read off the ledger's sample index, which is derived and is
 what ``forget`` itself trusted: the index is compared with the manifest instead (``index``), so a sample
 moved to another unit before its forget fails the check rather than passing it on both sides.
-FedShard's scratch run replays the stored tree (``plan-file``): its merges and rounds were planned
-from update angles the leaver influenced, so "from scratch" means "on the same plan".
+A method whose plan was drawn from what a leaver influenced readies its scratch run itself (its
+declaration's ``prepare_scratch``, e.g. a stored tree replayed as ``plan-file``): "from scratch" means
+"on the same plan".
 
 What is compared is what a user is served, never only what the ledger says about it:
 
@@ -19,14 +20,14 @@ What is compared is what a user is served, never only what the ledger says about
 * **artifacts** — each served artifact's sha256 against the scratch run's artifact of the same id;
 * **serving plan** — the stored plan (members, prefixes, weights) against the plan recomputed from
   the valid artifacts, and, once every request is retrained, against the scratch run's own plan;
-* **safe shard** (SAFE) — the server-held sample ids the store recorded against those the scratch run
-  draws from the seed (a retrain trains on the recorded ones);
+* **server-held samples** (a method that declares ``held_samples``, under the report key it names) — the
+  ids the store recorded against those the scratch run draws from the seed (a retrain trains on the recorded ones);
 * **outputs** — the served model's class probabilities on the whole test split against those of the
   same plan built from the scratch run's artifacts, with ``numpy.array_equal`` (bit for bit).
 
-SAFE-DP adapters are compared too when the verifier plays their nodes (simulation: it copies each
-node's DP secret into the scratch run's node). Served DP adapters it cannot check are named in
-``not_checked`` with why: ``dp_covered`` (they carry forgotten samples under DP) and
+DP adapters (a method that declares ``dp_exposure``) are compared too when the verifier plays their nodes
+(simulation: it copies each node's DP secret into the scratch run's node). Served DP adapters it cannot check
+are named in ``not_checked`` with why: ``dp_covered`` (they carry forgotten samples under DP) and
 ``dp_unreproducible`` (a node that trained them keeps its secret elsewhere).
 """
 
@@ -38,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fedforget.core.method import HeldSamples
 from fedforget.core.record_ids import LOCAL_RECORDS
 from fedforget.methods.registry import resolve, store_method
 from fedforget.store import Store, StoreError
@@ -143,7 +145,7 @@ def _scratch_run(store: Store, workdir: Path, forgotten: dict[int, list[int]]) -
 
 def forgotten_from_manifest(manifest: dict[str, Any], specs: list[tuple[int, Any]]) -> dict[int, list[int]]:
     """Partition → the sample ids its clients must not train on in the reference run: every request's spec
-    resolved against the manifest's plan (a SAFE safe-shard id is never among them)."""
+    resolved against the manifest's plan (a server-held id is never among them)."""
     try:
         plan = sample_plan(manifest)
         if plan is None:
@@ -194,7 +196,8 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
         finally:
             other.close()
         scratch_shas = {a["artifact"]: a["sha256"] for a in scratch_artifacts}
-        shard = compare_safe_shard(store, scratch)
+        kept = method.held_samples if method is not None else None
+        shard = compare_held_samples(kept, store, scratch) if kept is not None else None
         held = compare_held(manifest, scratch.manifest()) if reference is not None else None
         dp_unreproducible = {a for a, nodes in dp_nodes.items() if nodes & secretless} - dp_covered
         unchecked = dp_covered | dp_unreproducible
@@ -223,7 +226,7 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
     plan_ok = plan_check["equal_recomputed"] and plan_check["equal_scratch"] is not False
     outputs_ok = outputs["equal"] is not False
     exact = (bool(served_rows) and all(c["equal"] for c in served_rows) and not files and plan_ok and outputs_ok
-             and shard["equal"] and not index and (held is None or held["equal"]))
+             and (shard is None or shard["equal"]) and not index and (held is None or held["equal"]))
     return {
         "exact": exact,
         "served": len(served_rows),
@@ -236,11 +239,11 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
         "files": files,
         "serving_plan": plan_check,
         "outputs": outputs,
-        "safe_shard": shard,
+        **({kept.report: shard} if kept is not None else {}),
         "held": held,
         "compared": compared,
         "reason": index[0] if index else (held["reason"] if held and not held["equal"] else
-                                         _reason(served_rows, files, plan_check, outputs, shard)),
+                                         _reason(served_rows, files, plan_check, outputs, shard, kept)),
     }
 
 
@@ -257,10 +260,10 @@ def compare_held(manifest: dict[str, Any], scratch: dict[str, Any]) -> dict[str,
     return {"equal": names and plan, "nodes": names, "partitions": plan, "reason": reason}
 
 
-def compare_safe_shard(store: Store, scratch: Store) -> dict[str, Any]:
-    """SAFE's safe shard: the ids the store recorded (what its retrains read) against the scratch run's draw."""
-    ours = [int(i) for i in store.manifest().get("safe-shard-ids") or []]
-    theirs = [int(i) for i in scratch.manifest().get("safe-shard-ids") or []]
+def compare_held_samples(held: HeldSamples, store: Store, scratch: Store) -> dict[str, Any]:
+    """The server-held samples: the ids the store recorded (what its retrains read) against the scratch run's draw."""
+    ours = [int(i) for i in store.manifest().get(held.key) or []]
+    theirs = [int(i) for i in scratch.manifest().get(held.key) or []]
     return {"equal": ours == theirs, "size": len(ours), "scratch_size": len(theirs)}
 
 
@@ -278,12 +281,12 @@ def _not_checked(compared: list[dict[str, Any]]) -> list[dict[str, str]]:
 
 
 def _reason(served_rows: list[dict[str, Any]], files: list[dict[str, str]], plan_check: dict[str, Any],
-            outputs: dict[str, Any], shard: dict[str, Any]) -> str | None:
+            outputs: dict[str, Any], shard: dict[str, Any] | None, kept: HeldSamples | None) -> str | None:
     """The first thing that makes the served model differ from scratch, in words (None when exact)."""
     if files:
         return "served file(s) " + ", ".join(f"{f['artifact']} ({f['problem']})" for f in files)
-    if not shard["equal"]:
-        return (f"the safe shard the store recorded ({shard['size']} ids) differs from the one SAFE from scratch "
+    if shard is not None and kept is not None and not shard["equal"]:
+        return (f"the {kept.name} the store recorded ({shard['size']} ids) differs from the one the scratch run "
                 f"draws ({shard['scratch_size']} ids)")
     if not served_rows:
         return "nothing is served; run `fedforget retrain` first"

@@ -1,8 +1,8 @@
 """Sequence-sharded LoRA chains (FedSGT, S3T, SISA, FedCIO): a forget serves the prefixes that never saw
 the data."""
 
-from fedforget.federation.message_types import CHAIN, FORGET, MODULE_TRAINING
 from fedforget.core.method import Method
+from fedforget.federation.message_types import CHAIN, FORGET, MODULE_TRAINING
 
 METHOD = Method(
     name="chains",

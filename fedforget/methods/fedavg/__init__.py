@@ -1,8 +1,8 @@
 """FedAvg-LoRA: one adapter averaged over rounds; a forget retrains from scratch without the forgotten
 data."""
 
-from fedforget.federation.message_types import FORGET, LORA_SERVING, SINGLE_RULE
 from fedforget.core.method import Method
+from fedforget.federation.message_types import FORGET, LORA_SERVING, SINGLE_RULE
 
 METHOD = Method(
     name="fedavg",

@@ -1,8 +1,8 @@
 """FedShard: a tree of LoRA modules over client shards, merged in product space; a forget retrains the
 affected branch."""
 
-from fedforget.federation.message_types import CHAIN, FORGET, LORA_SERVING, MODULE_TRAINING
 from fedforget.core.method import Method
+from fedforget.federation.message_types import CHAIN, FORGET, LORA_SERVING, MODULE_TRAINING
 
 METHOD = Method(
     name="fedshard",

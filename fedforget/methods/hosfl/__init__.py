@@ -1,8 +1,8 @@
 """HO-SFL with SFL and ZO-SFL: split learning whose clients train with forward passes only; a forget
 retrains from scratch without the forgotten data."""
 
-from fedforget.federation.message_types import FORGET, SINGLE_RULE
 from fedforget.core.method import Method
+from fedforget.federation.message_types import FORGET, SINGLE_RULE
 
 METHOD = Method(
     name="hosfl",
