@@ -10,10 +10,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from fedforget.store import Store, StoreError
-from fedforget.store.ledger import LedgerUsageError
-from fedforget.store.store import resolve_store_path
-from fedforget.unlearning.cli_support import (
+from fedforget.cli_kit.errors import BROKEN_STORE_EXIT, fail
+from fedforget.cli_kit.support import (
     CLIENT_ID,
     REQUEST_ID,
     SAMPLE_ID,
@@ -24,19 +22,18 @@ from fedforget.unlearning.cli_support import (
     emit,
     from_cwd,
     open_store,
-    pem_file_option,
     read_only_errors,
     store_errors,
 )
-from fedforget.unlearning.errors import BROKEN_STORE_EXIT, fail
+from fedforget.core.method import resolve
+from fedforget.store import Store, StoreError
+from fedforget.store.ledger import LedgerUsageError
+from fedforget.store.store import resolve_store_path
 from fedforget.unlearning.flwr_runner import flwr_run
 from fedforget.unlearning.status import print_status, store_status
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Federated fine-tuning that can forget: train, forget, serve, retrain, verify.")
-token_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                        help="Bearer tokens of `fedforget serve` (kept hashed in the secrets directory).")
-app.add_typer(token_app, name="token")
 
 FederationOpt = Annotated[str, typer.Option(help="SuperLink connection in $FLWR_HOME/config.toml.",
                                             envvar="FEDFORGET_FEDERATION")]
@@ -632,93 +629,10 @@ def purge(
         raise SystemExit(1)
 
 
-@app.command()
-def serve(
-    store: StoreOpt,
-    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.", min=1, max=65535)] = 8080,
-    tls_cert: Annotated[str, typer.Option("--tls-cert", help="PEM certificate (with --tls-key): serve HTTPS.",
-                                          callback=pem_file_option)] = "",
-    tls_key: Annotated[str, typer.Option("--tls-key", help="PEM private key of --tls-cert.",
-                                         callback=pem_file_option)] = "",
-) -> None:
-    """The forget service: HTTP API, console and metrics for one store (docs: operations/service.md)."""
-    from pathlib import Path
-
-    from fedforget.service.server import ServeError
-    from fedforget.service.server import serve as run_service
-    from fedforget.service.service import StoreRefused
-    from fedforget.unlearning.errors import BROKEN_STORE_EXIT
-
-    if bool(tls_cert) != bool(tls_key):
-        fail("pass --tls-cert and --tls-key together (or neither)")
-    for path in (tls_cert, tls_key):
-        if path and not Path(from_cwd(path)).is_file():
-            fail(f"{path} is not a file")
-    handle = open_store(store, writes="serve")
-    try:
-        run_service(handle.root, host, port, Path(from_cwd(tls_cert)) if tls_cert else None,
-                    Path(from_cwd(tls_key)) if tls_key else None)
-    except ServeError as exc:
-        fail(str(exc))
-    except StoreRefused as exc:
-        fail(str(exc), BROKEN_STORE_EXIT)
-
-
-@token_app.command("create")
-def token_create(
-    store: StoreOpt,
-    name: Annotated[str, typer.Option("--name", help="Who holds it (recorded as who asked).")],
-    scope: Annotated[list[str], typer.Option("--scope", help="forget:write, status:read or predict (repeat).")],
-    as_json: JsonOpt = False,
-) -> None:
-    """Create a token and print it once (only its sha256 is kept)."""
-    from fedforget.service.tokens import TokenError, create_token
-
-    handle = open_store(store)
-    try:
-        token, record = create_token(handle.root, name, scope)
-    except TokenError as exc:
-        fail(str(exc))
-    if as_json:
-        emit({"token": token, **record.to_json()}, True)
-    else:
-        print(token)
-        Console(stderr=True).print(f"token {record.name!r} with scope(s) {', '.join(record.scopes)}: shown once, "
-                                   "keep it now", highlight=False)
-
-
-@token_app.command("list")
-def token_list(store: StoreOpt, as_json: JsonOpt = False) -> None:
-    """The store's tokens: name, scopes, created, revoked (never the tokens themselves)."""
-    from fedforget.service.tokens import TokenError, list_tokens
-
-    handle = open_store(store)
-    try:
-        tokens = list_tokens(handle.root)
-    except TokenError as exc:
-        fail(str(exc))
-    if as_json:
-        emit({"tokens": [t.to_json() for t in tokens]}, True)
-        return
-    for t in tokens:
-        console.print(f"{t.name}: {', '.join(t.scopes)}" + (" [red]revoked[/]" if t.revoked_at else ""),
-                      highlight=False)
-    if not tokens:
-        console.print("no tokens (`fedforget token create --store DIR --scope SCOPE --name NAME`)")
-
-
-@token_app.command("revoke")
-def token_revoke(store: StoreOpt, name: Annotated[str, typer.Option("--name", help="The token to revoke.")]) -> None:
-    """Revoke a token: the service refuses it from its next request on."""
-    from fedforget.service.tokens import TokenError, revoke_token
-
-    handle = open_store(store)
-    try:
-        revoke_token(handle.root, name)
-    except TokenError as exc:
-        fail(str(exc))
-    console.print(f"revoked {name!r}", highlight=False)
+#: The service's commands (``fedforget serve``, ``fedforget token``), named rather than imported: the service sits
+#: on the floor above this one and is built on its functions (docs/architecture.md).
+SERVICE_COMMANDS = "fedforget.service.cli:add_commands"
+resolve(SERVICE_COMMANDS)(app)
 
 
 @app.command()

@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from fedforget.unlearning.cli_support import JsonOpt, console, emit, from_cwd
-from fedforget.unlearning.errors import BROKEN_STORE_EXIT, fail
+from fedforget.cli_kit.errors import BROKEN_STORE_EXIT, fail
+from fedforget.cli_kit.support import JsonOpt, console, emit, from_cwd
 
 data_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                        help="Nodes' own data directories: write a shipped task's rows as node data.")

@@ -164,7 +164,7 @@ def flwr_run(federation: str, run_config: str, store: str, console: Console) -> 
                 follow_line(line, progress, bar, federation)
             code = proc.wait()
     except Interrupted as interrupted:
-        from fedforget.unlearning.errors import fail
+        from fedforget.cli_kit.errors import fail
 
         outcome = stop_run(proc, run_id, federation, env) if proc is not None else "no run was submitted"
         fail(f"interrupted ({interrupted}): {outcome}; nothing half-done is served; its log is {log_path}",

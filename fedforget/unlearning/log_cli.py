@@ -8,8 +8,8 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from fedforget.unlearning.cli_support import JsonOpt, StoreOpt, console, emit, from_cwd, open_store, read_only_errors
-from fedforget.unlearning.errors import BROKEN_STORE_EXIT, fail
+from fedforget.cli_kit.errors import BROKEN_STORE_EXIT, fail
+from fedforget.cli_kit.support import JsonOpt, StoreOpt, console, emit, from_cwd, open_store, read_only_errors
 
 log_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                       help="The ledger's log: export it, verify it (and receipts) with the public key, sign a head.")

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
+from fedforget.cli_kit.errors import USAGE_EXIT
 from fedforget.launch import free_port
 from fedforget.service import gate
 from fedforget.service.server import MAX_HEADER_BYTES
-from fedforget.unlearning.errors import USAGE_EXIT
 
 from .service_helpers import Running, private_copy, self_signed, tokens, train_service_store
 

@@ -313,8 +313,8 @@ def test_a_write_sqlite_refuses_as_read_only_is_named_so_never_corrupt(tmp_path)
     a damaged ledger wherever a command maps SQLite errors."""
     import sqlite3
 
+    from fedforget.cli_kit.support import store_errors
     from fedforget.store.read_only import is_read_only_error
-    from fedforget.unlearning.cli_support import store_errors
 
     path = tmp_path / "l.sqlite"
     sqlite3.connect(path).execute("CREATE TABLE t(x)").connection.commit()

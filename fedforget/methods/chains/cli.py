@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
-from fedforget.unlearning.cli_support import JsonOpt, console, emit
-from fedforget.unlearning.errors import fail
+from fedforget.cli_kit.errors import fail
+from fedforget.cli_kit.support import JsonOpt, console, emit
 
 theory_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                          help="Deletion-rate theory and sequence selection, next to a Monte-Carlo run.")

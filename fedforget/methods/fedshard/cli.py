@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from fedforget.unlearning.cli_support import JsonOpt, StoreOpt, console, emit, open_store, store_errors
+from fedforget.cli_kit.support import JsonOpt, StoreOpt, console, emit, open_store, store_errors
 
 
 def add_commands(app: typer.Typer) -> None:
@@ -13,8 +13,8 @@ def add_commands(app: typer.Typer) -> None:
 
 def fairness(store: StoreOpt, as_json: JsonOpt = False) -> None:
     """FedShard's efficiency fairness M_e (cost spread over clients) and performance fairness M_p."""
+    from fedforget.cli_kit.errors import UsageError
     from fedforget.methods.fedshard.fairness import fairness_of_store
-    from fedforget.unlearning.errors import UsageError
 
     handle = open_store(store)
     with store_errors(UsageError):

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from fedforget.core.config import RunConfig
+from fedforget.cli_kit.errors import UsageError
+from fedforget.core.config import RunConfig, parse_run_config, stored_run_config
 from fedforget.store import Store
-from fedforget.unlearning.errors import UsageError
 
 
 def per_class_accuracy(probs: np.ndarray, labels: np.ndarray, num_classes: int) -> np.ndarray:
@@ -80,7 +80,6 @@ def fairness_of_store(store: Store) -> dict[str, Any]:
     from fedforget.methods.fedshard.costs import MP_EPSILON, client_costs, fairness_report, training_cost
     from fedforget.methods.fedshard.plan import ShardTree
     from fedforget.tasks.server_data import load_server_test
-    from fedforget.unlearning.evaluate import stored_config
 
     manifest = store.manifest()
     plan = manifest.get("plan") or {}
@@ -118,7 +117,7 @@ def fairness_of_store(store: Store) -> dict[str, Any]:
         report["mp"] = None
         report["mp-note"] = "no client has left yet" if not leavers else "nothing is served; run `fedforget retrain`"
         return report
-    cfg = stored_config(store)
+    cfg = parse_run_config(stored_run_config(manifest["config"]))
     test = load_server_test(cfg)
     num_classes = test.num_classes
     inputs, labels = test.examples.inputs, test.examples.labels.numpy()

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedforget.cli_kit.errors import UsageError
 from fedforget.core.config import RunConfig
 from fedforget.methods.fedshard.fairness import label_shares
 from fedforget.tasks.server_data import holds_local_records
-from fedforget.unlearning.errors import UsageError
 
 CFG = RunConfig(task="digits-mlp")
 PUBLIC = {"0": {"name": "node-0", "records": "public"}, "1": {"name": "node-1", "records": "public"}}

@@ -16,13 +16,13 @@ import click
 import typer
 from rich.console import Console
 
+from fedforget.cli_kit.errors import BROKEN_STORE_EXIT, fail
 from fedforget.core.ids import parse_id
 from fedforget.store import Store, StoreError
 from fedforget.store.bounded_read import open_regular
 from fedforget.store.check import check_store, corrupt_ledger
 from fedforget.store.ledger import LedgerUsageError
 from fedforget.store.read_only import is_read_only_error, read_only_message, unwritable_path
-from fedforget.unlearning.errors import BROKEN_STORE_EXIT, fail
 
 console = Console()
 
