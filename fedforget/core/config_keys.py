@@ -16,11 +16,36 @@ see (one line, naming the key) are ours, not a validation library's.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import Field, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
-if TYPE_CHECKING:
-    from fedforget.core.config import RunConfig
+
+class RunView(Protocol):
+    """What code beneath :mod:`fedforget.core.config` reads of a run config (its ``RunConfig`` is one): typed
+    here, not imported, because that module imports this one and :mod:`fedforget.core.run_footprint`."""
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def task(self) -> str: ...
+
+    @property
+    def optimizer(self) -> str: ...
+
+    @property
+    def lora_r(self) -> int: ...
+
+    @property
+    def slices_per_client(self) -> int: ...
+
+    @property
+    def train_size(self) -> int: ...
+
+    def value(self, key: str) -> Any: ...
+
+    def with_keys(self, changes: Mapping[str, object]) -> RunView: ...
 
 
 class ConfigError(ValueError):
@@ -100,5 +125,5 @@ class ConfigTable:
             if b.positive and not value > 0:
                 raise ConfigError(f"run-config {key!r} must be > 0, got {value}")
 
-    def check(self, cfg: RunConfig) -> None:
+    def check(self, cfg: RunView) -> None:
         """Rules between this table's keys and the rest of the config (raises ConfigError); none by default."""

@@ -17,12 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from fedforget.core.config_keys import RunView
 from fedforget.core.method import by_variant, resolve
-
-if TYPE_CHECKING:
-    from fedforget.core.config import RunConfig
 
 FLOAT_BYTES = 4
 #: Copies of the trainable parameters while training: weights and gradients, plus Adam's two moments.
@@ -75,23 +72,23 @@ TASK_DIMS: dict[str, TaskDims] = {
 }
 
 
-def task_rows(cfg: RunConfig) -> int:
+def task_rows(cfg: RunView) -> int:
     """The training rows the run uses: ``train-size`` (0: the task's default), at most the task's pool."""
     dims = TASK_DIMS[cfg.task]
     return min(cfg.train_size or dims.default_rows, dims.pool_rows)
 
 
-def plan_units(cfg: RunConfig, partitions: int = PLANNING_PARTITIONS) -> int:
+def plan_units(cfg: RunView, partitions: int = PLANNING_PARTITIONS) -> int:
     """The (partition, slice) units of the plan: the ledger's unit of lineage."""
     return partitions * cfg.slices_per_client
 
 
-def plan_bytes(cfg: RunConfig, partitions: int = PLANNING_PARTITIONS) -> int:
+def plan_bytes(cfg: RunView, partitions: int = PLANNING_PARTITIONS) -> int:
     """The plan's part: its units' lists and ledger rows, and each training sample's row and place."""
     return plan_units(cfg, partitions) * SLICE_BYTES + task_rows(cfg) * SAMPLE_BYTES
 
 
-def lora_footprint(cfg: RunConfig, modules: int, partitions: int = PLANNING_PARTITIONS,
+def lora_footprint(cfg: RunView, modules: int, partitions: int = PLANNING_PARTITIONS,
                    lineage_units: int | None = None, orders: int = 0) -> dict[str, int]:
     """The estimate of a method that trains LoRA + head modules and stores ``modules`` of them, each with
     lineage rows for ``lineage_units`` units (None: every unit of the plan); ``orders``: bytes of anything
@@ -105,7 +102,7 @@ def lora_footprint(cfg: RunConfig, modules: int, partitions: int = PLANNING_PART
             "lineage": modules * units * LINEAGE_BYTES, "orders": orders}
 
 
-def footprint(cfg: RunConfig, partitions: int = PLANNING_PARTITIONS) -> dict[str, int]:
+def footprint(cfg: RunView, partitions: int = PLANNING_PARTITIONS) -> dict[str, int]:
     """Bytes the run holds, by part: ``model`` while training, ``modules`` stored, ``plan`` (partitions,
     slices, samples and their ledger rows), ``lineage`` (which units each module was trained on), ``orders``.
 
@@ -117,17 +114,17 @@ def footprint(cfg: RunConfig, partitions: int = PLANNING_PARTITIONS) -> dict[str
     return lora_footprint(cfg, FINAL_MODULES, partitions)
 
 
-def total_bytes(cfg: RunConfig, partitions: int = PLANNING_PARTITIONS) -> int:
+def total_bytes(cfg: RunView, partitions: int = PLANNING_PARTITIONS) -> int:
     return sum(footprint(cfg, partitions).values())
 
 
-def size_keys(cfg: RunConfig) -> tuple[str, ...]:
+def size_keys(cfg: RunView) -> tuple[str, ...]:
     """The run-config keys whose size this method's estimate grows with (its declaration's ``size_keys``)."""
     entry = by_variant().get(cfg.method)
     return entry.size_keys.get(cfg.method, LORA_SIZE_KEYS) if entry is not None else LORA_SIZE_KEYS
 
 
-def largest_fitting(cfg: RunConfig, key: str, limit: int, low: int = 1) -> int | None:
+def largest_fitting(cfg: RunView, key: str, limit: int, low: int = 1) -> int | None:
     """The largest value of run-config ``key`` (keeping the rest of ``cfg``) whose estimate is within
     ``limit`` bytes, by bisection (the estimate grows with every size key); None when even ``low`` does not fit."""
     fits: Callable[[int], bool] = lambda v: total_bytes(cfg.with_keys({key: v})) <= limit  # noqa: E731
@@ -144,7 +141,7 @@ def gib(n: float) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
-def fit_refusal(cfg: RunConfig, available: int, typed: frozenset[str] = frozenset()) -> str | None:
+def fit_refusal(cfg: RunView, available: int, typed: frozenset[str] = frozenset()) -> str | None:
     """None when the estimate fits in ``available`` bytes; otherwise the one line that says which key to
     lower and to what: of the size keys the user set (``typed``, run-config keys; all of them when none
     was), the one whose largest fitting value is the smallest change."""

@@ -9,15 +9,33 @@ training, deleted ones included, so a deletion never moves another record to a d
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
+from fedforget.core.config import RunConfig
 from fedforget.core.seeds import derive_seed32
 from fedforget.core.slicing import split_into_slices
 from fedforget.store.tombstones import load_tombstones
 
 if TYPE_CHECKING:
-    from fedforget.federation.client_site import ClientSite
     from fedforget.tasks.base import Examples, TaskData
+
+
+class ClientSite(Protocol):
+    """What a node's data is drawn from (:class:`fedforget.federation.client_site.ClientSite` is one): typed here,
+    not imported, because that module loads its data through this one."""
+
+    cfg: RunConfig
+    partition: int
+    num_partitions: int
+    state_dir: Path
+    name: str
+    data_dir: Path | None
+
+    @property
+    def dataset_key(self) -> str: ...
+
+    def partition_ids(self) -> list[int]: ...
 
 #: What a node with its own data registered for training, in its state dir: the records its plan is drawn
 #: over and each one's content digest.

@@ -15,13 +15,24 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from fedforget.store.ledger import Ledger
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 ACKS = "acks"
 COPIES_MARK = "copies_up_to_request"
+
+
+class Ledger(Protocol):
+    """What acknowledgements read and write of the ledger (:class:`fedforget.store.ledger.Ledger` is one): typed
+    here, not imported, because the purge that the ledger module imports reads this module."""
+
+    db: sqlite3.Connection
+
+    def transaction(self, kind: str = "update", **fields: Any) -> AbstractContextManager[sqlite3.Connection]: ...
+
+    def get_meta(self, key: str, default: Any = None) -> Any: ...
+
+    def set_meta_in(self, key: str, value: Any) -> None: ...
 
 
 def record_acks(ledger: Ledger, deleted: dict[int, int], copies_up_to: int | None = None) -> dict[str, Any]:
@@ -38,7 +49,7 @@ def record_acks(ledger: Ledger, deleted: dict[int, int], copies_up_to: int | Non
             if copies:
                 entry[COPIES_MARK] = copies
             acks[str(partition)] = entry
-        ledger._set_meta(db, ACKS, acks)
+        ledger.set_meta_in(ACKS, acks)
     return acks
 
 
