@@ -79,9 +79,6 @@ def open_store(path: str, writes: str | None = None) -> Store:
     exit 2 when the path is not a readable store, exit 1 when the store is not what it claims (tampered,
     corrupt, half-applied); nothing is written either way. ``writes`` names a command that must write to
     the store: a store it cannot write (read-only mount, no permission) exits 2 with one line first."""
-    from fedforget.unlearning.log_signer import act_as_coordinator
-
-    act_as_coordinator()
     try:
         handle = Store.open(from_cwd(path))
     except StoreError as exc:

@@ -35,6 +35,15 @@ from fedforget.unlearning.status import print_status, store_status
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Federated fine-tuning that can forget: train, forget, serve, retrain, verify.")
 
+
+@app.callback()
+def coordinator() -> None:
+    """Every command, a method's or the service's included, is the coordinator: its ledger writes are signed
+    with the receipt key (:mod:`fedforget.unlearning.log_signer`), set before it opens a store."""
+    from fedforget.unlearning.log_signer import act_as_coordinator
+
+    act_as_coordinator()
+
 FederationOpt = Annotated[str, typer.Option(help="SuperLink connection in $FLWR_HOME/config.toml.",
                                             envvar="FEDFORGET_FEDERATION")]
 RunConfigOpt = Annotated[str, typer.Option("--run-config", help="Flower run config, e.g. \"task='digits-mlp'\".")]

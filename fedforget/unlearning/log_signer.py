@@ -1,7 +1,8 @@
 """This process is the coordinator: its ledger writes are signed with the receipt key, and each signed head
 is recorded in the secrets directory (``fedforget.store.log_record``).
 
-The CLI and the forget service call :func:`act_as_coordinator` before they open a store; a ServerApp never
+The CLI (before any command runs) and the forget service call :func:`act_as_coordinator` before they open a
+store; a ServerApp never
 does, so the key stays with the coordinator and a training run's entries wait for its next signed head.
 """
 
