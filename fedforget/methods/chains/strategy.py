@@ -3,7 +3,7 @@ in ``rounds_per_phase`` FedAvg rounds on its prefix's data (``num_rounds`` sets 
 
 from __future__ import annotations
 
-from fedforget.strategies.base import MethodStrategy
+from fedforget.federation.method_strategy import MethodStrategy
 
 
 class _Chains(MethodStrategy):

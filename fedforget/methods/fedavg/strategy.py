@@ -3,7 +3,7 @@ retrain-from-scratch baseline of forgetting (``start(grid=grid, action="retrain"
 
 from __future__ import annotations
 
-from fedforget.strategies.base import MethodStrategy
+from fedforget.federation.method_strategy import MethodStrategy
 
 
 class FedAvgLoRA(MethodStrategy):

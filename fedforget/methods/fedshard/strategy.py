@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedforget.strategies.base import MethodStrategy
+from fedforget.federation.method_strategy import MethodStrategy
 
 
 class FedShard(MethodStrategy):

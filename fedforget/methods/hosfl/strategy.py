@@ -3,7 +3,7 @@ a forget retrains it from scratch."""
 
 from __future__ import annotations
 
-from fedforget.strategies.base import MethodStrategy
+from fedforget.federation.method_strategy import MethodStrategy
 
 
 class HOSFL(MethodStrategy):

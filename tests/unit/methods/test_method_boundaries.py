@@ -1,11 +1,11 @@
 """A method is one folder: no method imports another method's code, and shared machinery imports no
-method (it calls methods only through the hooks they declare) nor spells a variant's name. Read with
-``ast``, nothing imported; negative controls show a crossing and a named variant are seen."""
+method (it calls methods only through the hooks they declare; that it names none is
+``tests/unit/test_shared_code_names_no_method.py``). Read with ``ast``, nothing imported; a negative
+control shows a crossing is seen."""
 
 from __future__ import annotations
 
-import ast
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from tests.unit.test_import_graph import PACKAGE, import_graph, module_files
@@ -63,47 +63,3 @@ def test_a_crossing_is_seen(tmp_path: Path):
                        ("fedforget.methods.a.server", "fedforget.methods.b.client")]
     assert shared == [("fedforget.federation.serve", "fedforget.methods.a"),
                       ("fedforget.federation.serve", "fedforget.methods.a.server")]
-
-
-#: Shared modules that may spell a variant's name, each with why. The ``method`` key's default is a
-#: variant: a run config that names no method runs FedAvg.
-NAMED_VARIANTS_ALLOWED = frozenset({("fedforget.core.config", "fedavg")})
-#: The registry lists the packages (some of which share a variant's name); ``method`` defines the declaration.
-INDEX_MODULES = ("fedforget.methods", "fedforget.methods.registry", "fedforget.methods.method")
-
-
-def variant_literals(files: Mapping[str, Path], variants: Iterable[str],
-                     allowed: frozenset[tuple[str, str]] = NAMED_VARIANTS_ALLOWED) -> list[tuple[str, str]]:
-    """(shared module, variant) for every string literal in a shared module that is a method variant's name
-    (``cfg.method == "sisa"``, a table keyed by variant), beyond ``allowed``; sorted, one per pair."""
-    names = set(variants)
-    found = set()
-    for module, path in files.items():
-        if method_of(module) is not None or module in INDEX_MODULES:
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Constant) and node.value in names and (module, node.value) not in allowed:
-                found.add((module, node.value))
-    return sorted(found)
-
-
-def test_shared_machinery_names_no_method_variant():
-    """What a method is (its defaults, its memory, what it supports) is its declaration, read through the
-    registry; shared code never branches on a variant's name."""
-    from fedforget.methods.registry import BY_VARIANT
-
-    assert variant_literals(module_files(PACKAGE), BY_VARIANT) == []
-
-
-def test_a_named_variant_is_seen(tmp_path: Path):
-    root = tmp_path / "fedforget"
-    for folder in ("methods/a", "core"):
-        (root / folder).mkdir(parents=True)
-    for init in ("__init__.py", "methods/__init__.py", "methods/a/__init__.py", "core/__init__.py"):
-        (root / init).write_text("")
-    (root / "methods" / "a" / "config.py").write_text('DEFAULTS = {"sisa": {"num-rounds": 3}}\n')
-    (root / "methods" / "registry.py").write_text('METHOD_PACKAGES = ("a", "safe")\n')
-    (root / "core" / "config.py").write_text('method = "fedavg"\nif method != "safe":\n    pass\n')
-    (root / "core" / "footprint.py").write_text('def f(cfg):\n    return {"sisa": 1}.get(cfg.method) or "x"\n')
-    assert variant_literals(module_files(root), ("fedavg", "safe", "sisa")) == [
-        ("fedforget.core.config", "safe"), ("fedforget.core.footprint", "sisa")]

@@ -1,0 +1,225 @@
+"""A fedforget method as a Flower strategy: built from typed parameters, started on a Grid like Flower's
+``FedAvg(...).start(grid=grid, ...)``, returning Flower's :class:`~flwr.serverapp.strategy.Result`.
+
+A method trains into a store (the ledger of what each artifact saw, its artifacts, its serving plan), so its
+``start`` is a whole run of ``action`` (train, retrain or propagate) rather than ``num_rounds`` calls of
+``configure_train``/``aggregate_train``: the rounds of a chain position, a shard or a split model are the
+method's own (its docs say what a round is). ``Result.arrays`` is what the store serves once the run ends.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from logging import INFO
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result, Strategy
+from flwr.supercore import log
+
+from fedforget.core.config import (
+    METHOD_GROUP,
+    TABLES,
+    TASK_GROUP,
+    ConfigError,
+    RunConfig,
+    parse_run_config,
+    rename_flat_keys,
+)
+from fedforget.core.config_keys import ConfigTable
+from fedforget.federation.run_action import run_action
+from fedforget.store.store import Store, StoreError, resolve_store_path
+
+#: metrics.jsonl values a training row reports per round, as Flower's aggregated train MetricRecord
+TRAIN_METRICS = ("train-loss", "train-examples", "bytes-down", "bytes-up", "client-rounds")
+
+
+def _tables_for(variant: str, task: str) -> tuple[type[ConfigTable], ...]:
+    groups = (METHOD_GROUP.get(variant), TASK_GROUP.get(task))
+    return (RunConfig, *(TABLES[g] for g in groups if g))
+
+
+def parameter_keys(variant: str, task: str) -> dict[str, str]:
+    """Python parameter name → run-config key, for the common keys and the variant's (and task's) group.
+    ``method`` and ``action`` are the class and ``start``'s; ``reference`` is ``fedforget verify``'s own."""
+    out = {}
+    for table in _tables_for(variant, task):
+        for f in table.options():
+            if f.name not in {"method", "action", "tables", "reference"}:
+                out[f.name] = table.key(f.name)
+    return out
+
+
+class MethodStrategy(Strategy):
+    """One fedforget method variant as a Flower :class:`~flwr.serverapp.strategy.Strategy`.
+
+    Parameters are the run config's keys as Python names (``rounds_per_phase`` for ``chains.rounds-per-phase``,
+    ``dirichlet_alpha`` for ``dirichlet-alpha``), checked at construction exactly as ``flwr run`` checks
+    them: a bad value raises :class:`~fedforget.core.config.ConfigError` with the key's name. Keys left out take
+    the method's and task's defaults, so ``FedSGT(task=..., store=...)`` alone learns a good model.
+    """
+
+    #: the run config's ``method=`` value this class runs
+    variant: ClassVar[str]
+    #: the run-config key ``start(num_rounds=...)`` sets (None: the method sizes its own rounds)
+    rounds_key: ClassVar[str | None] = "num-rounds"
+
+    def __init__(self, **parameters: object) -> None:
+        task = str(parameters.get("task", RunConfig.__dataclass_fields__["task"].default))
+        names = parameter_keys(self.variant, task)
+        unknown = sorted(set(parameters) - set(names))
+        if unknown:
+            raise TypeError(f"{type(self).__name__} got unknown parameter(s) {', '.join(unknown)}; "
+                            f"it takes {', '.join(sorted(names))}")
+        self._raw: dict[str, object] = {"method": self.variant, **{names[k]: v for k, v in parameters.items()}}
+        self.config = parse_run_config(self._raw)
+
+    @classmethod
+    def from_run_config(cls, run_config: Mapping[str, object]) -> MethodStrategy:
+        """The strategy a Flower run config (``context.run_config``, dotted keys) stands for: what fedforget's
+        own ServerApp builds. Its ``method`` must be this class's variant."""
+        raw = rename_flat_keys(run_config, warn=False)  # the ServerApp has already said so
+        if raw.get("method", cls.variant) != cls.variant:
+            raise ConfigError(f"run-config method={raw['method']!r} is not {cls.__name__}'s {cls.variant!r}")
+        strategy = cls.__new__(cls)
+        strategy._raw = {**raw, "method": cls.variant}
+        strategy.config = parse_run_config(strategy._raw)
+        return strategy
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """``help(FedSGT)`` and IDEs show the typed keys the variant reads (on its default task)."""
+        super().__init_subclass__(**kwargs)
+        if getattr(cls, "variant", None):
+            cls.__signature__ = _signature(cls.variant)  # type: ignore[attr-defined]
+
+    # -- Flower's Strategy --------------------------------------------------------------------
+    def summary(self) -> None:
+        """Log the resolved run config (every key, defaults resolved for the method and task)."""
+        log(INFO, "\t├── %s (method=%s, task=%s, store=%s)", type(self).__name__, self.variant, self.config.task,
+            self.config.store)
+        for key, value in sorted(self.config.to_dict().items()):
+            log(INFO, "\t│\t%s = %s", key, value)
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        raise NotImplementedError(f"{type(self).__name__} runs its own rounds inside start(); call start()")
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]):  # noqa: ANN201
+        raise NotImplementedError(f"{type(self).__name__} runs its own rounds inside start(); call start()")
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        raise NotImplementedError(f"{type(self).__name__} evaluates what it serves inside start(); call start()")
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        raise NotImplementedError(f"{type(self).__name__} evaluates what it serves inside start(); call start()")
+
+    def start(self, grid: Grid, initial_arrays: ArrayRecord | None = None, num_rounds: int | None = None,
+              timeout: float | None = None, train_config: ConfigRecord | None = None,
+              evaluate_config: ConfigRecord | None = None,
+              evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+              *, action: str = "train") -> Result:
+        """Run ``action`` (``train``, ``retrain`` or ``propagate``) into the store; return what it serves.
+
+        ``initial_arrays`` must be empty: the method seeds each module from ``seed`` so that a retrain and
+        ``fedforget verify`` rebuild the same bytes. ``num_rounds`` sets the rounds key of the method
+        (:attr:`rounds_key`), ``timeout`` the round timeout. ``train_config`` and ``evaluate_config`` must be
+        empty: the method's messages carry their own. ``evaluate_fn`` is called once, on what is served.
+        """
+        if initial_arrays is not None and len(initial_arrays):
+            raise ConfigError(f"{type(self).__name__} seeds its modules from `seed` so that a retrain rebuilds "
+                              "them; pass no initial_arrays")
+        for name, record in (("train_config", train_config), ("evaluate_config", evaluate_config)):
+            if record is not None and len(record):
+                raise ConfigError(f"{type(self).__name__}'s messages carry their own config; pass no {name} "
+                                  "(set the method's parameters instead)")
+        cfg = self.run_config(action=action, num_rounds=num_rounds, timeout=timeout)
+        log(INFO, "Starting %s strategy (%s):", type(self).__name__, action)
+        self.summary()
+        store_root = resolve_store_path(cfg.store)
+        rows_before = _metrics_rows(store_root) if action != "train" else 0
+        run_action(grid, cfg)
+        if action == "propagate":
+            return Result()
+        return served_result(Store.open(store_root), rows_before, evaluate_fn)
+
+    def run_config(self, action: str = "train", num_rounds: int | None = None,
+                   timeout: float | None = None) -> RunConfig:
+        """The parsed run config one ``start`` runs."""
+        raw = {**self._raw, "action": action}
+        if num_rounds is not None:
+            if self.rounds_key is None:
+                raise ConfigError(f"{type(self).__name__} sizes its own rounds; set its rounds parameters "
+                                  "instead of num_rounds")
+            raw[self.rounds_key] = num_rounds
+        if timeout is not None:
+            raw["round-timeout"] = float(timeout)
+        return parse_run_config(raw)
+
+
+def _signature(variant: str) -> inspect.Signature:
+    defaults = RunConfig(method=variant).to_dict()
+    params = []
+    for name, key in parameter_keys(variant, RunConfig.__dataclass_fields__["task"].default).items():
+        table = next(t for t in _tables_for(variant, "") if name in {f.name for f in t.options()})
+        kind = next(f.type for f in table.options() if f.name == name)
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=defaults.get(key),
+                                        annotation=kind))
+    return inspect.Signature(params)
+
+
+def served_arrays(store: Store) -> ArrayRecord:
+    """What the store serves, as one ArrayRecord: one served artifact's tensors under their own names;
+    several (an ensemble) under ``<artifact id>:<tensor>``. Empty when nothing is served."""
+    ledger = store.ledger()
+    try:
+        served = list(ledger.serving().get("artifacts") or [])
+        shas = {a["artifact"]: a["sha256"] for a in ledger.artifacts()}
+    finally:
+        ledger.close()
+    record = ArrayRecord()
+    for artifact in served:
+        for name, value in store.get_arrays(shas[artifact]).items():
+            record[name if len(served) == 1 else f"{artifact}:{name}"] = Array(np.ascontiguousarray(value))
+    return record
+
+
+def served_result(store: Store, rows_before: int,
+                  evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None) -> Result:
+    """Flower's Result of the run that appended ``metrics.jsonl`` rows after ``rows_before``: the served
+    arrays, each training round's metrics (numbered in the order the method ran them), and the served model's
+    test accuracy and loss as the server evaluated it (under the last round's number)."""
+    rows = store.metrics()[rows_before:]
+    result = Result(arrays=served_arrays(store))
+    rounds = [r for r in rows if not r.get("final") and "train-loss" in r]
+    for number, row in enumerate(rounds, start=1):
+        result.train_metrics_clientapp[number] = MetricRecord(
+            {k: _number(row[k]) for k in TRAIN_METRICS if isinstance(row.get(k), int | float)})
+    final = next((r for r in reversed(rows) if r.get("final")), None)
+    last = len(rounds)
+    if final is not None:
+        result.evaluate_metrics_serverapp[last] = MetricRecord(
+            {k: _number(final[k]) for k in ("accuracy", "loss") if isinstance(final.get(k), int | float)})
+    if evaluate_fn is not None:
+        extra = evaluate_fn(last, result.arrays)
+        if extra is not None:
+            merged = dict(result.evaluate_metrics_serverapp.get(last, MetricRecord()))
+            merged.update(extra)
+            result.evaluate_metrics_serverapp[last] = MetricRecord(merged)
+    return result
+
+
+def _metrics_rows(root: Path) -> int:
+    """How many metrics rows the store holds before a run (0 if it is no store: the run says why)."""
+    try:
+        return len(Store.open(root).metrics())
+    except StoreError:
+        return 0
+
+
+def _number(value: int | float) -> int | float:
+    return value if isinstance(value, int) and not isinstance(value, bool) else float(value)

@@ -1,0 +1,49 @@
+"""One run of a method on the Grid, under the guards every fedforget run takes: the server reads no client's
+training rows, holds no coordinator key, and holds the store's run lock for the whole run.
+
+The ServerApp and every :class:`~fedforget.federation.method_strategy.MethodStrategy` go through here, so a user's own
+ServerApp gets exactly what ``flwr run`` of fedforget's app gets."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+
+from flwr.serverapp import Grid
+
+from fedforget.core.config import RunConfig
+from fedforget.core.method import method_entry, resolve
+from fedforget.federation.messaging import ReliableGrid
+from fedforget.store.lock import store_run_lock
+from fedforget.store.log import without_head_signer
+from fedforget.store.store import StoreError, resolve_store_path
+from fedforget.tasks.data_access import serving_role
+
+
+class RunLockRefused(StoreError):
+    """The store's run lock (:mod:`fedforget.store.lock`) was not taken: another live run holds it, or its
+    lock file is unusable."""
+
+
+def reliable(grid: Grid) -> ReliableGrid:
+    """``grid`` with the short poll and the safe retries (once: a wrapped Grid is not wrapped again)."""
+    return grid if isinstance(grid, ReliableGrid) else ReliableGrid(grid)
+
+
+def run_action(grid: Grid, cfg: RunConfig) -> None:
+    """``cfg.action`` (train, retrain or propagate) of ``cfg.method`` on the nodes ``grid`` reaches.
+
+    Raises :class:`RunLockRefused` when another live run holds the store's lock, and
+    :class:`~fedforget.core.config.ConfigError` for a config this federation cannot run."""
+    with ExitStack() as held:
+        held.enter_context(serving_role())  # the server never reads a client's training rows
+        held.enter_context(without_head_signer())  # nor holds the coordinator's key: its entries wait
+        try:  # one run writes a store at a time; the lock dies with this process, however it ends
+            held.enter_context(store_run_lock(resolve_store_path(cfg.store), cfg.action))
+        except StoreError as exc:
+            raise RunLockRefused(str(exc)) from None
+        if cfg.action == "propagate":  # deletion on the clients now, no training (`forget --propagate`)
+            from fedforget.federation.propagate import run_propagation
+
+            run_propagation(reliable(grid), cfg)
+            return
+        resolve(method_entry(cfg.method).driver)(reliable(grid), cfg)
