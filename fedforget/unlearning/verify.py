@@ -197,7 +197,7 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
             other.close()
         scratch_shas = {a["artifact"]: a["sha256"] for a in scratch_artifacts}
         kept = method.held_samples if method is not None else None
-        shard = compare_held_samples(kept, store, scratch) if kept is not None else None
+        kept_check = compare_held_samples(kept, store, scratch) if kept is not None else None
         held = compare_held(manifest, scratch.manifest()) if reference is not None else None
         dp_unreproducible = {a for a, nodes in dp_nodes.items() if nodes & secretless} - dp_covered
         unchecked = dp_covered | dp_unreproducible
@@ -226,7 +226,7 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
     plan_ok = plan_check["equal_recomputed"] and plan_check["equal_scratch"] is not False
     outputs_ok = outputs["equal"] is not False
     exact = (bool(served_rows) and all(c["equal"] for c in served_rows) and not files and plan_ok and outputs_ok
-             and (shard is None or shard["equal"]) and not index and (held is None or held["equal"]))
+             and (kept_check is None or kept_check["equal"]) and not index and (held is None or held["equal"]))
     return {
         "exact": exact,
         "served": len(served_rows),
@@ -239,11 +239,11 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
         "files": files,
         "serving_plan": plan_check,
         "outputs": outputs,
-        **({kept.report: shard} if kept is not None else {}),
+        **({kept.report: kept_check} if kept is not None else {}),
         "held": held,
         "compared": compared,
         "reason": index[0] if index else (held["reason"] if held and not held["equal"] else
-                                         _reason(served_rows, files, plan_check, outputs, shard, kept)),
+                                         _reason(served_rows, files, plan_check, outputs, kept_check, kept)),
     }
 
 
