@@ -24,6 +24,13 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("fedforget.tasks.smollm", "safe_serialization"): "transformers' save_pretrained flag (the English word)",
 }
 
+#: Method names that are also English words, with what shared code means by them: an identifier that is the
+#: word alone (``replay``, ``Replay``) may stay anywhere; a string equal to it, or a longer identifier, may not.
+WORDS: dict[str, str] = {
+    "replay": "the ledger log's replay (store.log_check.Replay, read by check_changes, log_follow, log_verify) "
+              "and the ASGI body replay (service.gate), not the replay method",
+}
+
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z]|\d|\b)|[A-Z]?[a-z]+|[A-Z]+|\d+")
 
 
@@ -72,16 +79,16 @@ def _identifiers(node: ast.AST) -> Iterator[str]:
         yield node.asname or node.name.rpartition(".")[2]
 
 
-def namings(source: str, names: Iterable[str]) -> set[str]:
+def namings(source: str, names: Iterable[str], words: Iterable[str] = WORDS) -> set[str]:
     """What ``source`` names of ``names``: each string constant equal to one (any case), each identifier holding
-    one as a word."""
-    names = frozenset(names)
+    one as a word, except an identifier that is one of ``words`` alone."""
+    names, words = frozenset(names), frozenset(words)
     found = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower() in names:
             found.add(node.value)
         for identifier in _identifiers(node):
-            if any(_holds(identifier, name) for name in names):
+            if identifier.lower() not in words and any(_holds(identifier, name) for name in names):
                 found.add(identifier)
     return found
 
@@ -103,6 +110,7 @@ def test_the_names_are_the_registry_s():
     names = registered_names()
     assert {"fedavg", "chains", "fedsgt", "s3t", "sisa", "fedcio", "fedshard", "safe", "protosisa", "hosfl", "sfl",
             "zo-sfl"} <= names
+    assert set(WORDS) <= names  # a word that is no longer a method's name is dropped
 
 
 def test_shared_code_names_no_method():
@@ -118,7 +126,7 @@ def test_every_allowed_naming_is_still_there():
 
 
 def test_a_planted_naming_is_caught(tmp_path: Path):
-    names = ("fedavg", "fedshard", "safe", "zo-sfl", "chains")
+    names = ("fedavg", "fedshard", "safe", "zo-sfl", "chains", "replay")
     root = tmp_path / "fedforget"
     for folder in ("core", "unlearning", "methods/fedshard"):
         (root / folder).mkdir(parents=True)
@@ -132,11 +140,14 @@ def test_a_planted_naming_is_caught(tmp_path: Path):
         'def compare_safe_shard(store):\n    return store.zo_sfl_rounds\n'
         'class ChainsReport:\n    pass\n'
         'by_chain = {}\n'
-        'def unsafe(x):\n    return x\n')
+        'def unsafe(x):\n    return x\n'
+        'class Replay:\n    pass\n'
+        'def replay(log):\n    return log == "replay" or log.replay_rounds\n')
     (root / "methods" / "fedshard" / "server.py").write_text('NAME = "fedshard"\ndef run_fedshard():\n    pass\n')
     assert shared_namings(root, names, allowed={}) == [
         ("fedforget.core.config", "fedavg"), ("fedforget.unlearning.runner", "ChainsReport"),
         ("fedforget.unlearning.runner", "FedShard"), ("fedforget.unlearning.runner", "compare_safe_shard"),
+        ("fedforget.unlearning.runner", "replay"), ("fedforget.unlearning.runner", "replay_rounds"),
         ("fedforget.unlearning.runner", "zo_sfl_rounds")]
     assert shared_namings(root, names, allowed={("fedforget.core.config", "fedavg"): "why"})[0] == (
         "fedforget.unlearning.runner", "ChainsReport")

@@ -4,8 +4,8 @@ Every round's global model (and the strategy's server state) is a checkpoint who
 partition that trained up to it; a forget invalidates the rounds from the first that saw the data, and a
 retrain rolls back to the last round that did not and replays the rest without it."""
 
+from fedforget.core.method import Method
 from fedforget.federation.message_types import FORGET, LORA_SERVING, SINGLE_RULE
-from fedforget.methods.method import Method
 
 METHOD = Method(
     name="replay",

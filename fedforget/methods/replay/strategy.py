@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flwr.serverapp.strategy import Strategy
 
-from fedforget.strategies.base import MethodStrategy
+from fedforget.federation.method_strategy import MethodStrategy
 
 
 class Forgettable(MethodStrategy):
