@@ -10,7 +10,7 @@ from flwr.app import Array, ArrayRecord
 from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedProx, FedYogi, Strategy
 
 from fedforget.core.config_keys import ConfigError
-from fedforget.methods.replay.config import ReplayConfig
+from fedforget.methods.replay.config import ReplayConfig, server_eta
 
 CLASSES: dict[str, type[FedAvg]] = {"fedavg": FedAvg, "fedprox": FedProx, "fedavgm": FedAvgM,
                                     "fedadagrad": FedAdagrad, "fedadam": FedAdam, "fedyogi": FedYogi}
@@ -31,7 +31,10 @@ STATE: dict[str, tuple[str, ...]] = {
 
 def build(replay: ReplayConfig) -> FedAvg:
     """The Flower strategy the run config names, with its parameters (sampling is the wrapper's)."""
-    return CLASSES[replay.strategy](**{name: getattr(replay, name) for name in PARAMETERS[replay.strategy]})
+    values = {name: getattr(replay, name) for name in PARAMETERS[replay.strategy]}
+    if "eta" in values:
+        values["eta"] = server_eta(replay)
+    return CLASSES[replay.strategy](**values)
 
 
 def keys_of(strategy: Strategy) -> dict[str, object]:
