@@ -62,7 +62,8 @@ def test_a_user_task_loads_as_a_taskspec_named_by_its_reference(app_module):
 
 
 def test_a_module_that_cannot_be_imported_is_one_config_error_line():
-    with pytest.raises(ConfigError, match=r"cannot import 'no_such_module_here' \(ModuleNotFoundError.*PYTHONPATH") as exc:
+    refusal = r"cannot import 'no_such_module_here' \(ModuleNotFoundError.*PYTHONPATH"
+    with pytest.raises(ConfigError, match=refusal) as exc:
         get_task("no_such_module_here:TASK")
     assert "\n" not in str(exc.value)
 
