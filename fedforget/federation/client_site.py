@@ -58,13 +58,20 @@ def dataset_key(cfg: RunConfig) -> str:
     return f"{cfg.task}:{cfg.hf.dataset}" if cfg.task == "hf" else cfg.task
 
 
+#: Where ``fedforget verify --federation`` puts its reference run's store, inside the store it verifies.
+VERIFY_SCRATCH = "verify-scratch"
+
+
 def client_state_dir(context: Context, cfg: RunConfig, partition: int) -> Path:
     """Where a node keeps what outlives a run: ``--node-config state-dir=…`` on a SuperNode, else
     (simulation) ``<store>/clients/<partition>``."""
     configured = context.node_config.get("state-dir")
     if configured:
         return Path(str(configured))
-    return resolve_store_path(cfg.store) / "clients" / str(partition)
+    store = resolve_store_path(cfg.store)
+    if cfg.reference and store.parent.name == VERIFY_SCRATCH:  # `verify --federation`'s reference, simulated:
+        store = store.parent.parent  # its nodes read what they registered and deleted, as a SuperNode does
+    return store / "clients" / str(partition)
 
 
 @dataclass

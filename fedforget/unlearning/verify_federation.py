@@ -20,6 +20,7 @@ from typing import Any
 from rich.console import Console
 
 from fedforget.core.config import stored_run_config
+from fedforget.federation.client_site import VERIFY_SCRATCH
 from fedforget.methods.registry import resolve, store_method
 from fedforget.store import Store
 from fedforget.store.acks import request_acks
@@ -31,7 +32,7 @@ from fedforget.unlearning.user_app import store_app
 from fedforget.unlearning.verify import verify_store
 
 #: The scratch area inside the store: the reference store, and what a method's reference run reads (a plan file).
-SCRATCH = "verify-scratch"
+SCRATCH = VERIFY_SCRATCH
 #: How many pending requests a refusal names.
 SHOWN = 5
 
