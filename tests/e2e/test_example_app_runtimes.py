@@ -1,6 +1,7 @@
 """The example Flower app (examples/tabular-mlp) run as a Flower user runs it, `flwr run` from its directory, on
 the simulation engine and on a loopback deployment; then the coordinator's commands on its store submit that
-same app: forget a record, retrain, verify through the nodes (exact; on the simulation engine inside a receipt)."""
+same app: forget a record and retrain (both runtimes), and on the simulation engine a receipt that verifies
+through the nodes (exact)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ pytestmark = pytest.mark.e2e
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tabular-mlp"
 NODES = 3
 RECORD = "node-1:patient-1-007"
+#: One round keeps CI short (each of a deployment's messages starts a ClientApp process); the app's config holds
+#: the rest, and the coordinator's runs take the stored value.
+SHORT = "num-rounds=1"
 
 
 def copy_app(folder: Path) -> Path:
@@ -31,7 +35,7 @@ def user_flwr_run(fed: FlowerHome, app: Path, run_config: str = "") -> object:
     """``flwr run . <connection> --stream`` from the app's directory, relative paths taken from it."""
     import subprocess
 
-    cmd = ["flwr", "run", ".", fed.connection, "--stream", *(["--run-config", run_config] if run_config else [])]
+    cmd = ["flwr", "run", ".", fed.connection, "--stream", "--run-config", f"{SHORT} {run_config}".strip()]
     return subprocess.run(cmd, env={**fed.env, "FEDFORGET_HOME": str(app)}, cwd=app, capture_output=True,
                           text=True, timeout=600, check=False)
 
@@ -59,13 +63,11 @@ def test_the_example_on_the_simulation_engine_then_forget_retrain_verify_receipt
         assert verdict["exact"] and verdict["forgotten_samples"] == 1, verdict["reason"]
 
 
-def test_the_example_on_a_loopback_deployment_then_forget_retrain_verify(tmp_path):
+def test_the_example_on_a_loopback_deployment_then_forget_and_retrain(tmp_path):
     app = copy_app(tmp_path / "tabular-mlp")
     store = tmp_path / "store"
     with loopback_deployment(tmp_path / "deploy", NODES, data_dir=app / "data") as fed:
         proc = user_flwr_run(fed, app, f'store="{store}" test-data="{app / "data" / "server"}"')
         assert finished_store(proc, store).manifest()["nodes"]["1"] == {"name": "node-1", "records": "local"}
-        env = forget_and_retrain(fed, app, store)
-        verdict = json.loads(fedforget_cli(env, "verify", "--store", str(store), "--federation", fed.connection,
-                                           "--json").stdout)
-        assert verdict["exact"] and verdict["forgotten_samples"] == 1, verdict["reason"]
+        forget_and_retrain(fed, app, store)  # verify through a deployment: tests/e2e/test_verify_through_federation.py
+        assert "fedforget: store written to" in (store / "flwr-run.log").read_text()
