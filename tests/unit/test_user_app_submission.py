@@ -50,3 +50,31 @@ def test_a_verify_reference_needs_reference_declared(tmp_path):
     folder = app(tmp_path, f'task = "{TASK}"\nstore = "s"\naction = "train"\nnum-rounds = 3')
     with pytest.raises(ConfigError, match="declare reference in"):
         app_run_config(folder, {**stored(), "action": "train", "reference": True})
+
+
+class StoredManifest:
+    """What store_app reads of a store: its manifest."""
+
+    def __init__(self, manifest: dict) -> None:
+        self._manifest = manifest
+
+    def manifest(self) -> dict:
+        return self._manifest
+
+
+def test_the_app_that_trained_a_store_is_submitted_and_fedforgets_own_otherwise(tmp_path):
+    from fedforget.unlearning.user_app import store_app
+
+    folder = app(tmp_path, f'task = "{TASK}"')
+    assert store_app(StoredManifest({"app": {"dir": str(folder), "name": "me/mlp", "version": "1.0.0"}})) == folder
+    assert store_app(StoredManifest({"task": "digits-mlp"})) is None
+
+
+def test_an_app_gone_or_at_another_version_is_refused_naming_it(tmp_path):
+    from fedforget.unlearning.user_app import store_app
+
+    folder = app(tmp_path, f'task = "{TASK}"')
+    with pytest.raises(ConfigError, match=r"\(me/mlp 0.9.0\) is no longer at .*gone"):
+        store_app(StoredManifest({"app": {"dir": str(tmp_path / "gone"), "name": "me/mlp", "version": "0.9.0"}}))
+    with pytest.raises(ConfigError, match=r"now holds me/mlp 1.0.0, not me/mlp 0.9.0"):
+        store_app(StoredManifest({"app": {"dir": str(folder), "name": "me/mlp", "version": "0.9.0"}}))
