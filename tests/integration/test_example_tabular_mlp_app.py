@@ -73,6 +73,28 @@ def test_the_example_trains_forgets_and_retrains_exactly_through_its_own_app(hom
 
     result = CliRunner().invoke(cli, ["status", "--store", str(store), "--json"])
     assert result.exit_code == 0 and "tabular_mlp.task:TASK" in result.output, result.output
+    served_predictions(store)
+
+
+def served_predictions(store: Path) -> None:
+    """The forget service's predict takes the app's records' features (16 numbers) and nothing else."""
+    import pyarrow.parquet as pq
+    from fastapi.testclient import TestClient
+
+    from fedforget.service.app import create_app
+    from fedforget.service.tokens import create_token
+
+    token = create_token(store, "predict", ["predict"])[0]
+    test = pq.read_table(EXAMPLE / "data" / "server" / "test.parquet").to_pylist()[:8]
+    with TestClient(create_app(store)) as client:
+        auth = {"Authorization": f"Bearer {token}"}
+        reply = client.post("/v1/predict", json={"inputs": [r["features"] for r in test]}, headers=auth)
+        assert reply.status_code == 200, reply.text
+        predictions = reply.json()["predictions"]
+        assert sum(p == r["label"] for p, r in zip(predictions, test, strict=True)) >= 6
+        assert reply.json()["task"] == "tabular_mlp.task:TASK"
+        short = client.post("/v1/predict", json={"inputs": [test[0]["features"][:15]]}, headers=auth)
+        assert short.status_code in (400, 422) and "takes 16" in short.text, short.text
 
 
 def test_a_wrong_task_reference_in_the_app_is_one_config_error_before_any_store(home):
