@@ -110,3 +110,14 @@ def test_features_are_cast_to_float32_or_encoded_by_the_users_code():
     doubled = Task(name="t", backbone=lambda: None, feature_dim=4, lora_targets=["fc"], num_classes=2,
                    encode=lambda r: (2 * r).astype(np.float32))
     assert doubled.spec.scale_raw(rows).tolist() == [[2.0, 4.0]]
+
+
+@pytest.mark.parametrize("method", __import__("fedforget.core.config", fromlist=["METHODS"]).METHODS)
+def test_every_method_parses_a_user_task_or_refuses_it_in_one_config_error(method):
+    """A parse sizes a user task without importing it (like hf's); a method that needs a model it knows refuses."""
+    try:
+        cfg = parse_run_config({"task": "mlpapp.task:TASK", "method": method})
+    except ConfigError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert cfg.task == "mlpapp.task:TASK" and cfg.num_rounds >= 1
