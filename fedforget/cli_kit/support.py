@@ -88,6 +88,9 @@ def open_store(path: str, writes: str | None = None) -> Store:
         fail(check.summary())
     if check.refusals:
         fail(check.summary(), code=BROKEN_STORE_EXIT)
+    from fedforget.tasks.user_task import use_app_of
+
+    use_app_of(handle.manifest())  # a store of a user's app: its task module imports from that app's directory
     blocked = unwritable_path(handle.root)
     if writes is not None and blocked is not None:
         fail(read_only_message(handle.root, writes, f"{blocked} is not writable"))

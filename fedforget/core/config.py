@@ -11,6 +11,7 @@ common keys and one object per group (``cfg.safe.coarse``), always present with 
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -25,6 +26,11 @@ from fedforget.core.method import by_variant, families, resolve
 #: and the pixel-permuted positive control (tasks/digits_permuted.py).
 TASKS = ("digits-mlp", "fmnist-cnn", "fmnist-effnet", "rt-minilm", "hf", "rt-smollm", "fortunes-minilm",
          "digits-mlp-val", "rt-smollm-val", "digits-mlp-perm", "digits-mlp-perm-val")
+#: A task defined in the user's own Flower app, ``"<module>:<ATTRIBUTE>"`` (a :class:`fedforget.client.Task`):
+#: only its form is checked here (a parse imports nothing); the module is imported where the task is loaded.
+USER_TASK = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
+#: The longest user task reference accepted.
+MAX_USER_TASK_CHARS = 200
 #: A benchmark variant of a task runs that task's model (the same backbone, blocks and cuts) on other rows.
 MODEL_OF = {"digits-mlp-val": "digits-mlp", "digits-mlp-perm": "digits-mlp", "digits-mlp-perm-val": "digits-mlp",
             "rt-smollm-val": "rt-smollm"}
@@ -34,6 +40,11 @@ PARTITIONERS = ("iid", "dirichlet")
 OPTIMIZERS = ("sgd", "adam")
 #: The longest path a path-valued run-config key may hold (Linux's PATH_MAX).
 MAX_PATH_CHARS = 4096
+
+
+def is_user_task(task: str) -> bool:
+    """Whether ``task`` names a task of the user's own app (``"mlpapp.task:TASK"``) rather than a shipped one."""
+    return len(task) <= MAX_USER_TASK_CHARS and USER_TASK.fullmatch(task) is not None
 
 
 def model_task(task: str) -> str:
@@ -107,7 +118,8 @@ class RunConfig(ConfigTable):
     """
 
     method: str = option("fedavg", choices=METHODS)
-    task: str = option("fmnist-cnn", choices=TASKS)
+    #: a shipped task (:data:`TASKS`) or a user task ``"<module>:<ATTRIBUTE>"`` (checked in :meth:`check`)
+    task: str = option("fmnist-cnn")
     store: str = option("runs/latest")
     seed: int = option(1, low=0, high=2**63 - 1)
     #: 0 = the task's and method's default (core/defaults.py), as for every auto key below
@@ -190,6 +202,9 @@ class RunConfig(ConfigTable):
 
     def check(self, cfg: RunConfig) -> None:
         """The common keys' rules beyond their bounds (``cfg`` is this config)."""
+        if self.task not in TASKS and not is_user_task(self.task):
+            raise ConfigError(f"run-config 'task'={self.task!r} is not one of: {', '.join(TASKS)}; or name a task "
+                              "of your own app as '<module>:<ATTRIBUTE>' (docs/your-app.md)")
         if not 0.0 < self.fraction_train <= 1.0:
             raise ConfigError(f"run-config 'fraction-train' must be in (0, 1], got {self.fraction_train}")
         if not self.store.strip():

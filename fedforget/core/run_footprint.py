@@ -70,11 +70,19 @@ TASK_DIMS: dict[str, TaskDims] = {
     # adapted) with a thousand classes and a million rows, so only what no such model holds is refused
     "hf": TaskDims(36_864, 769_000, 86_000_000, 768, 1000, 1_000_000, 1_000_000),
 }
+#: A task of the user's own app (``"<module>:<ATTRIBUTE>"``): its model is unknown before its module is
+#: imported, which a parse never does, so it is sized like ``hf``'s and only what no such model holds is refused.
+USER_TASK_DIMS = TASK_DIMS["hf"]
+
+
+def task_dims(task: str) -> TaskDims:
+    """The sizes of ``task``: a shipped task's own, a user task's as :data:`USER_TASK_DIMS`."""
+    return TASK_DIMS.get(task, USER_TASK_DIMS)
 
 
 def task_rows(cfg: RunView) -> int:
     """The training rows the run uses: ``train-size`` (0: the task's default), at most the task's pool."""
-    dims = TASK_DIMS[cfg.task]
+    dims = task_dims(cfg.task)
     return min(cfg.train_size or dims.default_rows, dims.pool_rows)
 
 
@@ -93,7 +101,7 @@ def lora_footprint(cfg: RunView, modules: int, partitions: int = PLANNING_PARTIT
     """The estimate of a method that trains LoRA + head modules and stores ``modules`` of them, each with
     lineage rows for ``lineage_units`` units (None: every unit of the plan); ``orders``: bytes of anything
     else it plans (see :func:`footprint` for the parts)."""
-    dims = TASK_DIMS[cfg.task]
+    dims = task_dims(cfg.task)
     trainable = cfg.lora_r * dims.lora_per_rank + dims.head
     training = trainable * OPTIMISER_COPIES.get(cfg.optimizer, 4)
     units = plan_units(cfg, partitions) if lineage_units is None else lineage_units

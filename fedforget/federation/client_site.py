@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from flwr.app import Context, Message
 
-from fedforget.core.config import RunConfig, parse_run_config
+from fedforget.core.config import RunConfig, is_user_task, parse_run_config
 from fedforget.core.record_ids import LOCAL_RECORDS, PUBLIC_RECORDS, check_node_name, default_node_name
 from fedforget.federation.control_messages import PartitionInfo
 from fedforget.store.store import resolve_store_path
@@ -44,8 +44,22 @@ def describe(msg: Message, context: Context) -> Message:
     return Message(PartitionInfo(pid, num).to_record(), reply_to=msg)
 
 
+def simulated_data_dir(cfg: RunConfig, partition: int) -> Path | None:
+    """A user task's records directory for a node whose node config names none (``Task(simulation_data=...)``)."""
+    if not is_user_task(cfg.task):
+        return None
+    from fedforget.tasks.registry import get_task
+
+    template = get_task(cfg.task).simulation_data
+    return resolve_store_path(template.replace("{partition}", str(partition))) if template else None
+
+
 def dataset_key(cfg: RunConfig) -> str:
     return f"{cfg.task}:{cfg.hf.dataset}" if cfg.task == "hf" else cfg.task
+
+
+#: Where ``fedforget verify --federation`` puts its reference run's store, inside the store it verifies.
+VERIFY_SCRATCH = "verify-scratch"
 
 
 def client_state_dir(context: Context, cfg: RunConfig, partition: int) -> Path:
@@ -54,7 +68,10 @@ def client_state_dir(context: Context, cfg: RunConfig, partition: int) -> Path:
     configured = context.node_config.get("state-dir")
     if configured:
         return Path(str(configured))
-    return resolve_store_path(cfg.store) / "clients" / str(partition)
+    store = resolve_store_path(cfg.store)
+    if cfg.reference and store.parent.name == VERIFY_SCRATCH:  # `verify --federation`'s reference, simulated:
+        store = store.parent.parent  # its nodes read what they registered and deleted, as a SuperNode does
+    return store / "clients" / str(partition)
 
 
 @dataclass
@@ -78,7 +95,7 @@ class ClientSite:
         partition, num_partitions = node_partition(context)
         cfg = parse_run_config(dict(context.run_config))
         name = check_node_name(str(context.node_config.get("node-name") or default_node_name(partition)))
-        configured = context.node_config.get("data-dir")
+        configured = context.node_config.get("data-dir") or simulated_data_dir(cfg, partition)
         data_dir = Path(str(configured)) if configured else None
         return cls(cfg, partition, num_partitions, client_state_dir(context, cfg, partition), name, data_dir)
 

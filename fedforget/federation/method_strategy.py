@@ -27,6 +27,7 @@ from fedforget.core.config import (
     TASK_GROUP,
     ConfigError,
     RunConfig,
+    is_user_task,
     parse_run_config,
     rename_flat_keys,
 )
@@ -138,6 +139,10 @@ class MethodStrategy(Strategy):
                 raise ConfigError(f"{type(self).__name__}'s messages carry their own config; pass no {name} "
                                   "(set the method's parameters instead)")
         cfg = self.run_config(action=action, num_rounds=num_rounds, timeout=timeout)
+        if is_user_task(cfg.task):  # the app's own task: a wrong reference is refused before the store is touched
+            from fedforget.tasks.registry import get_task
+
+            get_task(cfg.task)
         log(INFO, "Starting %s strategy (%s):", type(self).__name__, action)
         self.summary()
         store_root = resolve_store_path(cfg.store)

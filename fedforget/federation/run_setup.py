@@ -9,7 +9,7 @@ import flwr
 import torch
 
 from fedforget import __version__
-from fedforget.core.config import RunConfig, stored_run_config
+from fedforget.core.config import RunConfig, is_user_task, stored_run_config
 from fedforget.core.seeds import derive_seed
 from fedforget.core.slicing import iid_shares
 from fedforget.federation.registration import Federation, check_against_manifest
@@ -119,6 +119,12 @@ def prepare_server_run(cfg: RunConfig, federation: Federation, server_test: Serv
         backbone_artifact = store.put_arrays(state, {"kind": "backbone", "task": cfg.task})
     manifest = build_manifest(cfg, federation.plan, bundle.backbone, len(federation.nodes), backbone_artifact)
     manifest["nodes"] = federation.manifest_nodes()
+    if is_user_task(cfg.task):
+        from fedforget.tasks.user_task import app_of_task
+
+        app = app_of_task(cfg.task)  # the app the coordinator submits for a retrain, a propagate, a verify
+        if app is not None:
+            manifest["app"] = app
     if federation.class_counts:
         manifest["class-counts"] = {str(p): c for p, c in sorted(federation.class_counts.items())}
     store.update_manifest(**manifest)

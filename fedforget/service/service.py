@@ -32,6 +32,9 @@ class Service:
 
         act_as_coordinator()
         self.store = Store.open(store_root)
+        from fedforget.tasks.user_task import use_app_of
+
+        use_app_of(self.store.manifest())  # a store of a user's app: predict loads that app's task
         self.adopted = adopt_log(self.store) if check_store(self.store).ok else False
         self.full_check = os.environ.get(CHECK_ENV, "") == "full"
         self.watch = StoreWatch(self.store)

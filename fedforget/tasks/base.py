@@ -86,3 +86,9 @@ class TaskSpec:
     #: a batch of pixel arrays as the data set stores them -> the model's inputs, by the loader's own code:
     #: what ``predict`` does with ``raw``
     scale_raw: Callable[[np.ndarray], np.ndarray] | None = None
+    #: the node-data column of a record's inputs ("": ``text`` for a text task, ``pixels`` for a vision one): a
+    #: user task's own name for its column of number lists (``features``)
+    input_column: str = ""
+    #: where a node whose node config names no ``data-dir`` (the simulation engine's) finds its records: a
+    #: directory with ``{partition}`` in it ("": such a node trains on its share of the task's public set)
+    simulation_data: str = ""

@@ -85,7 +85,10 @@ def task_num_classes(cfg: RunConfig) -> int:
 
 
 def input_column(spec: TaskSpec) -> str:
-    """The column holding a record's inputs for this task: ``text`` or ``pixels``; NodeDataError if neither."""
+    """The column holding a record's inputs for this task: the task's own (a user task's), else ``text`` or
+    ``pixels``; NodeDataError if neither."""
+    if spec.input_column:
+        return spec.input_column
     if spec.encode_text is not None:
         return TEXT
     if spec.scale_raw is not None:
@@ -117,7 +120,7 @@ def read_file_rows(data_dir: Path, cfg: RunConfig, who: str, num_classes: int, s
     name = f"{who}: {source}"
     record_ids = _record_ids(table.column(RECORD_ID), name)
     labels = _labels(table.column(LABEL), num_classes, name)
-    raw: Any = _texts(table.column(TEXT), name) if column == TEXT else _pixels(table.column(PIXELS), name)
+    raw: Any = _texts(table.column(TEXT), name) if column == TEXT else _pixels(table.column(column), name)
     return FileRows(source, column, record_ids, labels, raw)
 
 

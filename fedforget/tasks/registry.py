@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedforget.core.config import RunConfig
+from fedforget.core.config import RunConfig, is_user_task
 from fedforget.tasks.base import TaskData, TaskSpec
 from fedforget.tasks.builtin_vision import DIGITS_MLP, FMNIST_CNN
 from fedforget.tasks.data_access import require_training_rows
@@ -23,6 +23,11 @@ TASKS: dict[str, TaskSpec] = {
 
 
 def get_task(name: str) -> TaskSpec:
+    """A shipped task by name, or a user task by its ``"<module>:<ATTRIBUTE>"`` reference (imported on first use)."""
+    if is_user_task(name):
+        from fedforget.tasks.user_task import load_user_task
+
+        return load_user_task(name)
     try:
         return TASKS[name]
     except KeyError:

@@ -717,6 +717,8 @@ def main(argv: list[str] | None = None) -> None:
 
     import click
 
+    from fedforget.core.config import ConfigError
+
     try:
         code = app(args=argv, prog_name="fedforget", standalone_mode=False)
     except click.exceptions.NoArgsIsHelpError as exc:
@@ -727,6 +729,8 @@ def main(argv: list[str] | None = None) -> None:
         fail(" ".join(exc.format_message().split()) + where, code=2)
     except click.exceptions.Abort:
         fail("aborted", code=130)
+    except ConfigError as exc:  # a run config or app the user must fix (e.g. the app that trained a store moved)
+        fail(str(exc), code=2)
     except (sqlite3.OperationalError, OSError) as exc:  # refused by a read-only store or file, in any command
         from fedforget.store.read_only import is_read_only_error
 

@@ -94,7 +94,8 @@ def interruptible() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def stop_run(proc: subprocess.Popen, run_id: int | None, federation: str, env: dict[str, str]) -> str:
+def stop_run(proc: subprocess.Popen, run_id: int | None, federation: str, env: dict[str, str],
+             app: Path | None = None) -> str:
     """Stop the Flower run ``run_id`` (``flwr stop``) and end the ``flwr run`` child; what happened, in words.
 
     Further SIGTERM/SIGINT are ignored meanwhile, so the stop request is not cut off; it is bounded by
@@ -109,7 +110,7 @@ def stop_run(proc: subprocess.Popen, run_id: int | None, federation: str, env: d
             outcome = "the run had not started (no run id yet)"
         else:
             try:
-                stop = subprocess.run([flwr_cli(), "stop", str(run_id), federation], env=env, cwd=app_dir(),
+                stop = subprocess.run([flwr_cli(), "stop", str(run_id), federation], env=env, cwd=app or app_dir(),
                                       capture_output=True, text=True, timeout=STOP_TIMEOUT_S, check=False)
                 outcome = (f"stopped Flower run {run_id}" if stop.returncode == 0 else
                            f"`flwr stop {run_id} {federation}` failed (exit {stop.returncode}); run it by hand")
@@ -122,8 +123,11 @@ def stop_run(proc: subprocess.Popen, run_id: int | None, federation: str, env: d
             signal.signal(sig, handler)
 
 
-def flwr_run(federation: str, run_config: str, store: str, console: Console) -> tuple[int, Path]:
-    """Run the app on ``federation`` with ``run_config`` + ``store``; return (exit code, log path).
+def flwr_run(federation: str, run_config: str, store: str, console: Console,
+             app: Path | None = None) -> tuple[int, Path]:
+    """Run the app on ``federation`` with ``run_config`` + ``store``; return (exit code, log path). ``app``:
+    the Flower app to submit (the one that trained the store: :mod:`fedforget.unlearning.user_app`), else
+    fedforget's own (:func:`app_dir`).
 
     Everything it prints (the command line, the progress bar, error lines) goes to ``console``: a command
     whose stdout is JSON passes a console on stderr. SIGTERM/SIGINT stop the run and exit 128 + signal
@@ -133,7 +137,8 @@ def flwr_run(federation: str, run_config: str, store: str, console: Console) -> 
     mkdir_private(store_path)
     log_path = store_path / "flwr-run.log"
     config = f"{run_config} store={json.dumps(str(store_path))}".strip()  # a TOML basic string
-    cmd = [flwr_cli(), "run", str(app_dir()), federation, "--stream", "--run-config", config]
+    app = app or app_dir()
+    cmd = [flwr_cli(), "run", str(app), federation, "--stream", "--run-config", config]
     from fedforget.local_superlink import ports_env
 
     # this checkout's own local SuperLink (its ports recorded in $FLWR_HOME), never another checkout's
@@ -153,7 +158,7 @@ def flwr_run(federation: str, run_config: str, store: str, console: Console) -> 
         ) as progress:
             bar = progress.add_task(f"{federation}: starting Flower", total=None, acc="")
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                    cwd=app_dir())
+                                    cwd=app)
             assert proc.stdout is not None
             for line in proc.stdout:
                 line = strip_ansi(line)
@@ -166,7 +171,7 @@ def flwr_run(federation: str, run_config: str, store: str, console: Console) -> 
     except Interrupted as interrupted:
         from fedforget.cli_kit.errors import fail
 
-        outcome = stop_run(proc, run_id, federation, env) if proc is not None else "no run was submitted"
+        outcome = stop_run(proc, run_id, federation, env, app) if proc is not None else "no run was submitted"
         fail(f"interrupted ({interrupted}): {outcome}; nothing half-done is served; its log is {log_path}",
              code=128 + interrupted.signum)
     return code, log_path

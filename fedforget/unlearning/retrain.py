@@ -12,6 +12,7 @@ from fedforget.core.config import stored_run_config
 from fedforget.store import Store
 from fedforget.store.lock import check_not_busy
 from fedforget.unlearning.flwr_runner import flwr_run
+from fedforget.unlearning.user_app import app_run_config, store_app
 
 
 def toml_value(value: Any) -> str:
@@ -26,7 +27,16 @@ def retrain_run_config(store: Store, action: str = "retrain") -> str:
     """The stored run config with ``action='retrain'`` (or ``'propagate'``; ``store`` is added by :func:`flwr_run`)."""
     config = stored_run_config(store.manifest()["config"])
     config["action"] = action
-    config.pop("store", None)
+    return submitted_config(store, config)
+
+
+def submitted_config(store: Store, config: dict[str, Any]) -> str:
+    """``config`` as ``--run-config`` text for the app that trained ``store`` (``store`` left out: :func:`flwr_run`
+    adds it): every key for fedforget's own app, the keys it declares for a user's app."""
+    config = {k: v for k, v in config.items() if k != "store"}
+    app = store_app(store)
+    if app is not None:
+        config = app_run_config(app, config)
     return " ".join(f"{k}={toml_value(v)}" for k, v in sorted(config.items()))
 
 
@@ -42,11 +52,12 @@ def retrain_store(store: Store, federation: str, console: Console) -> tuple[int,
         target = ledger.last_request()
     finally:
         ledger.close()
-    code, log_path = flwr_run(federation, retrain_run_config(store), str(store.root), console)
+    code, log_path = flwr_run(federation, retrain_run_config(store), str(store.root), console, app=store_app(store))
     return code, log_path, target
 
 
 def propagate_store(store: Store, federation: str, console: Console) -> tuple[int, Path]:
     """``forget --propagate``: a Flower run that makes the owning clients delete forgotten samples now."""
     check_not_busy(store.root)
-    return flwr_run(federation, retrain_run_config(store, "propagate"), str(store.root), console)
+    return flwr_run(federation, retrain_run_config(store, "propagate"), str(store.root), console,
+                    app=store_app(store))

@@ -20,17 +20,19 @@ from typing import Any
 from rich.console import Console
 
 from fedforget.core.config import stored_run_config
+from fedforget.federation.client_site import VERIFY_SCRATCH
 from fedforget.methods.registry import resolve, store_method
 from fedforget.store import Store
 from fedforget.store.acks import request_acks
 from fedforget.store.ledger import LedgerUsageError
 from fedforget.store.lock import check_not_busy
 from fedforget.unlearning.flwr_runner import flwr_run
-from fedforget.unlearning.retrain import toml_value
+from fedforget.unlearning.retrain import submitted_config
+from fedforget.unlearning.user_app import store_app
 from fedforget.unlearning.verify import verify_store
 
 #: The scratch area inside the store: the reference store, and what a method's reference run reads (a plan file).
-SCRATCH = "verify-scratch"
+SCRATCH = VERIFY_SCRATCH
 #: How many pending requests a refusal names.
 SHOWN = 5
 
@@ -66,8 +68,7 @@ def reference_config(store: Store, extra: dict[str, Any]) -> str:
     """The store's recorded config as a training reference run (``store`` is added by :func:`flwr_run`)."""
     config = stored_run_config(store.manifest()["config"])
     config.update({"action": "train", "reference": True, **extra})
-    config.pop("store", None)
-    return " ".join(f"{k}={toml_value(v)}" for k, v in sorted(config.items()))
+    return submitted_config(store, config)
 
 
 def federation_reference(federation: str, console: Console):  # noqa: ANN201
@@ -84,7 +85,8 @@ def federation_reference(federation: str, console: Console):  # noqa: ANN201
         if method is not None and method.prepare_scratch:  # e.g. FedShard's stored tree, as a file the ServerApp reads
             cfg = stored_config(store)
             secretless = resolve(method.prepare_scratch)(store, cfg, scratch_root, area, config)
-        code, log_path = flwr_run(federation, reference_config(store, config), str(scratch_root), console)
+        code, log_path = flwr_run(federation, reference_config(store, config), str(scratch_root), console,
+                                  app=store_app(store))
         if code != 0 or not (scratch_root / "manifest.json").is_file():
             kept = store.root / "verify-run.log"
             shutil.copyfile(log_path, kept)

@@ -99,8 +99,8 @@ def test_verify_and_receipt_through_the_nodes_once_the_request_reached_them(depl
     shutil.copytree(source, store)
     shutil.copytree(state, nodes)
 
-    def flwr_run(federation, run_config, store_dir, console):  # noqa: ANN001, ANN202
-        assert federation == "fake"
+    def flwr_run(federation, run_config, store_dir, console, app=None):  # noqa: ANN001, ANN202
+        assert federation == "fake" and app is None  # a store of fedforget's own app: its app is submitted
         config = parse_config_args([run_config])
         assert config["action"] == "train" and config["reference"] is True
         run(Path(store_dir), data, nodes, **{k: v for k, v in config.items() if k not in ("test-data",)})

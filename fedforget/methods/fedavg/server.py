@@ -37,7 +37,11 @@ ARTIFACT = "fedavg/global"
 
 def _mean_metrics(records: list[RecordDict], weighting_key: str) -> MetricRecord:
     """Flower's weighted mean of client metrics, without the partition id (not a quantity) and without
-    the received model's evaluation (weighted by test examples instead, in ``_received_evaluation``)."""
+    the received model's evaluation (weighted by test examples instead, in ``_received_evaluation``). Clients
+    that evaluated nothing (nodes whose own data has no test split) weigh nothing; with none left, nothing."""
+    records = [r for r in records if any(float(m.get(weighting_key, 0)) > 0 for m in r.metric_records.values())]
+    if not records:
+        return MetricRecord()
     merged = aggregate_metricrecords(records, weighting_key)
     for key in [PARTITION_KEY, *(k for k in merged if k.startswith(RECEIVED))]:
         merged.pop(key, None)

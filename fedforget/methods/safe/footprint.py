@@ -9,9 +9,9 @@ from fedforget.core.run_footprint import (
     FLOAT_BYTES,
     LINEAGE_BYTES,
     PLANNING_PARTITIONS,
-    TASK_DIMS,
     plan_bytes,
     plan_units,
+    task_dims,
 )
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 def footprint(cfg: RunConfig, partitions: int = PLANNING_PARTITIONS) -> dict[str, int]:
     """The parts of :func:`fedforget.core.run_footprint.footprint`, for InCA adapters instead of LoRA."""
-    dims = TASK_DIMS[cfg.task]
+    dims = task_dims(cfg.task)
     width, dim = cfg.safe.adapter_width, dims.feature_dim
     # a query and a head per class in each coarse shard (its cliques split the classes between them)
     per_round = cfg.safe.coarse * dims.classes * (dim + width)

@@ -1,0 +1,1 @@
+"""A Flower app that fine-tunes its own tabular MLP with fedforget, so any record can be forgotten exactly."""

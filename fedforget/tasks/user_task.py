@@ -1,0 +1,188 @@
+"""A task defined in the user's own Flower app: ``task='<module>:<ATTRIBUTE>'`` in the run config names a
+:class:`Task` (public as ``fedforget.client.Task``).
+
+The reference is imported where a task is loaded (the ServerApp, the ClientApp, the coordinator's
+commands), never when a run config is parsed, so a parse stays pure. The ServerApp and ClientApp run
+inside the app's directory (Flower puts it on ``sys.path``); the coordinator puts the directory of the app
+that trained a store there (:func:`use_app_of`), read from the manifest's ``app`` entry, which also tells
+``retrain``, ``forget --propagate`` and ``verify`` which app to submit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import sys
+import tomllib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fedforget.core.config import ConfigError, is_user_task
+
+if TYPE_CHECKING:
+    import numpy as np
+    from torch import nn
+
+    from fedforget.core.config import RunConfig
+    from fedforget.tasks.base import Backbone, TaskData, TaskSpec
+
+_LOADED: dict[str, TaskSpec] = {}
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task of the user's own model, for ``task='<module>:<ATTRIBUTE>'``.
+
+    ``backbone()`` builds the frozen feature extractor, ``module(inputs) -> (batch, feature_dim)``; it must
+    build the same weights every call (pretrained weights loaded from a file, or a seeded init), since a
+    retrain and ``fedforget verify`` rebuild it: the sha256 of its weights is recorded in the store.
+    ``lora_targets`` names its ``nn.Linear``/``nn.Conv2d`` modules that get LoRA adapters. Records hold their
+    inputs in the column ``input_column``: a flat list of numbers per record (cast to float32, or turned into the
+    model's input by ``encode(rows)``, rows a float64 ``(records, values)`` array); with ``input_column="text"``
+    a string per record, which ``encode(texts)`` must turn into a tuple of tensors.
+    """
+
+    name: str
+    backbone: Callable[[], nn.Module]
+    feature_dim: int
+    lora_targets: Sequence[str]
+    num_classes: int
+    input_column: str = "features"
+    encode: Callable[[Any], Any] | None = None
+    #: where a simulated node (no ``data-dir`` in its node config) finds its records: a directory with
+    #: ``{partition}`` in it, relative to ``FEDFORGET_HOME`` (else the current directory) like ``test-data``
+    simulation_data: str = ""
+    #: one line saying what the backbone is, recorded in the store's manifest
+    source: str = ""
+    _spec: list[TaskSpec] = field(default_factory=list, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not callable(self.backbone):
+            raise TypeError("Task(backbone=...) must be a callable that returns a torch nn.Module")
+        if self.feature_dim < 1 or self.num_classes < 2:
+            raise ValueError("Task needs feature_dim >= 1 and num_classes >= 2")
+        if isinstance(self.lora_targets, str) or not self.lora_targets:
+            raise ValueError("Task(lora_targets=[...]) names the backbone's modules that get LoRA adapters")
+        if not self.input_column or self.input_column in ("record_id", "label"):
+            raise ValueError("Task(input_column=...) names the column of a record's inputs (not record_id or label)")
+        if self.simulation_data and "{partition}" not in self.simulation_data:
+            raise ValueError("Task(simulation_data=...) needs '{partition}' in it (data/node-{partition})")
+        if self.input_column == "text" and self.encode is None:
+            raise ValueError("a text task needs encode(texts) -> tuple of tensors")
+
+    @property
+    def spec(self) -> TaskSpec:
+        """The :class:`~fedforget.tasks.base.TaskSpec` fedforget loads (built once)."""
+        if not self._spec:
+            from fedforget.tasks.base import TaskSpec
+
+            text = self.input_column == "text"
+            self._spec.append(TaskSpec(self.name, self._no_public_data, self._load_backbone,
+                                       num_classes=self.num_classes, input_column=self.input_column,
+                                       simulation_data=self.simulation_data,
+                                       encode_text=self.encode if text else None,
+                                       scale_raw=None if text else self._to_inputs))
+        return self._spec[0]
+
+    def _no_public_data(self, cfg: RunConfig) -> TaskData:
+        from fedforget.core.config import ConfigError
+
+        raise ConfigError(f"task {cfg.task!r} has no public data set: give every node its records "
+                          "(--node-config data-dir=...) and the server run-config test-data=<records dir> "
+                          "(docs/your-app.md)")
+
+    def _load_backbone(self, cfg: RunConfig, seed: int) -> Backbone:
+        from fedforget.tasks.base import Backbone
+
+        module = self.backbone()
+        return Backbone(module, self.feature_dim, list(self.lora_targets), weights_sha256(module),
+                        self.source or f"{self.name}: the app's own backbone", project_trained=True)
+
+    def _to_inputs(self, rows: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        out = rows.astype(np.float32) if self.encode is None else self.encode(rows)
+        return np.asarray(out.detach().cpu().numpy() if hasattr(out, "detach") else out)
+
+
+def weights_sha256(module: nn.Module) -> str:
+    """sha256 over a module's state dict (names, dtypes, shapes, bytes, in name order)."""
+    digest = hashlib.sha256(b"fedforget-user-backbone\0")
+    for name, tensor in sorted(module.state_dict().items()):
+        value = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}\0{value.dtype}\0{tuple(value.shape)}\0".encode())
+        digest.update(value.numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+
+
+def load_user_task(reference: str) -> TaskSpec:
+    """The :class:`~fedforget.tasks.base.TaskSpec` that ``"<module>:<ATTRIBUTE>"`` names, named by the reference
+    (so the store, the fingerprints and the service see one name). One :class:`ConfigError` line when the
+    module cannot be imported or the attribute is not a :class:`fedforget.client.Task`."""
+    if reference in _LOADED:
+        return _LOADED[reference]
+    if not is_user_task(reference):
+        raise ConfigError(f"run-config 'task'={reference[:80]!r} is not a '<module>:<ATTRIBUTE>' reference")
+    from fedforget.tasks.base import TaskSpec
+
+    module_name, _, attribute = reference.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - whatever the user's module raises is one line for them
+        raise ConfigError(f"run-config 'task'={reference!r}: cannot import {module_name!r} ({_one_line(exc)}); "
+                          "run from your app's directory or put it on PYTHONPATH") from None
+    found = getattr(module, attribute, None)
+    spec = found.spec if isinstance(found, Task) else found
+    if not isinstance(spec, TaskSpec):
+        what = "has no attribute" if found is None else f"holds a {type(found).__name__}, not a fedforget.client.Task:"
+        raise ConfigError(f"run-config 'task'={reference!r}: module {module_name!r} {what} {attribute!r}; "
+                          f"define {attribute} = fedforget.client.Task(...) there (docs/your-app.md)")
+    _LOADED[reference] = dataclasses.replace(spec, name=reference)
+    return _LOADED[reference]
+
+
+def app_of_task(reference: str) -> dict[str, str] | None:
+    """The Flower app whose code defines the user task: its directory (the nearest one above the module holding a
+    ``pyproject.toml`` with ``[tool.flwr.app]``), its ``publisher/name`` and version. None if there is none
+    (a module on ``sys.path`` outside any app)."""
+    module = sys.modules.get(reference.partition(":")[0])
+    origin = getattr(module, "__file__", None)
+    if not origin:
+        return None
+    for folder in Path(origin).resolve().parents:
+        project = read_app_project(folder)
+        if project is not None:
+            return {"dir": str(folder), **project}
+    return None
+
+
+def read_app_project(folder: Path) -> dict[str, str] | None:
+    """``{"name": "<publisher>/<name>", "version": ...}`` of the Flower app in ``folder``, or None."""
+    try:
+        data: dict[str, Any] = tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    app = data.get("tool", {}).get("flwr", {}).get("app")
+    project = data.get("project", {})
+    if not isinstance(app, dict) or not isinstance(project, dict):
+        return None
+    return {"name": f"{app.get('publisher', '')}/{project.get('name', '')}", "version": str(project.get("version", ""))}
+
+
+def use_app_of(manifest: dict[str, Any]) -> Path | None:
+    """Put the app that trained a store (its manifest's ``app``) on ``sys.path``, so this process can load its
+    task; its directory, or None for a store of fedforget's own app."""
+    app = manifest.get("app")
+    if not isinstance(app, dict) or not isinstance(app.get("dir"), str):
+        return None
+    folder = Path(app["dir"])
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    return folder

@@ -1,0 +1,122 @@
+"""The example Flower app (examples/tabular-mlp: its own MLP, its nodes' own records, fedforget's strategies and
+ClientApp) trains in process; a record forgotten by the name its node knows it by is gone after a retrain
+through that app, bit for bit as training from scratch without it; the store names the app that trained it."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from flwr.common.config import flatten_dict
+from typer.testing import CliRunner
+
+from fedforget.core.config import ConfigError
+from fedforget.core.record_ids import local_sample_id
+from fedforget.inprocess import run_in_process
+from fedforget.store import Store
+from fedforget.store.tombstones import add_tombstones
+from fedforget.unlearning.cli import app as cli
+
+from .helpers import served_sha
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tabular-mlp"
+NODES = 3
+RECORD = ("node-1", "patient-1-007")
+
+
+def app_config() -> dict[str, object]:
+    """The example's [tool.flwr.app.config], flattened as Flower reads it."""
+    data = tomllib.loads((EXAMPLE / "pyproject.toml").read_text(encoding="utf-8"))
+    return flatten_dict(data["tool"]["flwr"]["app"]["config"])
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the example's records as FEDFORGET_HOME (its relative paths resolve there); its code on sys.path."""
+    shutil.copytree(EXAMPLE / "data", tmp_path / "data")
+    monkeypatch.setenv("FEDFORGET_HOME", str(tmp_path))
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    return tmp_path
+
+
+def run_app(store: Path, action: str = "train") -> None:
+    from tabular_mlp.client_app import app as client_app
+    from tabular_mlp.server_app import app as server_app
+
+    run_in_process({**app_config(), "store": str(store), "action": action}, NODES, server_app=server_app,
+                   client_app=client_app)
+
+
+def test_the_example_trains_forgets_and_retrains_exactly_through_its_own_app(home):
+    store = home / "runs" / "tabular-mlp"
+    run_app(store)
+    manifest = Store.open(store).manifest()
+    assert manifest["task"] == "tabular_mlp.task:TASK"
+    assert manifest["app"] == {"dir": str(EXAMPLE), "name": "example/tabular-mlp", "version": "1.0.0"}
+    assert manifest["nodes"] == {str(p): {"name": f"node-{p}", "records": "local"} for p in range(NODES)}
+    assert Store.open(store).metrics()[-1]["accuracy"] > 0.8  # the app's MLP learns its task
+    trained = served_sha(Store.open(store))
+
+    result = CliRunner().invoke(cli, ["forget", "--store", str(store), "--record", ":".join(RECORD)])
+    assert result.exit_code == 0, result.output
+    run_app(store, action="retrain")
+    retrained = served_sha(Store.open(store))
+    assert retrained != trained
+
+    reference = home / "reference"  # from scratch, node-1 holding the record as deleted
+    add_tombstones(reference / "clients" / "1", f"local:{RECORD[0]}", [local_sample_id(*RECORD)])
+    run_app(reference)
+    assert served_sha(Store.open(reference)) == retrained
+
+    result = CliRunner().invoke(cli, ["status", "--store", str(store), "--json"])
+    assert result.exit_code == 0 and "tabular_mlp.task:TASK" in result.output, result.output
+    served_predictions(store)
+
+
+def served_predictions(store: Path) -> None:
+    """The forget service's predict takes the app's records' features (16 numbers) and nothing else."""
+    import pyarrow.parquet as pq
+    from fastapi.testclient import TestClient
+
+    from fedforget.service.app import create_app
+    from fedforget.service.tokens import create_token
+
+    token = create_token(store, "predict", ["predict"])[0]
+    test = pq.read_table(EXAMPLE / "data" / "server" / "test.parquet").to_pylist()[:8]
+    with TestClient(create_app(store)) as client:
+        auth = {"Authorization": f"Bearer {token}"}
+        reply = client.post("/v1/predict", json={"inputs": [r["features"] for r in test]}, headers=auth)
+        assert reply.status_code == 200, reply.text
+        predictions = reply.json()["predictions"]
+        assert sum(p == r["label"] for p, r in zip(predictions, test, strict=True)) >= 6
+        assert reply.json()["task"] == "tabular_mlp.task:TASK"
+        short = client.post("/v1/predict", json={"inputs": [test[0]["features"][:15]]}, headers=auth)
+        assert short.status_code in (400, 422) and "takes 16" in short.text, short.text
+
+
+def test_a_wrong_task_reference_in_the_app_is_one_config_error_before_any_store(home):
+    from tabular_mlp.client_app import app as client_app
+    from tabular_mlp.server_app import app as server_app
+
+    for task, message in (("tabular_mlp.task:NOPE", "has no attribute 'NOPE'"),
+                          ("tabular_mlp.nowhere:TASK", "cannot import 'tabular_mlp.nowhere'")):
+        with pytest.raises(ConfigError, match=message):
+            run_in_process({**app_config(), "task": task, "store": str(home / "s")}, NODES, server_app=server_app,
+                           client_app=client_app)
+        assert not (home / "s").exists()
+
+
+def test_the_example_data_script_writes_the_committed_records(tmp_path):
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        import make_data
+    finally:
+        sys.path.remove(str(EXAMPLE))
+    make_data.main(tmp_path)
+    for path in sorted((EXAMPLE / "data").rglob("*.parquet")):
+        import pyarrow.parquet as pq
+
+        assert pq.read_table(tmp_path / path.relative_to(EXAMPLE / "data")).equals(pq.read_table(path)), path
