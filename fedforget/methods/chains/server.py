@@ -10,9 +10,11 @@ not ``B·L·…``. ``action='retrain'`` first makes the clients delete forgotten
 
 from __future__ import annotations
 
-import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from logging import INFO
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,17 +25,11 @@ from flwr.supercore import log
 from fedforget.core.config import ConfigError, RunConfig
 from fedforget.core.seeds import derive_seed, derive_seed32
 from fedforget.core.slicing import UnitId
-from fedforget.core.weighted_mean import weighted_mean
 from fedforget.federation.control_messages import NEED_CLASS_COUNTS, ModuleNeed
 from fedforget.federation.driver import Built, MethodServer, drive
-from fedforget.federation.failover import check_chain_reply, exchange_redo_or_exclude
-from fedforget.federation.messaging import (
-    CHAIN_MESSAGE,
-    PARTITION_KEY,
-    payload_bytes,
-    record_bytes,
-    to_numpy,
-)
+from fedforget.federation.failover import check_chain_reply
+from fedforget.federation.grouped_round import Contribution, GroupedRound, Send
+from fedforget.federation.messaging import CHAIN_MESSAGE, PARTITION_KEY, to_numpy
 from fedforget.federation.module_messages import DEFAULT_SLOTS, Slot, TrainModule
 from fedforget.federation.module_shipping import (
     MODULES_KEY,
@@ -169,7 +165,7 @@ class ChainTrainer:
         self.excluded: set[int] = set()
         self.unbuilt: list[str] = []
         #: examples each position's last round trained on: FedCIO weighs its clusters' votes by it
-        self.trained_on: dict[int, int] = {}
+        self.trained_on: dict[str, int] = {}
         self.shipping = ModuleShipping(run.store)
         self.stored: dict[str, str] = {}  # artifact -> sha256, as recorded in this run
 
@@ -212,12 +208,16 @@ class ChainTrainer:
         return tuple(Slot(slot_name(p), None if self.targets[p - 1] is None else tuple(self.targets[p - 1]))
                      for p in range(1, position + 1))
 
-    def _participants(self, chain: Chain, position: int) -> dict[int, list[int]]:
+    def participants(self, chain: Chain, position: int) -> dict[int, list[int]]:
         slices: dict[int, list[int]] = {}
         for unit in self.plan.lineage(chain, position):
             u = UnitId.parse(unit)
             slices.setdefault(u.partition, []).append(u.slice)
         return {p: sorted(s) for p, s in sorted(slices.items())}
+
+    def artifact(self, s: ChainState) -> str:
+        """The artifact the state's position builds: the group its round averages."""
+        return self.plan.artifact_id(s.chain, s.position)
 
     def train(self, start: dict[str, int]) -> None:
         """Train every chain from its start position to its end, all chains advancing together."""
@@ -233,15 +233,15 @@ class ChainTrainer:
         total = sum(self.plan.phases(s.chain) - s.position + 1 for s in states)
         done = 0
         while states:
-            current = {id(s): s.start for s in states}
+            current = {self.artifact(s): s.start for s in states}
             for server_round in range(1, self.plan.rounds_per_phase + 1):
                 current = self._round(states, current, server_round)
-                states = self._drop_excluded(states, current)
+                states = self._drop_excluded(states)
             for s in states:
-                self._finish(s, current[id(s)])
+                self._finish(s, current[self.artifact(s)])
                 done += 1
             log(INFO, "fedforget: %d/%d chain positions trained", done, total)
-            states = [self._advance(s, current[id(s)]) for s in states
+            states = [self._advance(s, current[self.artifact(s)]) for s in states
                       if s.position < self.plan.phases(s.chain)]
 
     def _forgotten_meanwhile(self, chain: Chain, position: int) -> bool:
@@ -256,22 +256,26 @@ class ChainTrainer:
                   "the next retrain rebuilds it", chain.key, position)
         self.unbuilt += [self.plan.artifact_id(chain, p) for p in range(position, self.plan.phases(chain) + 1)]
 
-    def _drop_excluded(self, states: list[ChainState], current: dict[int, Arrays]) -> list[ChainState]:
+    def lost(self, s: ChainState) -> bool:
+        """Whether a partition the state's position needs was excluded in this run."""
+        return bool(set(self.participants(s.chain, s.position)) & self.excluded)
+
+    def _drop_excluded(self, states: list[ChainState]) -> list[ChainState]:
         """States that lost a participant stop here: their position (and the rest of the chain) stays unbuilt."""
         kept = []
         for s in states:
-            if id(s) in current and not set(self._participants(s.chain, s.position)) & self.excluded:
+            if not self.lost(s):
                 kept.append(s)
                 continue
             for position in range(s.position, self.plan.phases(s.chain) + 1):
                 self.unbuilt.append(self.plan.artifact_id(s.chain, position))
         return kept
 
-    def _message(self, s: ChainState, partition: int, slices: list[int], start: Arrays, server_round: int,
-                 again: bool = False) -> Message:
+    def message(self, s: ChainState, partition: int, slices: list[int], start: Arrays, server_round: int,
+                again: bool = False) -> Message:
         """One node's ``train.chain`` message: frozen modules by sha256 (bytes only where the node may
         lack them), and the start state, unless the node can rebuild it from its seed."""
-        artifact = self.plan.artifact_id(s.chain, s.position)
+        artifact = self.artifact(s)
         seeded = self.shipping.enabled and self.plan.stacking == "new" and server_round == 1
         request = TrainModule(artifact, server_round, self.plan.stacking, tuple(slices), self._slots(s.position),
                               keep=self.shipping.enabled, prefix=tuple(s.prefix or ()),
@@ -285,81 +289,16 @@ class ChainTrainer:
             content["arrays"] = _record(start)
         return Message(content, dst_node_id=self.run.nodes[partition], message_type=CHAIN_MESSAGE)
 
-    def _exchange(self, messages: list[Message], partitions: list[int], shapes: list[Arrays],
-                  rebuild: list[tuple]) -> tuple[list[Message | None], int, int]:
-        """Send, then send again with the bytes to every node that asked for modules it lacks;
-        return the replies, the bytes really sent down and how many nodes asked."""
-        def valid_reply(reply: Message, i: int) -> str | None:
-            return check_chain_reply(reply, partitions[i], shapes[i], len(self.run.plan.partition_ids(partitions[i])))
-
-        def valid_or_need(reply: Message, i: int) -> str | None:
-            if not reply.has_error() and ModuleNeed.in_record(reply.content):
-                return check_need_reply(reply, partitions[i], list(messages[i].content["config"][PREFIX_KEY]))
-            return valid_reply(reply, i)
-
-        bytes_down = sum(payload_bytes(m.content) for m in messages)
-        replies, lost = exchange_redo_or_exclude(self.grid, self.run.nodes, messages, partitions,
-                                                 self.cfg.round_timeout, valid_or_need)
-        needy = [i for i, r in enumerate(replies) if r is not None and need_of(r) is not None]
-        if needy:
-            log(INFO, "fedforget: %d node(s) lack cached modules; sending them again with the bytes", len(needy))
-            for i in needy:
-                self.shipping.lost(partitions[i])
-            again = [self._message(*rebuild[i], again=True) for i in needy]
-            bytes_down += sum(payload_bytes(m.content) for m in again)
-            answers, more = exchange_redo_or_exclude(
-                self.grid, self.run.nodes, again, [partitions[i] for i in needy], self.cfg.round_timeout,
-                lambda reply, j: valid_reply(reply, needy[j]))
-            for i, answer in zip(needy, answers, strict=True):
-                replies[i] = answer
-            lost |= more
-        self.excluded |= lost
-        return replies, bytes_down, len(needy)
-
-    def _round(self, states: list[ChainState], current: dict[int, Arrays], server_round: int) -> dict[int, Arrays]:
-        messages, owners, partitions, shapes, rebuild = [], [], [], [], []
-        states = [s for s in states if not set(self._participants(s.chain, s.position)) & self.excluded]
-        for s in states:
-            for partition, slices in self._participants(s.chain, s.position).items():
-                messages.append(self._message(s, partition, slices, current[id(s)], server_round))
-                rebuild.append((s, partition, slices, current[id(s)], server_round))
-                owners.append(id(s))
-                partitions.append(partition)
-                shapes.append(current[id(s)])
-        named = sum(len(s.prefix) * len(self._participants(s.chain, s.position)) for s in states)
-        carried = sum(len(m.content[MODULES_KEY]) for m in messages if MODULES_KEY in m.content)
-        started = time.monotonic()
-        replies, bytes_down, needs = self._exchange(messages, partitions, shapes, rebuild)
+    def _round(self, states: list[ChainState], current: dict[str, Arrays], server_round: int) -> dict[str, Arrays]:
+        """One round of every position due (:class:`ChainRound`); the positions' new states."""
+        states = [s for s in states if not self.lost(s)]
         self.wave += 1
-        by_owner: dict[int, list[Message]] = {}
-        for owner, reply in zip(owners, replies, strict=True):  # answers in message order
-            if reply is not None:
-                by_owner.setdefault(owner, []).append(reply)
-        out, bytes_up, examples, losses = {}, 0, 0, []
+        result = ChainRound(self, states).run(server_round, {self.artifact(s): current[self.artifact(s)]
+                                                             for s in states})
+        self.excluded |= result.excluded
         for s in states:
-            if set(self._participants(s.chain, s.position)) & self.excluded:
-                continue  # dropped by _drop_excluded
-            ordered = sorted(by_owner.get(id(s), []), key=lambda r: int(r.content["metrics"][PARTITION_KEY]))
-            bytes_up += sum(record_bytes(r.content["arrays"]) for r in ordered)
-            useful = [r.content for r in ordered if int(r.content["metrics"]["num-examples"]) > 0]
-            self.trained_on[id(s)] = sum(int(r["metrics"]["num-examples"]) for r in useful)
-            examples += self.trained_on[id(s)]
-            losses += [float(r["metrics"]["train-loss"]) for r in useful]
-            if useful:
-                mean = weighted_mean([to_numpy(r["arrays"]) for r in useful],
-                                     [r["metrics"]["num-examples"] for r in useful],
-                                     keys=[int(r["metrics"][PARTITION_KEY]) for r in useful])
-                out[id(s)] = {k: np.ascontiguousarray(v) for k, v in mean.items()}
-            else:  # every holder of this prefix's data deleted it all: the position keeps its start
-                out[id(s)] = current[id(s)]
-        self.run.store.append_metrics({
-            "wave": self.wave, "round": server_round, "positions": sorted({s.position for s in states}),
-            "chains": len(states), "client-rounds": len(messages), "bytes-down": bytes_down, "bytes-up": bytes_up,
-            "modules-named": named, "modules-carried": carried, "module-needs": needs,
-            "train-examples": examples, "train-loss": float(np.mean(losses)) if losses else 0.0,
-            "seconds": time.monotonic() - started, "action": self.cfg.action,
-        })
-        return out
+            self.trained_on[self.artifact(s)] = result.weights.get(self.artifact(s), 0)
+        return result.states
 
     def _finish(self, s: ChainState, state: Arrays) -> None:
         artifact = self.plan.artifact_id(s.chain, s.position)
@@ -373,7 +312,7 @@ class ChainTrainer:
             artifact, sha, "lora+head", self.plan.lineage(s.chain, s.position), self.watermark,
             {"shard": s.chain.shard, "sequence": s.chain.index, "position": s.position, "slot": slot.slot,
              "targets": None if slot.targets is None else list(slot.targets), "order": list(s.chain.order),
-             "train-examples": self.trained_on.get(id(s), 0)})
+             "train-examples": self.trained_on.get(self.artifact(s), 0)})
         self.rebuilt.append(artifact)
         crash_point("chains:position-recorded")
 
@@ -389,6 +328,86 @@ class ChainTrainer:
                                         self.targets[nxt.position - 1], self._init_seed(artifact)))
             nxt.start = {**fresh, **head}
         return nxt
+
+
+@dataclass(frozen=True)
+class ChainSend(Send):
+    """A ``train.chain`` message with what rebuilds it (carrying every module) when the node lacks one."""
+
+    state: ChainState | None = None
+    slices: tuple[int, ...] = ()
+    start: Arrays = field(default_factory=dict)
+    server_round: int = 0
+
+
+class ChainRound(GroupedRound):
+    """One round of every chain position due: each holder of slices of the position's groups trains the
+    position's module on them; a node that lacks a frozen module it names gets the message again with
+    the bytes."""
+
+    def __init__(self, trainer: ChainTrainer, states: list[ChainState]) -> None:
+        run = trainer.run
+        super().__init__(trainer.grid, run.nodes, trainer.cfg.round_timeout, run.store, trainer.cfg.action)
+        self.trainer, self.states = trainer, states
+        self.needs = 0
+
+    def configure_train(self, server_round: int, states: Mapping[str, Arrays]) -> list[Send]:
+        t = self.trainer
+        sends: list[Send] = []
+        for s in self.states:
+            start = states[t.artifact(s)]
+            for partition, slices in t.participants(s.chain, s.position).items():
+                message = t.message(s, partition, slices, start, server_round)
+                sends.append(ChainSend(partition, message, partial(self._valid_or_need, partition, start, message),
+                                       s, tuple(slices), start, server_round))
+        return sends
+
+    def _valid(self, partition: int, start: Arrays, reply: Message) -> str | None:
+        return check_chain_reply(reply, partition, start, len(self.trainer.run.plan.partition_ids(partition)))
+
+    def _valid_or_need(self, partition: int, start: Arrays, sent: Message, reply: Message) -> str | None:
+        if not reply.has_error() and ModuleNeed.in_record(reply.content):
+            return check_need_reply(reply, partition, list(sent.content["config"][PREFIX_KEY]))
+        return self._valid(partition, start, reply)
+
+    def exchange(self, sends: Sequence[Send]) -> tuple[list[Message | None], set[int], int]:
+        """The failure rule's exchange, then the messages again with the bytes to every node that asked for
+        modules it lacks."""
+        replies, lost, bytes_down = super().exchange(sends)
+        needy = [i for i, r in enumerate(replies) if r is not None and need_of(r) is not None]
+        self.needs = len(needy)
+        if needy:
+            log(INFO, "fedforget: %d node(s) lack cached modules; sending them again with the bytes", len(needy))
+            t = self.trainer
+            again: list[Send] = []
+            for i in needy:
+                first = sends[i]
+                assert isinstance(first, ChainSend) and first.state is not None
+                t.shipping.lost(first.partition)
+                message = t.message(first.state, first.partition, list(first.slices), first.start,
+                                    first.server_round, again=True)
+                again.append(Send(first.partition, message, partial(self._valid, first.partition, first.start)))
+            answers, more, resent = super().exchange(again)
+            for i, answer in zip(needy, answers, strict=True):
+                replies[i] = answer
+            lost |= more
+            bytes_down += resent
+        return replies, lost, bytes_down
+
+    def contributions(self, send: Send, reply: Message) -> list[Contribution]:
+        assert isinstance(send, ChainSend) and send.state is not None
+        metrics = reply.content["metrics"]
+        return [Contribution(self.trainer.artifact(send.state), int(metrics[PARTITION_KEY]),
+                             int(metrics["num-examples"]), to_numpy(reply.content["arrays"]),
+                             float(metrics["train-loss"]))]
+
+    def row_fields(self, server_round: int, sends: Sequence[Send]) -> dict[str, Any]:
+        t = self.trainer
+        return {"wave": t.wave, "positions": sorted({s.position for s in self.states}), "chains": len(self.states),
+                "modules-named": sum(len(s.prefix) * len(t.participants(s.chain, s.position)) for s in self.states),
+                "modules-carried": sum(len(x.message.content[MODULES_KEY]) for x in sends
+                                       if MODULES_KEY in x.message.content),
+                "module-needs": self.needs}
 
 
 # -- the two actions -------------------------------------------------------------------------
