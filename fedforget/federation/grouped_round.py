@@ -43,11 +43,13 @@ SERVER_ORDER = float("inf")
 
 @dataclass(frozen=True)
 class Send:
-    """One node's message of a round: the partition whose data answers it, and how its reply is checked."""
+    """One node's message of a round: the partition whose data answers it, how its reply is checked, and the
+    group it trains (None: one message trains several, and its reply says which)."""
 
     partition: int
     message: Message
     check: Check
+    group: str | None = None
 
 
 @dataclass(frozen=True)

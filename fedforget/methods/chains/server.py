@@ -359,7 +359,8 @@ class ChainRound(GroupedRound):
             for partition, slices in t.participants(s.chain, s.position).items():
                 message = t.message(s, partition, slices, start, server_round)
                 sends.append(ChainSend(partition, message, partial(self._valid_or_need, partition, start, message),
-                                       s, tuple(slices), start, server_round))
+                                       t.artifact(s), state=s, slices=tuple(slices), start=start,
+                                       server_round=server_round))
         return sends
 
     def _valid(self, partition: int, start: Arrays, reply: Message) -> str | None:
@@ -386,7 +387,8 @@ class ChainRound(GroupedRound):
                 t.shipping.lost(first.partition)
                 message = t.message(first.state, first.partition, list(first.slices), first.start,
                                     first.server_round, again=True)
-                again.append(Send(first.partition, message, partial(self._valid, first.partition, first.start)))
+                again.append(Send(first.partition, message, partial(self._valid, first.partition, first.start),
+                                  first.group))
             answers, more, resent = super().exchange(again)
             for i, answer in zip(needy, answers, strict=True):
                 replies[i] = answer
@@ -395,9 +397,8 @@ class ChainRound(GroupedRound):
         return replies, lost, bytes_down
 
     def contributions(self, send: Send, reply: Message) -> list[Contribution]:
-        assert isinstance(send, ChainSend) and send.state is not None
         metrics = reply.content["metrics"]
-        return [Contribution(self.trainer.artifact(send.state), int(metrics[PARTITION_KEY]),
+        return [Contribution(str(send.group), int(metrics[PARTITION_KEY]),
                              int(metrics["num-examples"]), to_numpy(reply.content["arrays"]),
                              float(metrics["train-loss"]))]
 

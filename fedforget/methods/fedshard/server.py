@@ -25,11 +25,12 @@ is built exactly as without the failure, so one dead node does not stall the sta
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from logging import INFO, WARNING
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from flwr.app import Message, RecordDict
@@ -38,14 +39,13 @@ from flwr.supercore import log
 
 from fedforget.core.config import RunConfig
 from fedforget.core.seeds import derive_seed
-from fedforget.core.weighted_mean import weighted_mean
 from fedforget.federation.control_messages import NEED_CLASS_COUNTS
 from fedforget.federation.driver import Built, MethodServer, drive
-from fedforget.federation.failover import check_chain_reply, exchange_redo_or_exclude
+from fedforget.federation.failover import check_chain_reply
+from fedforget.federation.grouped_round import Contribution, GroupedRound, Send
 from fedforget.federation.messaging import (
     CHAIN_MESSAGE,
     PARTITION_KEY,
-    payload_bytes,
     to_numpy,
     to_record,
 )
@@ -107,76 +107,44 @@ class ShardTrainer:
                                {**default_module_init(self.cfg, num_classes), **initial_head(self.cfg, num_classes)}
                                .items()}
 
-    def _members(self, shard: ShardNode) -> list[int]:
+    def members(self, shard: ShardNode) -> list[int]:
         return [c for c in shard.clients if c not in self.gone]
 
     def lost(self, shard: ShardNode) -> bool:
         """Whether ``shard`` has a client excluded in this run (it, and its path up, stay unbuilt)."""
         return bool(set(shard.clients) & self.excluded)
 
-    def _message(self, shard: ShardNode, partition: int, state: Arrays, server_round: int) -> Message:
+    def message(self, shard: ShardNode, partition: int, state: Arrays, server_round: int) -> Message:
         slices = list(range(len(self.run.plan.slices[partition])))
         request = TrainModule(shard.artifact, server_round, "continue", tuple(slices))
         content = RecordDict({"arrays": to_record(state), "config": request.to_config()})
         return Message(content, dst_node_id=self.run.nodes[partition], message_type=CHAIN_MESSAGE)
 
-    def _exchange(self, messages: list[Message], parts: list[int], starts: list[Arrays]) -> list[Message | None]:
-        """Send one round's messages under the failure rule; the valid replies (None: partition excluded)."""
-        def valid(reply: Message, i: int) -> str | None:
-            return check_chain_reply(reply, parts[i], starts[i], len(self.run.plan.partition_ids(parts[i])))
-
-        replies, lost = exchange_redo_or_exclude(self.grid, self.run.nodes, messages, parts, self.cfg.round_timeout,
-                                                 valid)
-        self.excluded |= lost
-        return replies
-
     def train_stage(self, shards: Sequence[ShardNode], inits: dict[int, Arrays]) -> dict[int, ShardResult]:
-        """FedAvg inside each shard for its own number of rounds; shards with fewer rounds idle."""
-        current = dict(inits)
+        """FedAvg inside each shard for its own number of rounds (:class:`ShardRound`); shards with fewer
+        rounds idle."""
+        current = {s.artifact: inits[s.index] for s in shards}
         results = {s.index: ShardResult(inits[s.index], 0) for s in shards}
         probe = self.cfg.action == "train" and bool(shards) and shards[0].stage == 1
+        stage = shards[0].stage if shards else 0
         for server_round in range(1, max((s.rounds for s in shards), default=0) + 1):
-            active = [s for s in shards if s.rounds >= server_round and self._members(s) and not self.lost(s)]
-            messages, owners, parts = [], [], []
-            for s in active:
-                for p in self._members(s):
-                    messages.append(self._message(s, p, current[s.index], server_round))
-                    owners.append((s.index, p))
-                    parts.append(p)
-            started = time.monotonic()
-            starts = [current[i] for i, _ in owners]
-            replies = self._exchange(messages, parts, starts)
-            answered = dict(zip(owners, replies, strict=True))
-            examples, losses = 0, []
+            active = [s for s in shards if s.rounds >= server_round and self.members(s) and not self.lost(s)]
+            result = ShardRound(self, active, stage).run(server_round, {s.artifact: current[s.artifact]
+                                                                        for s in active})
+            self.excluded |= result.excluded
+            self.client_rounds += len(result.replies)
             for s in active:
                 if self.lost(s):
                     log(WARNING, "fedforget: %s round %d: a client was lost; the shard stays unbuilt", s.artifact,
                         server_round)
                     continue
-                useful = []
-                for p in self._members(s):
-                    reply = answered[(s.index, p)]
-                    if int(reply.content["metrics"]["num-examples"]) > 0:
-                        useful.append(reply.content)
                 if probe and server_round == 1:
-                    self._probe.update({int(rd["metrics"][PARTITION_KEY]): to_numpy(rd["arrays"]) for rd in useful})
-                if useful:
-                    mean = weighted_mean([to_numpy(rd["arrays"]) for rd in useful],
-                                         [rd["metrics"]["num-examples"] for rd in useful],
-                                         keys=[int(rd["metrics"][PARTITION_KEY]) for rd in useful])
-                    current[s.index] = {k: np.ascontiguousarray(v) for k, v in mean.items()}
-                    results[s.index].weight = sum(int(rd["metrics"]["num-examples"]) for rd in useful)
-                    examples += results[s.index].weight
-                    losses += [float(rd["metrics"]["train-loss"]) for rd in useful]
-                results[s.index].state = current[s.index]
-            self.client_rounds += len(messages)
-            down = sum(payload_bytes(m.content) for m in messages)
-            up = sum(payload_bytes(r.content) for r in replies if r is not None and not r.has_error())
-            self.run.store.append_metrics({
-                "stage": shards[0].stage if shards else 0, "round": server_round, "shards": len(active),
-                "client-rounds": len(messages), "bytes-down": down, "bytes-up": up, "train-examples": examples,
-                "train-loss": float(np.mean(losses)) if losses else 0.0,
-                "seconds": time.monotonic() - started, "action": self.cfg.action})
+                    self._probe.update({int(c.order): dict(c.arrays) for c in result.contributions
+                                        if c.group == s.artifact and c.weight > 0})
+                current[s.artifact] = result.states[s.artifact]
+                if s.artifact in result.weights:
+                    results[s.index].weight = result.weights[s.artifact]
+                results[s.index].state = current[s.artifact]
         if probe:
             self._finish_probe()
         for s in shards:
@@ -206,6 +174,33 @@ class ShardTrainer:
             "children": list(shard.children), "clients": list(shard.clients), "angle": angle,
             "signed-angle": signed, "excluded": result.excluded, "slot": "default", "targets": None})
         self.rebuilt.append(shard.artifact)
+
+
+class ShardRound(GroupedRound):
+    """One round of every shard of a stage with rounds left: each member trains the shard's model on all of
+    its slices, and each shard averages its own members' replies."""
+
+    def __init__(self, trainer: ShardTrainer, shards: Sequence[ShardNode], stage: int) -> None:
+        run = trainer.run
+        super().__init__(trainer.grid, run.nodes, trainer.cfg.round_timeout, run.store, trainer.cfg.action)
+        self.trainer, self.shards, self.stage = trainer, list(shards), stage
+
+    def configure_train(self, server_round: int, states: Mapping[str, Arrays]) -> list[Send]:
+        t = self.trainer
+        return [Send(p, t.message(s, p, states[s.artifact], server_round),
+                     partial(self._valid, p, states[s.artifact]), s.artifact)
+                for s in self.shards for p in t.members(s)]
+
+    def _valid(self, partition: int, start: Arrays, reply: Message) -> str | None:
+        return check_chain_reply(reply, partition, start, len(self.trainer.run.plan.partition_ids(partition)))
+
+    def contributions(self, send: Send, reply: Message) -> list[Contribution]:
+        metrics = reply.content["metrics"]
+        return [Contribution(str(send.group), int(metrics[PARTITION_KEY]), int(metrics["num-examples"]),
+                             to_numpy(reply.content["arrays"]), float(metrics["train-loss"]))]
+
+    def row_fields(self, server_round: int, sends: Sequence[Send]) -> dict[str, Any]:
+        return {"stage": self.stage, "shards": len(self.shards)}
 
 
 def stage_angles(finals: Sequence[Arrays], inits: Sequence[Arrays], weights: Sequence[int]) -> tuple[list, list]:

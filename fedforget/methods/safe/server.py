@@ -18,8 +18,10 @@ bad reply rejected; a partition excluded for good leaves every artifact that rea
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
+from functools import partial
 from logging import INFO
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MessageType, RecordDict
@@ -28,10 +30,10 @@ from flwr.supercore import log
 
 from fedforget.core.config import RunConfig
 from fedforget.core.seeds import derive_seed
-from fedforget.core.weighted_mean import weighted_mean
 from fedforget.federation.control_messages import NEED_LABELS
 from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import FRAMING_PER_TENSOR, check_reply, exchange_redo_or_exclude
+from fedforget.federation.grouped_round import SERVER_ORDER, Contribution, GroupedRound, Send
 from fedforget.federation.messaging import to_numpy
 from fedforget.federation.registration import Federation
 from fedforget.federation.run_setup import ServerRun
@@ -51,10 +53,6 @@ if TYPE_CHECKING:
 TRAIN_MESSAGE = f"{MessageType.TRAIN}.safe"
 PROTO_MESSAGE = f"{MessageType.QUERY}.safeproto"
 Arrays = dict[str, np.ndarray]
-#: One contribution to a clique's FedAvg: (its place in the sum, its sample count, its arrays).
-Contribution = tuple[float, int, Arrays]
-#: The server's safe-shard contribution is summed after every partition's.
-SHARD_ORDER = float("inf")
 
 
 def token_dim(cfg: RunConfig, example: tuple[torch.Tensor, ...]) -> int:
@@ -157,69 +155,31 @@ class SafeTrainer:
 
     def _round(self, specs: list[dict[str, object]], current: dict[str, Arrays],
                server_round: int) -> dict[str, Arrays]:
-        by_node: dict[int, list[CliqueWork]] = {}
-        for s in specs:
-            for p, cells in self.plan.participants(s["units"]).items():  # type: ignore[arg-type]
-                classes = tuple(int(k) for k in s["classes"])  # type: ignore[attr-defined]
-                clique = tuple(int(c) for c in s["clique"]) if s["dp"] else None  # type: ignore[attr-defined]
-                by_node.setdefault(p, []).append(CliqueWork(str(s["id"]), classes, tuple(cells), bool(s["dp"]), clique))
-        messages = []
-        for p, items in sorted(by_node.items()):
-            arrays = {f"{i.adapter}{SEP}{k}": current[i.adapter][k] for i in items for k in PARAM_KEYS}
-            config = TrainCliques(server_round, tuple(items), _plan_config(self.plan, p)).to_config()
-            messages.append(Message(RecordDict({"arrays": _record(arrays), "config": config}),
-                                    dst_node_id=self.run.nodes[p], message_type=TRAIN_MESSAGE))
-        started = time.monotonic()
-        parts = sorted(by_node)
+        """One round of every adapter (:class:`SafeRound`); their new states."""
+        result = SafeRound(self, specs).run(server_round, {str(s["id"]): current[str(s["id"])] for s in specs})
+        self.excluded |= result.excluded
+        self.client_rounds += len(result.replies)
+        dp = {str(s["id"]): bool(s["dp"]) for s in specs}
+        for c in result.contributions:
+            if c.weight > 0 and c.order != SERVER_ORDER:
+                self.samples_visited += self._visited(c.weight, server_round, dp[c.group])
+        return result.states
 
-        def valid(reply: Message, i: int) -> str | None:
-            items = by_node[parts[i]]
-            sent = to_numpy(messages[i].content["arrays"])
-            rows = len(self.run.plan.partition_ids(parts[i])) * len(items)
-            return check_reply(reply, parts[i], sent=sent, max_examples=rows, numbers=()) or check_counts(
-                reply, {it.adapter for it in items}, rows)
-
-        answered, lost = exchange_redo_or_exclude(self.grid, self.run.nodes, messages, parts,
-                                                  self.cfg.round_timeout, valid)
-        self.excluded |= lost
-        spec_dp = {str(s["id"]): bool(s["dp"]) for s in specs}
-        contributions: dict[str, list[Contribution]] = {}
-        losses = []
-        for part, reply in zip(parts, answered, strict=True):
-            if reply is None:
-                continue
-            result = CliqueResults.from_config(reply.content["info"])
-            losses += list(result.losses.values())
-            arrays = to_numpy(reply.content["arrays"])
-            for aid, n in result.counts.items():
-                if n > 0:
-                    contributions.setdefault(aid, []).append(
-                        (part, int(n), {k: arrays[f"{aid}{SEP}{k}"] for k in PARAM_KEYS}))
-                    self.samples_visited += self._visited(int(n), server_round, bool(spec_dp.get(aid)))
-        self._add_shard(specs, current, server_round, contributions)
-        out = {}
-        for s in specs:
-            aid = str(s["id"])
-            out[aid] = fedavg(contributions[aid]) if aid in contributions else current[aid]
-        self.client_rounds += len(messages)
-        self.run.store.append_metrics({"round": server_round, "adapters": len(specs), "client-rounds": len(messages),
-                                       "train-loss": float(np.mean(losses)) if losses else 0.0,
-                                       "seconds": time.monotonic() - started, "action": self.cfg.action})
-        return out
-
-    def _add_shard(self, specs: list[dict[str, object]], current: dict[str, Arrays], server_round: int,
-                   contributions: dict[str, list[Contribution]]) -> None:
+    def shard_contributions(self, specs: list[dict[str, object]], states: Mapping[str, Arrays],
+                            server_round: int) -> list[Contribution]:
         """The server's own contribution to each clique's FedAvg (after the partitions): its safe-shard samples
         of the clique's classes, trained from the same start with the same budget as a client."""
         if self.shard is None:
-            return
+            return []
         theta = frozen_theta(self.dim, self.cfg.seed, self.budget.width)
+        out = []
         for s in (s for s in specs if not s["dp"]):  # SAFE-DP with a safe shard is refused by the config
             aid, classes = str(s["id"]), [int(k) for k in s["classes"]]  # type: ignore[attr-defined]
-            n, arrays = self.shard.train(self.cfg, theta, aid, classes, current[aid], self.budget, server_round)
+            n, arrays = self.shard.train(self.cfg, theta, aid, classes, states[aid], self.budget, server_round)
             if n > 0:
-                contributions.setdefault(aid, []).append((SHARD_ORDER, n, arrays))
+                out.append(Contribution(aid, SERVER_ORDER, n, arrays))
                 self.shard_visited += self._visited(n, server_round, False)
+        return out
 
     def _visited(self, held: int, server_round: int, dp: bool) -> int:
         """Sample-gradient evaluations of one adapter on one node this round (its step budget × batch)."""
@@ -241,6 +201,55 @@ class SafeTrainer:
         self.rebuilt.append(aid)
 
 
+class SafeRound(GroupedRound):
+    """One round of every adapter: one message per node carries the blocks of all its cliques, each block is
+    averaged on its own (weighted by that clique's sample counts, summed in float64 in partition order), and
+    the server's safe shard contributes last."""
+
+    accumulate = np.float64
+
+    def __init__(self, trainer: SafeTrainer, specs: list[dict[str, object]]) -> None:
+        run = trainer.run
+        super().__init__(trainer.grid, run.nodes, trainer.cfg.round_timeout, run.store, trainer.cfg.action)
+        self.trainer, self.specs = trainer, specs
+
+    def configure_train(self, server_round: int, states: Mapping[str, Arrays]) -> list[Send]:
+        t = self.trainer
+        by_node: dict[int, list[CliqueWork]] = {}
+        for s in self.specs:
+            for p, cells in t.plan.participants(s["units"]).items():  # type: ignore[arg-type]
+                classes = tuple(int(k) for k in s["classes"])  # type: ignore[attr-defined]
+                clique = tuple(int(c) for c in s["clique"]) if s["dp"] else None  # type: ignore[attr-defined]
+                by_node.setdefault(p, []).append(CliqueWork(str(s["id"]), classes, tuple(cells), bool(s["dp"]), clique))
+        sends = []
+        for p, items in sorted(by_node.items()):
+            arrays = {f"{i.adapter}{SEP}{k}": states[i.adapter][k] for i in items for k in PARAM_KEYS}
+            config = TrainCliques(server_round, tuple(items), _plan_config(t.plan, p)).to_config()
+            message = Message(RecordDict({"arrays": _record(arrays), "config": config}),
+                              dst_node_id=t.run.nodes[p], message_type=TRAIN_MESSAGE)
+            rows = len(t.run.plan.partition_ids(p)) * len(items)
+            sends.append(Send(p, message, partial(self._valid, p, arrays, {i.adapter for i in items}, rows)))
+        return sends
+
+    @staticmethod
+    def _valid(partition: int, sent: Arrays, adapters: set[str], rows: int, reply: Message) -> str | None:
+        return check_reply(reply, partition, sent=sent, max_examples=rows, numbers=()) or check_counts(
+            reply, adapters, rows)
+
+    def contributions(self, send: Send, reply: Message) -> list[Contribution]:
+        result = CliqueResults.from_config(reply.content["info"])
+        arrays = to_numpy(reply.content["arrays"])
+        return [Contribution(aid, send.partition, int(n), {k: arrays[f"{aid}{SEP}{k}"] for k in PARAM_KEYS},
+                             float(result.losses.get(aid, 0.0)))
+                for aid, n in result.counts.items() if n > 0]
+
+    def server_contributions(self, server_round: int, states: Mapping[str, Arrays]) -> list[Contribution]:
+        return self.trainer.shard_contributions(self.specs, states, server_round)
+
+    def row_fields(self, server_round: int, sends: Sequence[Send]) -> dict[str, Any]:
+        return {"adapters": len(self.specs)}
+
+
 def check_counts(reply: Message, adapters: set[str], max_examples: int) -> str | None:
     """A ``train.safe`` reply's per-adapter counts and losses: adapters sent, plausible counts, finite losses."""
     try:
@@ -252,13 +261,6 @@ def check_counts(reply: Message, adapters: set[str], max_examples: int) -> str |
     except (KeyError, TypeError, ValueError, AttributeError):
         return "malformed info"
     return "implausible counts or losses" if bad else None
-
-
-def fedavg(contributions: list[Contribution]) -> Arrays:
-    """FedAvg of one block, weighted by that block's own sample counts, accumulated in float64 and summed
-    in partition order, the server's safe-shard contribution last."""
-    return weighted_mean([arrays for _, _, arrays in contributions], [n for _, n, _ in contributions],
-                         accumulate=np.float64, keys=[order for order, _, _ in contributions])
 
 
 def collect_prototypes(grid: Grid, run: ServerRun, plan: SafePlan, ledger: Ledger, units: list[str],
