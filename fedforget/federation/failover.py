@@ -141,6 +141,11 @@ def exchange_redo_or_exclude(grid: Grid, nodes: dict[int, int], messages: Sequen
     return replies, excluded
 
 
+def is_training(message: Message) -> bool:
+    """Whether a message trains (Flower's ``train`` category, whichever method's action follows the dot)."""
+    return message.metadata.message_type.partition(".")[0] == MessageType.TRAIN
+
+
 class PartitionsExcluded(RuntimeError):
     """Partitions excluded mid-run where the method cannot build anything without them (fedavg's one
     global model): the run stops building, names them, and what they were needed for stays unbuilt."""
@@ -167,7 +172,7 @@ class PolicyGrid(ReliableGrid):
         replies, lost = exchange_redo_or_exclude(
             self.inner, self.nodes, messages, partitions, timeout if timeout is not None else float("inf"),
             lambda reply, i: self.validate(reply, partitions[i], messages[i]))
-        trained = {p for p, m in zip(partitions, messages, strict=True) if m.metadata.message_type == MessageType.TRAIN}
+        trained = {p for p, m in zip(partitions, messages, strict=True) if is_training(m)}
         if lost & trained:  # a lost evaluation only leaves that partition out of the round's metrics
             raise PartitionsExcluded(lost & trained)
         return [r for r in replies if r is not None]

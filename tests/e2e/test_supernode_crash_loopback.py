@@ -1,6 +1,6 @@
 """A real SuperNode killed mid-round on the loopback deployment: ``kill -9`` of its whole
 process session while it holds a training message (``train.chain`` of a chain method, or fedavg's
-``train``: the same failure rule serves both), then a restart with the same partition and
+``train.fedavg``: the same failure rule serves both), then a restart with the same partition and
 state dir (a new node id). The run must finish, re-map the partition to the new node and redo its
 work, and serve exactly the bytes of an uninterrupted in-process run."""
 

@@ -35,7 +35,7 @@ def fedavg_reference(tmp_path_factory) -> dict[str, str]:
 
 
 def test_fedavg_client_that_raises_once_is_redone_bit_identically(fedavg_reference, tmp_path):
-    store = run_with({"kinds": ("train",), "raise_once": {1}}, tmp_path / "s", config=FEDAVG)
+    store = run_with({"kinds": ("train.fedavg",), "raise_once": {1}}, tmp_path / "s", config=FEDAVG)
     assert artifact_shas(store) == fedavg_reference
     assert _unbuilt(store) == {"artifacts": [], "partitions": []}
 
@@ -44,7 +44,7 @@ def test_fedavg_client_that_raises_once_is_redone_bit_identically(fedavg_referen
 def test_fedavg_bad_reply_is_rejected_and_the_global_model_stays_unbuilt(fedavg_reference, tmp_path, how,
                                                                          monkeypatch):
     monkeypatch.setenv(REJOIN_ENV, "1")
-    store = run_with({"kinds": ("train",), "tamper": {2: how}}, tmp_path / "s", config=FEDAVG)
+    store = run_with({"kinds": ("train.fedavg",), "tamper": {2: how}}, tmp_path / "s", config=FEDAVG)
     assert _unbuilt(store) == {"artifacts": ["fedavg/global"], "partitions": [2]}
     assert artifact_shas(store) == {}  # nothing built around the lost partition, so nothing inexact served
     ledger = store.ledger()
@@ -94,7 +94,7 @@ def fedshard_reference(tmp_path_factory) -> dict[str, str]:
 
 
 def test_fedshard_client_that_raises_once_is_redone_bit_identically(fedshard_reference, tmp_path):
-    store = run_with({"kinds": ("train.chain",), "raise_once": {3}}, tmp_path / "s", nodes=SHARD_NODES,
+    store = run_with({"kinds": ("train.fedshard",), "raise_once": {3}}, tmp_path / "s", nodes=SHARD_NODES,
                      config=FEDSHARD)
     assert artifact_shas(store) == fedshard_reference
     assert _unbuilt(store) == {"artifacts": [], "partitions": []}
@@ -104,7 +104,7 @@ def test_fedshard_client_that_raises_once_is_redone_bit_identically(fedshard_ref
 def test_fedshard_bad_reply_leaves_that_clients_path_unbuilt_and_serving_falls_back(fedshard_reference, tmp_path,
                                                                                      how, monkeypatch):
     monkeypatch.setenv(REJOIN_ENV, "1")
-    store = run_with({"kinds": ("train.chain",), "tamper": {0: how}}, tmp_path / "s", nodes=SHARD_NODES,
+    store = run_with({"kinds": ("train.fedshard",), "tamper": {0: how}}, tmp_path / "s", nodes=SHARD_NODES,
                      config=FEDSHARD)
     built, unbuilt = artifact_shas(store), _unbuilt(store)
     assert unbuilt["partitions"] == [0] and unbuilt["artifacts"]
@@ -143,3 +143,28 @@ def test_hosfl_bad_reply_is_rejected_and_that_client_dropped_from_the_round(hosf
     assert all(r["dropped"] == [1] and r["forward-ok"] == [0, 2] for r in rows)
     assert all(np.isfinite(r["train-loss"]) for r in rows)  # nothing of the bad reply reached θ_s
     assert artifact_shas(store)  # the model over the clients that answered is built and served
+
+
+REPLAY = {**DIGITS, "method": "replay", "replay.strategy": "fedavgm", "num-rounds": 2, "local-epochs": 1,
+          "seed": 4}
+
+
+@pytest.fixture(scope="module")
+def replay_reference(tmp_path_factory) -> dict[str, str]:
+    return artifact_shas(train_in_process(tmp_path_factory.mktemp("replay") / "s", NODES, **REPLAY))
+
+
+def test_replay_client_that_raises_once_is_redone_bit_identically(replay_reference, tmp_path):
+    store = run_with({"kinds": ("train.replay",), "raise_once": {1}}, tmp_path / "s", config=REPLAY)
+    assert artifact_shas(store) == replay_reference
+    assert _unbuilt(store) == {"artifacts": [], "partitions": []}
+
+
+@pytest.mark.parametrize("how", BAD)
+def test_replay_bad_reply_stops_the_rounds_and_nothing_averaged_around_it_is_built(replay_reference, tmp_path, how,
+                                                                                   monkeypatch):
+    monkeypatch.setenv(REJOIN_ENV, "1")
+    store = run_with({"kinds": ("train.replay",), "tamper": {2: how}}, tmp_path / "s", config=REPLAY)
+    rounds = ["replay/round-1", "replay/state-1", "replay/round-2", "replay/state-2"]
+    assert _unbuilt(store) == {"artifacts": rounds, "partitions": [2]}
+    assert artifact_shas(store) == {}  # every round needs partition 2: nothing is built around it

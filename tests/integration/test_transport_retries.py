@@ -35,7 +35,7 @@ class LossyGrid(InProcessGrid):
         ids = list(super().push_messages(messages))
         for mid in ids:
             reply = self._replies[mid]
-            if reply.metadata.message_type == "train" and self.lost < self.losses:
+            if reply.metadata.message_type == "train.fedavg" and self.lost < self.losses:
                 self.lost += 1
                 if self.silent:
                     del self._replies[mid]

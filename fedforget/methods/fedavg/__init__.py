@@ -9,8 +9,8 @@ METHOD = Method(
     variants=("fedavg",),
     driver="fedforget.methods.fedavg.server:run_fedavg",
     handlers={
-        "train": "fedforget.federation.adapter_round:train_adapter",
-        "evaluate": "fedforget.federation.adapter_round:evaluate_adapter",
+        "train.fedavg": "fedforget.federation.adapter_round:train_adapter",
+        "evaluate.fedavg": "fedforget.federation.adapter_round:evaluate_adapter",
     },
     serving=LORA_SERVING,
     serving_rules={"single": SINGLE_RULE},

@@ -33,6 +33,9 @@ from fedforget.store.ledger import Ledger
 from fedforget.training.supervised import evaluate
 
 ARTIFACT = "fedavg/global"
+#: fedavg's own message types (Flower's categories, fedavg's action)
+TRAIN_MESSAGE = f"{MessageType.TRAIN}.fedavg"
+EVALUATE_MESSAGE = f"{MessageType.EVALUATE}.fedavg"
 
 
 def _mean_metrics(records: list[RecordDict], weighting_key: str) -> MetricRecord:
@@ -91,7 +94,7 @@ class PartitionFedAvg(FedAvg):
         #: What the clients reported in the last round, for metrics.jsonl.
         self.round_report: dict[str, object] = {}
         self._expected = 0
-        self._expected_type = MessageType.TRAIN
+        self._expected_type = TRAIN_MESSAGE
 
     def _messages(self, partitions: list[int], arrays: ArrayRecord, config: ConfigRecord,
                   message_type: str) -> list[Message]:
@@ -109,19 +112,19 @@ class PartitionFedAvg(FedAvg):
         config["artifact"] = self.artifact
         config["evaluate-received"] = True
         self.round_report = {"bytes-down": len(chosen) * record_bytes(arrays)}
-        return self._messages(chosen, arrays, config, MessageType.TRAIN)
+        return self._messages(chosen, arrays, config, TRAIN_MESSAGE)
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
         if server_round < self.num_rounds:  # the next round's train messages evaluate this model
             return []
         config["server-round"] = server_round
-        return self._messages(self.chosen, arrays, config, MessageType.EVALUATE)
+        return self._messages(self.chosen, arrays, config, EVALUATE_MESSAGE)
 
     def _sorted_complete(self, replies: Iterable[Message]) -> list[Message]:
         replies = list(replies)
         check_replies(replies)
-        if len(replies) != self._expected and self._expected_type == MessageType.TRAIN:
+        if len(replies) != self._expected and self._expected_type == TRAIN_MESSAGE:
             raise NodeFailure(f"{self._expected - len(replies)} node(s) did not reply before the round timeout")
         return sorted(replies, key=lambda r: int(r.content["metrics"][PARTITION_KEY]))
 
@@ -199,7 +202,7 @@ def check_fedavg_reply(run: ServerRun, reply: Message, partition: int, sent: Mes
     """A train reply carries the tensors sent back, trained on at most the partition's examples, and
     the received model's finite evaluation on at most the test split; an evaluate reply carries finite
     metrics and no tensors."""
-    if sent.metadata.message_type == MessageType.TRAIN:
+    if sent.metadata.message_type == TRAIN_MESSAGE:
         why = check_reply(reply, partition, sent=to_numpy(sent.content["arrays"]),
                           max_examples=len(run.plan.partition_ids(partition)),
                           numbers=("train-loss", f"{RECEIVED}accuracy", f"{RECEIVED}loss", f"{RECEIVED}examples"))

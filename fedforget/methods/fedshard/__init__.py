@@ -2,13 +2,13 @@
 affected branch."""
 
 from fedforget.core.method import Method
-from fedforget.federation.message_types import CHAIN, FORGET, LORA_SERVING, MODULE_TRAINING
+from fedforget.federation.message_types import FORGET, LORA_SERVING, MODULE_TRAINING
 
 METHOD = Method(
     name="fedshard",
     variants=("fedshard",),
     driver="fedforget.methods.fedshard.server:run_fedshard",
-    handlers={CHAIN: MODULE_TRAINING},
+    handlers={"train.fedshard": MODULE_TRAINING},  # the chains' module training, in its own namespace
     serving=LORA_SERVING,
     serving_rules={"fedshard": "fedforget.methods.fedshard.plan:fedshard_serving"},
     forget_message=FORGET,

@@ -1,6 +1,6 @@
 """FedShard: a stage-wise shard tree trained through Flower, every shard cached with its clients' lineage.
 
-Stage by stage, all shards of a stage train in parallel: each round sends one ``train.chain``
+Stage by stage, all shards of a stage train in parallel: each round sends one ``train.fedshard``
 message to every member of every shard that still has rounds left (per-shard seeds come from the
 shard's artifact id), and each shard FedAvg-aggregates its own replies in partition order. After a
 stage, update angles are measured and A1/A2 (``fedforget.methods.fedshard.plan``) plan the next one. Each
@@ -43,12 +43,7 @@ from fedforget.federation.control_messages import NEED_CLASS_COUNTS
 from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import check_chain_reply
 from fedforget.federation.grouped_round import Contribution, GroupedRound, Send
-from fedforget.federation.messaging import (
-    CHAIN_MESSAGE,
-    PARTITION_KEY,
-    to_numpy,
-    to_record,
-)
+from fedforget.federation.messaging import PARTITION_KEY, to_numpy, to_record
 from fedforget.federation.module_messages import TrainModule
 from fedforget.federation.module_stack import default_module_init, initial_head
 from fedforget.federation.run_setup import ServerRun
@@ -72,6 +67,8 @@ from fedforget.methods.fedshard.plan import (
 from fedforget.store.ledger import Ledger
 
 Arrays = dict[str, np.ndarray]
+#: a shard member's round: the chains' module training (``TrainModule``, one continued module), FedShard's type
+TRAIN_MESSAGE = "train.fedshard"
 
 
 def _flat(arrays: Arrays) -> np.ndarray:
@@ -118,7 +115,7 @@ class ShardTrainer:
         slices = list(range(len(self.run.plan.slices[partition])))
         request = TrainModule(shard.artifact, server_round, "continue", tuple(slices))
         content = RecordDict({"arrays": to_record(state), "config": request.to_config()})
-        return Message(content, dst_node_id=self.run.nodes[partition], message_type=CHAIN_MESSAGE)
+        return Message(content, dst_node_id=self.run.nodes[partition], message_type=TRAIN_MESSAGE)
 
     def train_stage(self, shards: Sequence[ShardNode], inits: dict[int, Arrays]) -> dict[int, ShardResult]:
         """FedAvg inside each shard for its own number of rounds (:class:`ShardRound`); shards with fewer

@@ -89,6 +89,15 @@ def test_a_message_type_has_one_handler():
             assert seen.setdefault(kind, target) == target, kind
 
 
+def test_each_method_sends_its_own_message_types_and_none_owns_a_bare_category():
+    owners: dict[str, str] = {}
+    for method in FAMILIES:
+        for kind in method.handlers:
+            assert kind not in SHARED_HANDLERS, f"{method.name} registers the shared {kind!r}"
+            assert "." in kind, f"{method.name} owns Flower's bare {kind!r} category: give it an action"
+            assert owners.setdefault(kind, method.name) == method.name, f"{kind!r}: {owners[kind]} and {method.name}"
+
+
 def test_a_plan_kind_has_one_method():
     kinds = [k for m in FAMILIES for k in m.serving_rules]
     assert len(kinds) == len(set(kinds))

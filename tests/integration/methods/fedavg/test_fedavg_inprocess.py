@@ -65,8 +65,8 @@ def _counting_client(counts: list[str]) -> ClientApp:
         return client_app(msg, context)
 
     counting.query()(relay)
-    counting.train()(relay)
-    counting.evaluate()(relay)
+    counting.train("fedavg")(relay)
+    counting.evaluate("fedavg")(relay)
     return counting
 
 
@@ -74,7 +74,8 @@ def test_evaluation_rides_on_the_train_messages_and_trains_nothing(tmp_path):
     counts: list[str] = []
     run_in_process({"task": "digits-mlp", "store": str(tmp_path / "s"), "num-rounds": 3}, 3,
                    server_app=server_app, client_app=_counting_client(counts))
-    assert counts.count("train") == 9 and counts.count("evaluate") == 3  # only the last model: 3 + 0 + 0 + 3
+    # only the last model is evaluated on its own: 3 + 0 + 0 + 3
+    assert counts.count("train.fedavg") == 9 and counts.count("evaluate.fedavg") == 3
     rows = Store.open(tmp_path / "s").metrics()
     assert [sorted(r["received-accuracies"]) for r in rows[1:]] == [["0", "1", "2"]] * 3
     assert 0 < rows[1]["received-accuracy"] < rows[3]["received-accuracy"] < 1  # model 0 vs model 2
@@ -91,8 +92,8 @@ def test_evaluation_rides_on_the_train_messages_and_trains_nothing(tmp_path):
 
     plain = ClientApp()
     plain.query()(client_app)
-    plain.evaluate()(client_app)
-    plain.train()(train_without_evaluating)
+    plain.evaluate("fedavg")(client_app)
+    plain.train("fedavg")(train_without_evaluating)
     run_in_process({"task": "digits-mlp", "store": str(tmp_path / "p"), "num-rounds": 3}, 3,
                    server_app=server_app, client_app=plain)
     assert served_sha(Store.open(tmp_path / "p")) == served_sha(Store.open(tmp_path / "s"))
@@ -115,7 +116,7 @@ def test_a_client_that_raises_stops_the_run_with_its_reason(tmp_path):
     def query(msg: Message, context: Context) -> Message:
         return client_app(msg, context)
 
-    @broken.train()
+    @broken.train("fedavg")
     def train(msg: Message, context: Context) -> Message:
         raise RuntimeError("disk full on the client")
 

@@ -113,7 +113,7 @@ def _dying_client_app(dead_partition: int, dead_artifact: str) -> ClientApp:
     def query(msg: Message, context: Context) -> Message:
         return register(msg, context)
 
-    @app.train("chain")
+    @app.train("fedshard")
     def train_chain(msg: Message, context: Context) -> Message:
         config = msg.content["config"]
         if (int(context.node_config["partition-id"]) == dead_partition and str(config["artifact"]) == dead_artifact
