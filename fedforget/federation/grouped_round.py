@@ -13,6 +13,8 @@ how a reply splits into contributions, the server's own contribution, its metric
   averaged by :func:`~fedforget.core.weighted_mean.weighted_mean` in ascending order (the partition; the
   server's own contribution last) at the method's precision (:attr:`GroupedRound.accumulate`). A group no
   one contributed to keeps the state it started the round with.
+- **The strategy's hooks.** A round passes through the running strategy's ``configure_train`` and
+  ``aggregate_train`` where a subclass overrides them (:mod:`fedforget.federation.round_hooks`).
 - **The metrics row.** Client-rounds, bytes down and up, the examples and mean loss of the contributions,
   seconds and the action, plus the method's own fields (:meth:`GroupedRound.row_fields`), appended to the
   store's ``metrics.jsonl``.
@@ -23,7 +25,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -33,6 +35,7 @@ from flwr.serverapp import Grid
 from fedforget.core.weighted_mean import weighted_mean
 from fedforget.federation.failover import exchange_redo_or_exclude
 from fedforget.federation.messaging import payload_bytes
+from fedforget.federation.round_hooks import aggregate_through_strategy, configure_through_strategy, pack, unpack
 
 Arrays = dict[str, np.ndarray]
 #: why a reply cannot be used, or None
@@ -149,10 +152,17 @@ class GroupedRound(ABC):
     def run(self, server_round: int, states: Mapping[str, Arrays]) -> RoundResult:
         """One round: configure, exchange under the failure rule, aggregate, write the metrics row."""
         sends = self.configure_train(server_round, states)
+        messages = configure_through_strategy(server_round, [s.message for s in sends], lambda: pack(states),
+                                              self.grid)
+        sends = [s if s.message is m else replace(s, message=m) for s, m in zip(sends, messages, strict=True)]
         started = time.monotonic()
         replies, excluded, bytes_down = self.exchange(sends)
         result = self.aggregate_train(server_round, states, sends, replies)
         result.excluded = excluded
+        made = aggregate_through_strategy(server_round, [r for r in replies if r is not None],
+                                          lambda: pack(result.states), result.row)
+        if made is not None:
+            result.states = unpack(made, list(states))
         result.row = {**self.row_fields(server_round, sends), **result.row, "bytes-down": bytes_down,
                       "seconds": time.monotonic() - started, "action": self.action}
         if self.store is not None:

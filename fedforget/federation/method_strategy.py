@@ -2,9 +2,9 @@
 ``FedAvg(...).start(grid=grid, ...)``, returning Flower's :class:`~flwr.serverapp.strategy.Result`.
 
 A method trains into a store (the ledger of what each artifact saw, its artifacts, its serving plan), so its
-``start`` is a whole run of ``action`` (train, retrain or propagate) rather than ``num_rounds`` calls of
-``configure_train``/``aggregate_train``: the rounds of a chain position, a shard or a split model are the
-method's own (its docs say what a round is). ``Result.arrays`` is what the store serves once the run ends.
+``start`` is a whole run of ``action`` (train, retrain or propagate). Its rounds still pass through
+``configure_train``/``aggregate_train`` once each (:mod:`fedforget.federation.round_hooks`): a subclass may
+override them as it would Flower's. ``Result.arrays`` is what the store serves once the run ends.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from fedforget.core.config import (
     rename_flat_keys,
 )
 from fedforget.core.config_keys import ConfigTable
+from fedforget.federation.round_hooks import HOOKS, default_hook, in_round, overridden, running
 from fedforget.federation.run_action import run_action
 from fedforget.store.store import Store, StoreError, resolve_store_path
 
@@ -94,6 +95,9 @@ class MethodStrategy(Strategy):
     def __init_subclass__(cls, **kwargs: object) -> None:
         """``help(FedSGT)`` and IDEs show the typed keys the variant reads (on its default task)."""
         super().__init_subclass__(**kwargs)
+        if not cls.round_hooks and any(overridden(cls, hook) for hook in HOOKS):
+            raise TypeError(f"{cls.__name__}'s rounds are not FedAvg rounds (split learning exchanges activations "
+                            "and feedback): start() calls no configure_train/aggregate_train to override")
         if getattr(cls, "variant", None):
             cls.__signature__ = _signature(cls.variant)  # type: ignore[attr-defined]
 
@@ -105,15 +109,27 @@ class MethodStrategy(Strategy):
         for key, value in sorted(self.config.to_dict().items()):
             log(INFO, "\t│\t%s = %s", key, value)
 
+    #: whether the method's rounds are FedAvg rounds that pass through configure_train/aggregate_train
+    round_hooks: ClassVar[bool] = True
+
+    @default_hook
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
-        raise NotImplementedError(f"{type(self).__name__} runs its own rounds inside start(); call start()")
+        """The round's messages (called by ``start`` once per round; :mod:`fedforget.federation.round_hooks`).
+        ``arrays`` holds the round's models (several as ``<group>:<tensor>``). An override may change the
+        messages but returns one per node of the round, in order."""
+        return list(in_round(self, "configure_train").messages)
 
+    @default_hook
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):  # noqa: ANN201
-        raise NotImplementedError(f"{type(self).__name__} runs its own rounds inside start(); call start()")
+        """The round's models (each group's partition-order mean) and its metrics; called by ``start`` once per
+        round with the valid replies. What an override returns is what the round goes on from."""
+        current = in_round(self, "aggregate_train")
+        return current.arrays, current.metrics
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
+        """Not a hook: the server evaluates what the store serves on its own test set (``evaluate_fn``)."""
         raise NotImplementedError(f"{type(self).__name__} evaluates what it serves inside start(); call start()")
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
@@ -147,7 +163,8 @@ class MethodStrategy(Strategy):
         self.summary()
         store_root = resolve_store_path(cfg.store)
         rows_before = _metrics_rows(store_root) if action != "train" else 0
-        run_action(grid, cfg)
+        with running(self):
+            run_action(grid, cfg)
         if action == "propagate":
             return Result()
         return served_result(Store.open(store_root), rows_before, evaluate_fn)

@@ -27,6 +27,7 @@ from fedforget.federation.messaging import (
     record_bytes,
     to_numpy,
 )
+from fedforget.federation.round_hooks import aggregate_through_strategy, configure_through_strategy
 from fedforget.federation.run_setup import DEFAULT_ADAPTER, ServerRun
 from fedforget.federation.units import all_units
 from fedforget.store.ledger import Ledger
@@ -112,7 +113,8 @@ class PartitionFedAvg(FedAvg):
         config["artifact"] = self.artifact
         config["evaluate-received"] = True
         self.round_report = {"bytes-down": len(chosen) * record_bytes(arrays)}
-        return self._messages(chosen, arrays, config, TRAIN_MESSAGE)
+        messages = self._messages(chosen, arrays, config, TRAIN_MESSAGE)
+        return configure_through_strategy(server_round, messages, arrays, grid)
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
@@ -142,6 +144,7 @@ class PartitionFedAvg(FedAvg):
                                  keys=[int(c["metrics"][PARTITION_KEY]) for c in contents])
             arrays = ArrayRecord({k: Array(v) for k, v in mean.items()})
             metrics = self.train_metrics_aggr_fn(contents, self.weighted_by_key)
+            arrays = aggregate_through_strategy(server_round, ordered, arrays, dict(metrics)) or arrays
         self.round_report.update({
             "bytes-up": sum(record_bytes(r.content["arrays"]) for r in ordered),
             "train-loss": float((metrics or {}).get("train-loss", 0.0)),

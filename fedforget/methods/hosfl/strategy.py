@@ -6,19 +6,23 @@ from __future__ import annotations
 from fedforget.federation.method_strategy import MethodStrategy
 
 
-class HOSFL(MethodStrategy):
+class _Split(MethodStrategy):
+    round_hooks = False  # a round exchanges activations and feedback, not models to average
+
+
+class HOSFL(_Split):
     """HO-SFL: split learning whose clients train their half without backpropagation (zeroth order)."""
 
     variant = "hosfl"
 
 
-class SFL(MethodStrategy):
+class SFL(_Split):
     """SFL: split federated learning with first-order clients (the reference for HO-SFL)."""
 
     variant = "sfl"
 
 
-class ZOSFL(MethodStrategy):
+class ZOSFL(_Split):
     """ZO-SFL: split learning with zeroth-order clients and server."""
 
     variant = "zo-sfl"

@@ -22,6 +22,7 @@ from fedforget.core.seeds import derive_seed
 from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import PartitionsExcluded, PolicyGrid, check_reply
 from fedforget.federation.messaging import PARTITION_KEY, ReliableGrid, record_bytes, to_numpy
+from fedforget.federation.round_hooks import aggregate_through_strategy, configure_through_strategy
 from fedforget.federation.run_setup import DEFAULT_ADAPTER, ServerRun
 from fedforget.federation.units import all_units
 from fedforget.methods.replay import flower_strategies
@@ -91,6 +92,9 @@ class ReplayServer(MethodServer):
                              summary=f"replay built {len(rebuilt)} artifact(s), stopped at round {server_round}")
             replies.sort(key=lambda r: int(r.content["metrics"][PARTITION_KEY]))
             aggregated, metrics = strategy.aggregate_train(server_round, replies)
+            if aggregated is not None:
+                aggregated = aggregate_through_strategy(server_round, replies, aggregated, dict(metrics or {})) \
+                    or aggregated
             if aggregated is not None:  # the model keeps its dtypes (a float64 server step is rounded back)
                 arrays = {k: np.ascontiguousarray(v.numpy(), dtype=initial[k].dtype) for k, v in aggregated.items()}
             seen.update(chosen)
@@ -111,7 +115,8 @@ class ReplayServer(MethodServer):
                                                  _Sampled([run.nodes[p] for p in chosen])))
         finally:
             strategy.fraction_train, strategy.min_train_nodes, strategy.min_available_nodes = keep
-        return [Message(m.content, dst_node_id=m.metadata.dst_node_id, message_type=MESSAGE) for m in made]
+        messages = [Message(m.content, dst_node_id=m.metadata.dst_node_id, message_type=MESSAGE) for m in made]
+        return configure_through_strategy(server_round, messages, record, self.grid)
 
     def _artifacts(self, server_round: int, name: str) -> list[str]:
         return [round_artifact(server_round)] + ([state_artifact(server_round)] if flower_strategies.STATE[name]
