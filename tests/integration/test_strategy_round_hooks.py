@@ -13,7 +13,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedforget.inprocess import run_in_process
 from fedforget.store import Store
-from fedforget.strategies import HOSFL, FedAvgLoRA, FedSGT, FedShard, start_from_context
+from fedforget.strategies import HOSFL, FedAvgLoRA, FedSGT, FedShard, Forgettable, start_from_context
 
 from .helpers import artifact_shas, served_ids
 
@@ -110,6 +110,26 @@ def test_fedavg_calls_configure_train_once_per_flower_round(tmp_path):
     plain = _train(tmp_path, "plain", FedAvgLoRA, num_rounds=3, **KEYS)
     assert _TaggedFedAvg.rounds == [1, 2, 3]
     assert artifact_shas(tagged) == artifact_shas(plain)  # a config entry the nodes do not read changes nothing
+
+
+class _WatchedReplay(Forgettable):
+    """Flower's FedAvgM made forgettable, each round's aggregate noted."""
+
+    rounds: list[tuple[int, int]] = []
+
+    def aggregate_train(self, server_round: int, replies):  # noqa: ANN001, ANN201
+        arrays, metrics = super().aggregate_train(server_round, replies)
+        type(self).rounds.append((server_round, len(replies)))
+        return arrays, metrics
+
+
+def test_a_forgettable_flower_strategy_aggregates_through_the_hook_with_no_byte_changed(tmp_path):
+    _WatchedReplay.rounds = []
+    keys = {**KEYS, "strategy": "fedavgm", "num_rounds": 2}
+    watched = _train(tmp_path, "watched", _WatchedReplay, **keys)
+    plain = _train(tmp_path, "plain", Forgettable, **keys)
+    assert [r for r, _ in _WatchedReplay.rounds] == [1, 2] and all(n > 0 for _, n in _WatchedReplay.rounds)
+    assert artifact_shas(watched) == artifact_shas(plain)
 
 
 class _DroppingFedAvg(FedAvgLoRA):
