@@ -164,6 +164,8 @@ class StoreWatch:
         if out.ok and mark is not None and (out.log is None or out.log.size == mark.log_size):
             try:
                 self._plan = sample_plan(self.store.manifest())
+                if self._plan is not None:
+                    self._plan.sorted_ids  # noqa: B018 - its look-up index now, not in the first request's check
             except PlanError:
                 self._plan = None  # the whole check said the plan is sound; a None plan checks no units
             self._seen, self._log = mark, out.log
