@@ -31,8 +31,10 @@ import json
 import os
 import sqlite3
 import threading
+from collections import ChainMap
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -48,6 +50,7 @@ from fedforget.store.check import (
 from fedforget.store.forget_plan import PlanError, SamplePlan, sample_plan
 from fedforget.store.ledger import LEDGER, Ledger
 from fedforget.store.log_check import Replay
+from fedforget.store.log_record import record_path
 from fedforget.store.service_evidence import SERVICE_DB
 from fedforget.store.store import MANIFEST, METRICS, Store, StoreError
 
@@ -92,6 +95,8 @@ class StoreWatch:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        #: the files whose ``stat`` each check compares, as strings (a check runs before every request)
+        self._files_at = {name: str(store.root / name) for name in (MANIFEST, METRICS, SERVICE_DB, LEDGER)}
         self._lock = threading.Lock()
         self._seen: Seen | None = None
         self._log: Replay | None = None
@@ -102,6 +107,8 @@ class StoreWatch:
         #: served sha256 → the stat of its file when it was last hashed intact
         self._intact: dict[str, tuple[int, int, int, int] | None] = {}
         self._trust: dict[bytes, bool] = {}
+        #: where the coordinator's record of this store's log lies (its path resolved at each whole check)
+        self._record_at: Path | None = None
         #: how many checks of each kind ran (the benchmark reports them)
         self.runs = {"full": 0, "changes": 0, "files": 0}
 
@@ -119,7 +126,7 @@ class StoreWatch:
         """The store's check result now: whole when the watch is new or a file was replaced, else the changes."""
         with self._lock:
             seen = self._seen
-            if seen is None or _stat_key(self.store.root / MANIFEST) != seen.manifest or \
+            if seen is None or _stat_key(self._files_at[MANIFEST]) != seen.manifest or \
                     self._ledger_inode() != seen.ledger_inode:
                 return self._full()
             version = self._data_version()
@@ -132,11 +139,12 @@ class StoreWatch:
     def _full(self) -> StoreCheck:
         self.runs["full"] += 1
         self._reconnect()
+        self._record_at = record_path(self.store.root)
         self._seen, self._log = None, None
         # the mark is taken before the check reads the store: a request committed in between is after the
         # mark, so the next check by changes reads it (taken after, it would be marked seen, never checked)
         version = self._data_version()
-        manifest_key = _stat_key(self.store.root / MANIFEST)
+        manifest_key = _stat_key(self._files_at[MANIFEST])
         mark = None
         if version is not None:
             try:
@@ -156,6 +164,8 @@ class StoreWatch:
         if out.ok and mark is not None and (out.log is None or out.log.size == mark.log_size):
             try:
                 self._plan = sample_plan(self.store.manifest())
+                if self._plan is not None:
+                    self._plan.sorted_ids  # noqa: B018 - its look-up index now, not in the first request's check
             except PlanError:
                 self._plan = None  # the whole check said the plan is sound; a None plan checks no units
             self._seen, self._log = mark, out.log
@@ -165,10 +175,10 @@ class StoreWatch:
         """Nothing was committed: only the files the check covers may have changed under it."""
         self.runs["files"] += 1
         out = StoreCheck()
-        if _stat_key(self.store.root / METRICS) != seen.metrics:
+        if _stat_key(self._files_at[METRICS]) != seen.metrics:
             return self._full()
         self._check_served_files(seen, out)
-        service = _stat_key(self.store.root / SERVICE_DB)
+        service = _stat_key(self._files_at[SERVICE_DB])
         if service != seen.service and self._log is not None:
             try:
                 with self._reading().snapshot():
@@ -183,15 +193,20 @@ class StoreWatch:
 
     def _check_served_files(self, seen: Seen, out: StoreCheck) -> None:
         """Each served file is intact: hashed again only when its ``stat`` changed since it was last found so."""
+        paths, intact, stat = self._paths, self._intact, os.stat
         for artifact, sha in seen.served.items():
-            path = self._paths.get(sha)
+            path = paths.get(sha)
             if path is None:
-                path = self._paths[sha] = str(self.store.artifact_path(sha))
-            key = _stat_key(path)
-            if key is not None and self._intact.get(sha) == key:
+                path = paths[sha] = str(self.store.artifact_path(sha))
+            try:
+                st = stat(path)
+                key: tuple[int, int, int, int] | None = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            except OSError:
+                key = None
+            if key is not None and intact.get(sha) == key:
                 continue
             if self.store.verify_artifact(sha):
-                self._intact[sha] = key
+                intact[sha] = key
                 continue
             problem = f"served artifact {artifact} is corrupt or missing"
             out.problems.append(problem)
@@ -243,8 +258,9 @@ class StoreWatch:
         touched = follow(db, log, rows, self._trusted(), out.problems)
         if out.problems:
             return True
-        roots = {**log.roots, log.size: log.frontier.root().hex()}
-        out.problems += record_problems(self.store.root, log.log_id, log.size, roots, has_log=True)
+        roots = ChainMap({log.size: log.frontier.root().hex()}, log.roots)  # not a copy: one root per head
+        out.problems += record_problems(self.store.root, log.log_id, log.size, roots, has_log=True,
+                                        path=self._record_at)
         if _meta(db, "manifest-identity") != seen.identity:
             out.problems.append(f"{LEDGER}'s record of the manifest changed after training")
         new = dict(db.execute("SELECT id, samples FROM requests WHERE id > ?", (seen.last_request,)))
@@ -264,13 +280,13 @@ class StoreWatch:
             self._check_artifacts(ledger, artifacts, sorted(new), out)
             if artifacts or meta & SERVING_META:
                 _check_serving_plan(ledger, out)
-        service = _stat_key(self.store.root / SERVICE_DB)
+        service = _stat_key(self._files_at[SERVICE_DB])
         if out.ok and service != seen.service:  # the service reserves a row before its entry: both changed
             out.problems += service_problems(self.store, log)
         if out.ok:
             served = _served(ledger) if artifacts or meta & SERVING_META else seen.served
             self._seen = Seen(manifest=seen.manifest, ledger_inode=seen.ledger_inode, data_version=version,
-                              metrics=_stat_key(self.store.root / METRICS),
+                              metrics=_stat_key(self._files_at[METRICS]),
                               last_request=max([seen.last_request, *new]), forgotten=forgotten, units=seen.units,
                               log_size=log.size, served=served, artifacts=seen.artifacts | artifacts,
                               identity=seen.identity, service=service)
@@ -336,15 +352,15 @@ class StoreWatch:
 
         db = ledger.db
         return Seen(manifest=manifest, ledger_inode=self._ledger_inode(), data_version=version,
-                    metrics=_stat_key(self.store.root / METRICS),
+                    metrics=_stat_key(self._files_at[METRICS]),
                     last_request=int(db.execute("SELECT COALESCE(MAX(id), 0) FROM requests").fetchone()[0]),
                     forgotten=_count(db, "forgotten"), units=_count(db, "units"),
                     log_size=log_size(db) if has_log(db) else 0, served=_served(ledger),
                     artifacts=frozenset(str(r[0]) for r in db.execute("SELECT artifact FROM artifacts")),
-                    identity=_meta(db, "manifest-identity"), service=_stat_key(self.store.root / SERVICE_DB))
+                    identity=_meta(db, "manifest-identity"), service=_stat_key(self._files_at[SERVICE_DB]))
 
     def _ledger_inode(self) -> int | None:
-        key = _stat_key(self.store.root / LEDGER)
+        key = _stat_key(self._files_at[LEDGER])
         return None if key is None else key[0]
 
     def _reading(self) -> Ledger:

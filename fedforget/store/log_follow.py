@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedforget.store.log import COORDINATOR_KINDS, _quoted, head_digest, logged_row, logged_tables
-from fedforget.store.log_check import Replay, _row_key, check_head_run, check_sequences, check_state, replay, shown_row
+from fedforget.store.log_check import Replay, _row_key, check_head_run, check_state, replay, shown_row
 
 
 def follow(db: sqlite3.Connection, log: Replay, rows: list[tuple[int, str, str]],
@@ -46,11 +46,25 @@ def follow(db: sqlite3.Connection, log: Replay, rows: list[tuple[int, str, str]]
         log.touched = None
     if problems:
         return touched
+    layout = schema(db)
     check_state(db, log, problems)
-    check_sequences(db, log, problems)
+    _check_sequences(db, log, layout, problems)
     _check_new_heads(db, log, start, heads, trusted, problems)
-    _check_touched(db, log, touched, problems)
+    _check_touched(db, log, layout, touched, problems)
     return touched
+
+
+def _check_sequences(db: sqlite3.Connection, log: Replay, layout: Layout, problems: list[str]) -> None:
+    """:func:`~fedforget.store.log_check.check_sequences` with the AUTOINCREMENT tables read from the cached
+    schema: only ``sqlite_sequence`` itself is read."""
+    if not layout.has_sequences:
+        return
+    want = sorted((table, highest) for table, key in layout.autoincrement
+                  if (highest := log.highest.get(table, {}).get(key)) is not None)
+    have = sorted((str(n), s) for n, s in db.execute("SELECT name, seq FROM sqlite_sequence"))
+    if have != want:
+        problems.append("the ledger's sqlite_sequence is not the one its log gives (the next request id would "
+                        "not follow the logged ones)")
 
 
 def _check_new_heads(db: sqlite3.Connection, log: Replay, start: int, heads: dict[int, str],
@@ -58,7 +72,7 @@ def _check_new_heads(db: sqlite3.Connection, log: Replay, start: int, heads: dic
     last = db.execute("SELECT head FROM log_heads WHERE size <= ? ORDER BY size DESC LIMIT 1", (start,)).fetchone()
     newest = check_head_run([(int(size), str(heads[size])) for size in sorted(heads)],
                             head_digest(str(last[0])) if last else None, log, trusted, problems)
-    signed = {size for size in log.signed_sizes if size > start}
+    signed = {size for size in range(start + 1, log.size + 1) if size in log.signed_sizes}  # the new entries' own
     if signed != set(heads):
         missing = sorted(signed - set(heads))
         problems.append(f"the ledger lost the log head the coordinator signed at {missing[0]} entries" if missing
@@ -85,45 +99,79 @@ class Table:
     keys: list[int]
     #: positions of its INTEGER columns, whose sums are compared
     integers: list[int]
-    #: ``SELECT COUNT(*), TOTAL(integer column), ... FROM table``
+    #: ``SELECT * FROM table WHERE`` its key columns ``IS ?``
+    lookup: str
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The logged tables and what the check reads of them, per schema version."""
+
+    tables: dict[str, Table]
+    #: one statement: per logged table (in ``tables``' order) a row ``name, COUNT(*), TOTAL(integer column),
+    #: ...``, padded with NULLs to the widest
     census: str
+    #: whether the ledger has ``sqlite_sequence``, and (table, position of its INTEGER PRIMARY KEY) of each
+    #: AUTOINCREMENT table
+    has_sequences: bool
+    autoincrement: list[tuple[str, int]]
 
 
-_schemas: dict[tuple[str, int], dict[str, Table]] = {}
+_schemas: dict[tuple[str, int], Layout] = {}
 
 
-def schema(db: sqlite3.Connection) -> dict[str, Table]:
-    """The logged tables (cached per database file and schema version: one pragma per call)."""
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def schema(db: sqlite3.Connection) -> Layout:
+    """The logged tables (cached per database file and schema version: two pragmas per call)."""
     path = db.execute("PRAGMA database_list").fetchone()[2]
     version = int(db.execute("PRAGMA main.schema_version").fetchone()[0])
     cached = _schemas.get((path, version))
     if cached is not None:
         return cached
-    out = {}
+    tables, parts = {}, []
     for table in logged_tables(db):
         info = list(db.execute(f"PRAGMA main.table_info({_quoted(table)})"))
         cols = [str(r[1]) for r in info]
         keys = [i for i, r in sorted(enumerate(info), key=lambda r: r[1][5]) if r[5] > 0] or list(range(len(cols)))
         integers = [i for i, r in enumerate(info) if str(r[2]).upper() == "INTEGER"]
-        sums = "".join(f", TOTAL(CASE WHEN typeof({_quoted(cols[i])}) = 'integer' THEN {_quoted(cols[i])} END)"
-                       for i in integers)
-        out[table] = Table(table, cols, keys, integers, f"SELECT COUNT(*){sums} FROM {_quoted(table)}")
+        where = " AND ".join(f"{_quoted(cols[i])} IS ?" for i in keys)
+        tables[table] = Table(table, cols, keys, integers, f"SELECT * FROM {_quoted(table)} WHERE {where}")
+        parts.append((table, [f"TOTAL(CASE WHEN typeof({_quoted(cols[i])}) = 'integer' THEN {_quoted(cols[i])} END)"
+                              for i in integers]))
+    width = max((len(sums) for _, sums in parts), default=0)
+    census = " UNION ALL ".join(f"SELECT {_literal(table)}, COUNT(*)"
+                                f"{''.join(', ' + x for x in [*sums, *['NULL'] * (width - len(sums))])}"
+                                f" FROM {_quoted(table)}" for table, sums in parts)
+    has_sequences = db.execute("SELECT 1 FROM sqlite_master WHERE name='sqlite_sequence'").fetchone() is not None
+    autoincrement = []
+    for table, sql in db.execute("SELECT name, sql FROM sqlite_master WHERE type='table' ORDER BY name"):
+        if "AUTOINCREMENT" in str(sql).upper():
+            key = [r[0] for r in db.execute(f"PRAGMA table_info({_quoted(table)})") if r[5] == 1]
+            if key:
+                autoincrement.append((str(table), key[0]))
+    out = Layout(tables, census, has_sequences, autoincrement)
     if len(_schemas) > 64:
         _schemas.clear()
     _schemas[(path, version)] = out
     return out
 
 
-def _check_touched(db: sqlite3.Connection, log: Replay, touched: dict[str, set[tuple[Any, ...]]],
+def _check_touched(db: sqlite3.Connection, log: Replay, layout: Layout, touched: dict[str, set[tuple[Any, ...]]],
                    problems: list[str]) -> None:
-    tables = schema(db)
-    for table, info in tables.items():
-        held, *totals = db.execute(info.census).fetchone()
+    tables = layout.tables
+    census = db.execute(layout.census).fetchall() if tables else []
+    if [str(row[0]) for row in census] != list(tables):
+        problems.append("the ledger's logged tables are not the ones its schema names")
+        return
+    for (table, info), (_, held, *totals) in zip(tables.items(), census, strict=True):
         if held != log.totals.get(table, 0):
             problems.append(f"the ledger's {table} table holds {held} rows, its log wrote {log.totals.get(table, 0)}")
             return
         want = log.sums.get(table, {})
-        edited = [info.columns[i] for i, total in zip(info.integers, totals, strict=True)
+        edited = [info.columns[i] for i, total in zip(info.integers, totals, strict=False)
                   if abs(total - want.get(i, 0)) >= 0.5]
         if edited:
             problems.append(f"the ledger's {table} table's {edited[0]} column holds values its log never wrote")
@@ -132,7 +180,8 @@ def _check_touched(db: sqlite3.Connection, log: Replay, touched: dict[str, set[t
         if table not in tables:
             problems.append(f"the ledger lost its {table} table, which its log wrote rows into")
             return
-        cols, keys = tables[table].columns, tables[table].keys
+        info = tables[table]
+        cols, keys = info.columns, info.keys
         expected = log.tables.get(table, {})
         for key in sorted(touched[table], key=shown_row):
             values = list(key)
@@ -140,8 +189,7 @@ def _check_touched(db: sqlite3.Connection, log: Replay, touched: dict[str, set[t
                 problems.append(f"the ledger's log wrote a row of {table} with {len(values)} of its {len(cols)} "
                                 f"columns: {shown_row(key)}")
                 return
-            where = " AND ".join(f"{_quoted(cols[i])} IS ?" for i in keys)
-            found = db.execute(f"SELECT * FROM {_quoted(table)} WHERE {where}", [values[i] for i in keys])
+            found = db.execute(info.lookup, [values[i] for i in keys])
             have = sum(1 for row in found if _row_key(logged_row(table, row)) == key)
             want = expected.get(key, 0)
             if want < 0:

@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,10 @@ def record_path(store_root: Path) -> Path:
     return secrets_dir() / "logs" / f"{hashlib.sha256(where.encode()).hexdigest()[:32]}.json"
 
 
-def read_record(store_root: Path) -> dict[str, Any] | None:
-    """The last head the coordinator recorded for the store at this path (None: none recorded here)."""
-    path = record_path(store_root)
+def read_record(store_root: Path, path: Path | None = None) -> dict[str, Any] | None:
+    """The last head the coordinator recorded for the store at this path (None: none recorded here); ``path``:
+    its :func:`record_path`, when the caller keeps it."""
+    path = path or record_path(store_root)
     try:
         data = json.loads(read_bounded(path, MAX_RECORD_BYTES, "log record").decode("utf-8"))
     except FileNotFoundError:
@@ -59,11 +61,12 @@ def write_record(store_root: Path, head: dict[str, Any], requests: bool) -> None
         os.close(lock)
 
 
-def record_problems(store_root: Path, log_id: str | None, size: int, root_at: dict[int, str],
-                    has_log: bool) -> list[str]:
+def record_problems(store_root: Path, log_id: str | None, size: int, root_at: Mapping[int, str],
+                    has_log: bool, path: Path | None = None) -> list[str]:
     """What the record kept outside the store says is wrong with this store's log (``root_at``: size → root of
-    the log's first ``size`` entries, for the sizes :func:`recorded_size` names)."""
-    record = read_record(store_root)
+    the log's first ``size`` entries, for the sizes :func:`recorded_size` names; ``path``: the record's
+    :func:`record_path`, when the caller keeps it)."""
+    record = read_record(store_root, path)
     if record is None:
         return []
     if "unreadable" in record:

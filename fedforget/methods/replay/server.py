@@ -28,6 +28,7 @@ from fedforget.federation.units import all_units
 from fedforget.methods.replay import flower_strategies
 from fedforget.methods.replay.plan import replay_plan, resume_round, round_artifact, state_artifact
 from fedforget.store.ledger import Ledger
+from fedforget.store.store import StoreError
 from fedforget.training.supervised import evaluate
 
 MESSAGE = "train.replay"
@@ -71,7 +72,15 @@ class ReplayServer(MethodServer):
         cfg, name = self.cfg, self.cfg.replay.strategy
         strategy = flower_strategies.build(cfg.replay)
         initial = {k: v.detach().numpy() for k, v in run.bundle.initial_state.items()}
-        arrays = dict(initial) if resume == 0 else self._restore(run, ledger, strategy, resume, initial)
+        try:
+            arrays = dict(initial) if resume == 0 else self._restore(run, ledger, strategy, resume, initial)
+        except StoreError:
+            if not self._forgotten_meanwhile(ledger, resume):
+                raise
+            log(INFO, "fedforget: a request applied during this run forgot round %d, the one replay resumes from; "
+                      "the next retrain rebuilds from the last round still valid", resume)
+            unbuilt = [a for r in range(resume + 1, cfg.num_rounds + 1) for a in self._artifacts(r, name)]
+            return Built([], unbuilt, summary=f"replay ({name}) built nothing: round {resume} was forgotten meanwhile")
         seen = {p for r in range(1, resume + 1) for p in self._sampled(run, r)}
         policy = PolicyGrid(self.grid.inner if isinstance(self.grid, ReliableGrid) else self.grid, run.nodes,
                             lambda reply, partition, sent: check_reply(
@@ -102,6 +111,12 @@ class ReplayServer(MethodServer):
             self._report(run, server_round, arrays, chosen, messages, replies, metrics)
         return Built(rebuilt, manifest={"rounds-done": cfg.num_rounds},
                      summary=f"replay ({name}) built {len(rebuilt)} artifact(s) from round {resume + 1}")
+
+    def _forgotten_meanwhile(self, ledger: Ledger, resume: int) -> bool:
+        """Whether a request applied since this run chose where to resume invalidated that round (and its purge
+        took the files): every round replayed from it would be stale."""
+        valid = ledger.valid_artifacts()
+        return any(a not in valid for a in self._artifacts(resume, self.cfg.replay.strategy))
 
     def _configure(self, strategy, server_round: int, arrays: dict[str, np.ndarray],  # noqa: ANN001
                    chosen: list[int], run: ServerRun) -> list[Message]:
