@@ -62,8 +62,3 @@ def test_fedshard_leaver_retrains_its_path_exactly_on_the_simulation_engine(tmp_
     store = tmp_path / "s"
     with simulation_federation(tmp_path / "flwr-home", NODES) as fed:
         _flow(fed, store, lambda p: store / "clients" / str(p), FEDSHARD)
-
-
-def test_fedshard_leaver_retrains_its_path_exactly_on_the_loopback_deployment(tmp_path):
-    with loopback_deployment(tmp_path / "deploy", NODES) as fed:
-        _flow(fed, tmp_path / "s", lambda p: tmp_path / "deploy" / "deploy" / f"node{p}", FEDSHARD)

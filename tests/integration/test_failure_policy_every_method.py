@@ -40,6 +40,13 @@ def test_fedavg_client_that_raises_once_is_redone_bit_identically(fedavg_referen
     assert _unbuilt(store) == {"artifacts": [], "partitions": []}
 
 
+def test_fedavg_node_that_restarts_with_a_new_id_mid_round_is_remapped_and_redone_bit_identically(fedavg_reference,
+                                                                                                   tmp_path):
+    store = run_with({"kinds": ("train.fedavg",), "die": {1: True}}, tmp_path / "s", config=FEDAVG)
+    assert artifact_shas(store) == fedavg_reference
+    assert _unbuilt(store) == {"artifacts": [], "partitions": []}
+
+
 @pytest.mark.parametrize("how", [*BAD, "received"])
 def test_fedavg_bad_reply_is_rejected_and_the_global_model_stays_unbuilt(fedavg_reference, tmp_path, how,
                                                                          monkeypatch):
