@@ -4,10 +4,11 @@ Flower calls a strategy's hooks once per round from ``Strategy.start``. A fedfor
 whole action into the store, but its rounds are still rounds (one Flower round of FedAvg; one grouped round of
 every chain position, shard or clique due), and each one passes through the strategy that started it:
 
-- ``configure_train(server_round, arrays, config, grid)`` receives the round's models (one model under its
-  own tensor names; several under ``<group>:<tensor>``) and returns the round's messages. The default returns
-  the method's own; an override may change them (add config entries, say) but must return one message per
-  node of the round, to the same nodes in the same order, as the failure rule redoes each by its partition.
+- ``configure_train(server_round, arrays, config, grid)`` receives the round's models (a one-model method's
+  under its tensor names; a grouped round's under ``<group>:<tensor>``) and returns the round's messages.
+  The default returns the method's own; an override may change them (add config entries, say) but must
+  return one message per node of the round, to the same nodes in the same order, as the failure rule
+  redoes each by its partition.
 - ``aggregate_train(server_round, replies)`` receives the valid replies and returns the round's models and
   metrics. The default returns the method's partition-order means; what an override returns is what the
   round goes on from.
@@ -74,25 +75,20 @@ def _hooked(hook: str) -> Any | None:
 
 
 def pack(states: Mapping[str, Mapping[str, np.ndarray]]) -> ArrayRecord:
-    """Several models as one record, ``<group>:<tensor>``; one model under its own names."""
-    if len(states) == 1:
-        [only] = states.values()
-        return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in only.items()})
+    """A grouped round's models as one record, ``<group>:<tensor>`` (even one group: the keys never depend on
+    how many groups a round has)."""
     return ArrayRecord({f"{g}{SEP}{k}": Array(np.ascontiguousarray(v))
                         for g, state in states.items() for k, v in state.items()})
 
 
 def unpack(record: ArrayRecord, groups: Sequence[str]) -> dict[str, Arrays]:
-    """The inverse of :func:`pack` for ``groups`` (the round's, in order)."""
-    arrays = {k: v.numpy() for k, v in record.items()}
-    if len(groups) == 1:
-        return {groups[0]: arrays}
+    """The inverse of :func:`pack` for ``groups`` (the round's)."""
     out: dict[str, Arrays] = {g: {} for g in groups}
-    for key, value in arrays.items():
+    for key, value in record.items():
         group, _, name = key.rpartition(SEP)
         if group not in out:
             raise ValueError(f"aggregate_train returned tensor {key!r} of no group of this round")
-        out[group][name] = value
+        out[group][name] = value.numpy()
     return out
 
 

@@ -5,6 +5,7 @@ method's precision honoured."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from fedforget.core.weighted_mean import weighted_mean
 from fedforget.federation.grouped_round import SERVER_ORDER, Contribution, group_means
@@ -58,3 +59,15 @@ def test_the_methods_precision_is_honoured():
     assert _same(wide["a"], weighted_mean([c.arrays for c in a], [c.weight for c in a], accumulate=np.float64))
     assert wide["a"]["lora_A"].dtype == np.float32  # summed wide, rounded back once
     assert not _same(wide["a"], narrow["a"])  # negative control: the two precisions differ on these terms
+
+
+def test_a_grouped_rounds_models_are_keyed_by_group_even_when_one_is_due_and_unpack_inverts_pack():
+    from fedforget.federation.round_hooks import pack, unpack
+
+    one = {"chains/s0/q0/p1": _state(1)}
+    assert all(k.startswith("chains/s0/q0/p1:") for k in pack(one))
+    two = {"a": _state(1), "b": _state(2)}
+    back = unpack(pack(two), ["a", "b"])
+    assert all(_same(back[g], two[g]) for g in two)
+    with pytest.raises(ValueError, match="no group of this round"):
+        unpack(pack({"c": _state(3)}), ["a"])
