@@ -128,6 +128,37 @@ def test_honest_forgets_between_checks_pass_the_change_check(store):
     assert watch.runs == {"full": 1, "changes": 2, "files": 0}
 
 
+@pytest.mark.parametrize("already", [False, True], ids=["new-forget-purges-served-files", "no-op-links-its-row"])
+def test_a_service_forget_landing_between_the_commit_count_and_the_read_is_checked_with_its_entry(store, monkeypatch,
+                                                                                                  already):
+    """The service's forget reserves its row (service.db changes), commits the ledger, purges what it stopped
+    serving, then links the row. When the watch reads the commit count before that commit and the files after,
+    neither the purged files nor the link may be refused: both are checked against the log holding the commit."""
+    from fedforget.service.requests_db import RequestsDB
+    from fedforget.store.check_changes import _stat_key
+
+    if already:
+        forget_request(store, samples=[5])  # the service's request is then a no-op: a log entry and a link only
+    watch = _watched(store)
+    before = watch._data_version()
+    RequestsDB(store).submit({"samples": [5], "slices": [], "clients": []}, "k-1", "tester")
+    watch._seen.metrics = _stat_key(store.root / "metrics.jsonl")  # its stat read before the forget redacted it
+    real = watch._data_version
+    stale = iter([before])  # the count as read just before the service's commit landed
+    monkeypatch.setattr(watch, "_data_version", lambda: next(stale, None) or real())
+    result = watch.check()
+    assert result.ok, result.problems
+    assert watch.runs["changes"] == 1, watch.runs  # the forget's entry was read, and what it did checked against it
+    monkeypatch.setattr(watch, "_data_version", real)
+    service = sqlite3.connect(store.root / "service.db", isolation_level=None)
+    try:  # negative control: service.db edited with no commit in the ledger is still refused
+        service.execute("UPDATE requests SET ledger_request = ledger_request + 100")
+    finally:
+        service.close()
+    refused = watch.check()
+    assert not refused.ok and "service.db does not match the ledger's log" in refused.problems[0]
+
+
 @pytest.mark.xfail(strict=True, reason="the change check reads what was appended, not old rows in place")
 @pytest.mark.parametrize("edit", sorted(OLD_ROW_EDITS))
 def test_an_old_row_edited_in_place_beside_an_honest_forget_is_refused_by_the_change_check(store, edit):
