@@ -162,7 +162,7 @@ class GroupedRound(ABC):
         made = aggregate_through_strategy(server_round, [r for r in replies if r is not None],
                                           lambda: pack(result.states), result.row)
         if made is not None:
-            result.states = unpack(made, list(states))
+            result.states = unpack(made, result.states)
         result.row = {**self.row_fields(server_round, sends), **result.row, "bytes-down": bytes_down,
                       "seconds": time.monotonic() - started, "action": self.action}
         if self.store is not None:

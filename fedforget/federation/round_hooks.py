@@ -81,14 +81,22 @@ def pack(states: Mapping[str, Mapping[str, np.ndarray]]) -> ArrayRecord:
                         for g, state in states.items() for k, v in state.items()})
 
 
-def unpack(record: ArrayRecord, groups: Sequence[str]) -> dict[str, Arrays]:
-    """The inverse of :func:`pack` for ``groups`` (the round's)."""
-    out: dict[str, Arrays] = {g: {} for g in groups}
+def unpack(record: ArrayRecord, like: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, Arrays]:
+    """The inverse of :func:`pack`, held to ``like`` (the round's models): every group's tensors, each of its
+    shape and dtype, nothing else."""
+    out: dict[str, Arrays] = {g: {} for g in like}
     for key, value in record.items():
         group, _, name = key.rpartition(SEP)
         if group not in out:
             raise ValueError(f"aggregate_train returned tensor {key!r} of no group of this round")
         out[group][name] = value.numpy()
+    for group, state in like.items():
+        got = out[group]
+        wrong = sorted(set(state) ^ set(got)) or [k for k in state if (got[k].shape, got[k].dtype) !=
+                                                  (np.shape(state[k]), np.asarray(state[k]).dtype)]
+        if wrong:
+            raise ValueError(f"aggregate_train returned group {group!r} without the round's tensor {wrong[0]!r} "
+                             "as it was (name, shape, dtype); return every group's tensors")
     return out
 
 

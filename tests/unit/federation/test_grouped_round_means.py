@@ -67,7 +67,11 @@ def test_a_grouped_rounds_models_are_keyed_by_group_even_when_one_is_due_and_unp
     one = {"chains/s0/q0/p1": _state(1)}
     assert all(k.startswith("chains/s0/q0/p1:") for k in pack(one))
     two = {"a": _state(1), "b": _state(2)}
-    back = unpack(pack(two), ["a", "b"])
+    back = unpack(pack(two), two)
     assert all(_same(back[g], two[g]) for g in two)
     with pytest.raises(ValueError, match="no group of this round"):
-        unpack(pack({"c": _state(3)}), ["a"])
+        unpack(pack({"c": _state(3)}), {"a": _state(1)})
+    with pytest.raises(ValueError, match="without the round's tensor 'bias'"):
+        unpack(pack({"a": {"lora_A": _state(1)["lora_A"]}, "b": _state(2)}), two)
+    with pytest.raises(ValueError, match="'lora_A' as it was"):
+        unpack(pack({"a": {**_state(1), "lora_A": np.zeros((2, 2), np.float32)}, "b": _state(2)}), two)
