@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -109,3 +110,27 @@ def as_written_before_the_log(root: Path) -> None:
     with sqlite3.connect(root / "ledger.sqlite") as db:
         for table in ("log", "log_heads", "log_state", "record_names"):
             db.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def retrain_in_process(store: Store, num_nodes: int = 3) -> None:
+    """``fedforget retrain``'s run, in process, on the store's own config."""
+    run_in_process({**store.manifest()["config"], "store": str(store.root), "action": "retrain"}, num_nodes)
+
+
+def stale_artifacts(store: Store, watermark: int) -> dict[str, str]:
+    """Artifacts the retrain with ``watermark`` rebuilt and recorded invalid: id → sha256."""
+    return {a: r["sha256"] for a, r in artifact_rows(store).items() if r["watermark"] == watermark and not r["valid"]}
+
+
+def file_digests(store: Store) -> set[str]:
+    """The sha256 of every file under the store but its SQLite files."""
+    skip = {"ledger.sqlite", "ledger.sqlite-journal", "service.db"}
+    return {hashlib.sha256(p.read_bytes()).hexdigest() for p in store.root.rglob("*")
+            if p.is_file() and not p.is_symlink() and p.name not in skip}
+
+
+def training_rows(store: Store) -> int:
+    """metrics.jsonl rows that hold values computed on the clients' training samples."""
+    from fedforget.store.purge import TRAINING_VALUES
+
+    return sum(any(k in row for k in TRAINING_VALUES) for row in store.metrics())

@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from fedforget.launch import free_port
+from fedforget.process_tree import kill_tree
 from fedforget.service.requests_db import SERVICE_DB
 from fedforget.store import Store
 from fedforget.store.ledger import LEDGER
@@ -154,12 +155,8 @@ def test_concurrent_cli_and_service_forgets_on_a_user_app_store_are_each_in_the_
             for job in jobs:
                 job.result()
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        kill_tree(server.pid, timeout=30)  # SIGTERM, then SIGKILL if it hangs
+        server.wait()
     assert server.returncode in (0, -15), log.read_text()[-3000:]
     assert not errors, errors[:5]
     assert already == [BOTH], (already, confirmed)  # the record both asked for: one request, one "already"

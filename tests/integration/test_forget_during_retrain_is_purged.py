@@ -6,7 +6,6 @@ start (its watermark fixed) and its ``record_artifact`` calls, through the drive
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 import numpy as np
@@ -16,16 +15,23 @@ from typer.testing import CliRunner
 from fedforget.core.slicing import UnitId
 from fedforget.federation import driver
 from fedforget.federation.module_shipping import ModuleShipping
-from fedforget.inprocess import run_in_process
 from fedforget.methods.chains import server as chains_server
 from fedforget.store import Store
 from fedforget.store.check import check_store
-from fedforget.store.purge import TRAINING_VALUES
 from fedforget.store.store import StoreError
 from fedforget.unlearning.cli import app
 from fedforget.unlearning.forget import forget_request
 
-from .helpers import artifact_rows, copy_store, lineage, train_in_process
+from .helpers import (
+    artifact_rows,
+    copy_store,
+    file_digests,
+    lineage,
+    retrain_in_process,
+    stale_artifacts,
+    train_in_process,
+    training_rows,
+)
 
 NODES = 3
 FEDSGT = {"method": "fedsgt", "chains.groups": 3, "chains.budget": 3, "slices-per-client": 1, "local-epochs": 1,
@@ -61,27 +67,6 @@ def _forget_during_retrain(store: Store, monkeypatch, sample: int) -> list:  # n
     return applied
 
 
-def _retrain(store: Store) -> None:
-    run_in_process({**store.manifest()["config"], "store": str(store.root), "action": "retrain"}, NODES)
-
-
-def _stale(store: Store, watermark: int) -> dict[str, str]:
-    """Artifacts the retrain with ``watermark`` rebuilt and recorded invalid: id → sha256."""
-    return {a: r["sha256"] for a, r in artifact_rows(store).items() if r["watermark"] == watermark and not r["valid"]}
-
-
-def _contents(store: Store) -> set[str]:
-    """The sha256 of every file under the store but its SQLite files."""
-    skip = {"ledger.sqlite", "ledger.sqlite-journal", "service.db"}
-    return {hashlib.sha256(p.read_bytes()).hexdigest() for p in store.root.rglob("*")
-            if p.is_file() and not p.is_symlink() and p.name not in skip}
-
-
-def _training_rows(store: Store) -> int:
-    """metrics.jsonl rows that hold values computed on the clients' training samples."""
-    return sum(any(k in row for k in TRAINING_VALUES) for row in store.metrics())
-
-
 def _check(store: Store):  # noqa: ANN202
     return runner.invoke(app, ["purge", "--store", str(store.root), "--check", "--json"])
 
@@ -89,9 +74,9 @@ def _check(store: Store):  # noqa: ANN202
 def test_artifacts_rebuilt_from_data_forgotten_during_the_retrain_are_purged_when_it_ends(store, monkeypatch):
     sample = store.manifest()["partitions"]["2"][0][0]
     applied = _forget_during_retrain(store, monkeypatch, sample)
-    _retrain(store)
+    retrain_in_process(store, NODES)
     assert applied and applied[0].request == 2  # the request landed inside the retrain
-    stale = _stale(store, watermark=1)
+    stale = stale_artifacts(store, watermark=1)
     assert stale, "the retrain rebuilt nothing from the request's data: the hook landed too late"
     ledger = store.ledger()
     try:
@@ -103,16 +88,16 @@ def test_artifacts_rebuilt_from_data_forgotten_during_the_retrain_are_purged_whe
     for artifact, sha in stale.items():
         assert rows[(artifact, sha)] == (2, 1)  # purged by the request that made it stale, and done
         assert not store.artifact_path(sha).exists()
-    assert not set(stale.values()) & _contents(store)  # no copy under any name (module caches included)
+    assert not set(stale.values()) & file_digests(store)  # no copy under any name (module caches included)
     check = _check(store)
     assert check.exit_code == 0 and json.loads(check.stdout)["clean"], check.stdout
     assert check_store(store).ok  # purged on purpose, not corrupt
-    assert _training_rows(store) == 0  # the retrain's losses were computed on the forgotten sample too
+    assert training_rows(store) == 0  # the retrain's losses were computed on the forgotten sample too
     monkeypatch.undo()
     lines = len(store.metrics())
-    _retrain(store)  # the next retrain rebuilds them without either request's data
-    assert not _stale(store, watermark=2) and _check(store).exit_code == 0
-    assert _training_rows(store) > 0 and len(store.metrics()) > lines  # its own losses saw no forgotten data
+    retrain_in_process(store, NODES)  # the next retrain rebuilds them without either request's data
+    assert not stale_artifacts(store, watermark=2) and _check(store).exit_code == 0
+    assert training_rows(store) > 0 and len(store.metrics()) > lines  # its own losses saw no forgotten data
 
 
 def test_without_the_end_of_run_purge_the_check_reports_the_stale_rebuilt_files_and_purge_deletes_them(
@@ -120,8 +105,8 @@ def test_without_the_end_of_run_purge_the_check_reports_the_stale_rebuilt_files_
     """Negative control: the check does see the stale bytes a retrain leaves behind."""
     applied = _forget_during_retrain(store, monkeypatch, store.manifest()["partitions"]["2"][0][0])
     monkeypatch.setattr(driver, "finish_pending_purges", lambda *_: None)
-    _retrain(store)
-    stale = _stale(store, watermark=1)
+    retrain_in_process(store, NODES)
+    stale = stale_artifacts(store, watermark=1)
     assert applied and stale
     assert all(store.artifact_path(sha).exists() for sha in stale.values())
     check = _check(store)
@@ -177,19 +162,19 @@ def _forget_what_the_retrain_just_built(store: Store, monkeypatch) -> list:  # n
 
 def test_a_request_that_purges_a_module_the_retrain_just_built_leaves_the_retrain_to_finish(store, monkeypatch):
     applied = _forget_what_the_retrain_just_built(store, monkeypatch)
-    _retrain(store)
+    retrain_in_process(store, NODES)
     assert applied, "the retrain recorded no module a later position builds on"
     module, result = applied[0]
     assert result.request == 2 and module in result.invalidated
-    stale = _stale(store, watermark=1)
+    stale = stale_artifacts(store, watermark=1)
     assert module in stale and len(stale) > 1  # the module and what the retrain built on it after its purge
-    assert not set(stale.values()) & _contents(store)
+    assert not set(stale.values()) & file_digests(store)
     check = _check(store)
     assert check.exit_code == 0 and json.loads(check.stdout)["clean"], check.stdout
     assert check_store(store).ok
     monkeypatch.undo()
-    _retrain(store)
-    assert not _stale(store, watermark=2) and _check(store).exit_code == 0
+    retrain_in_process(store, NODES)
+    assert not stale_artifacts(store, watermark=2) and _check(store).exit_code == 0
 
 
 def test_without_holding_the_modules_it_built_the_retrain_fails_on_the_purged_file(store, monkeypatch):
@@ -198,7 +183,7 @@ def test_without_holding_the_modules_it_built_the_retrain_fails_on_the_purged_fi
     monkeypatch.setattr(ModuleShipping, "module_bytes",
                         lambda self, sha: np.frombuffer(self.store.artifact_bytes(sha), dtype=np.uint8))
     with pytest.raises(StoreError, match="is missing from"):
-        _retrain(store)
+        retrain_in_process(store, NODES)
     assert applied
 
 
@@ -217,7 +202,7 @@ def test_a_request_that_purges_a_reusable_prefix_before_the_retrain_reads_it_lea
         real_train(self, start)
 
     monkeypatch.setattr(chains_server.ChainTrainer, "train", train)
-    _retrain(store)
+    retrain_in_process(store, NODES)
     key, position, result = applied[0]
     assert result.request == 2
     ledger = store.ledger()
@@ -231,6 +216,6 @@ def test_a_request_that_purges_a_reusable_prefix_before_the_retrain_reads_it_lea
     assert check.exit_code == 0 and json.loads(check.stdout)["clean"], check.stdout
     assert check_store(store).ok
     monkeypatch.undo()
-    _retrain(store)  # rebuilds the chain left unbuilt, without either request's data
+    retrain_in_process(store, NODES)  # rebuilds the chain left unbuilt, without either request's data
     rows = artifact_rows(store)
     assert rows[f"fedsgt/{key}/p{position}"]["valid"] and rows[f"fedsgt/{key}/p{position}"]["watermark"] == 2

@@ -8,7 +8,6 @@ on the nodes, are both caught."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 import pytest
@@ -21,10 +20,17 @@ from fedforget.methods.replay.plan import round_artifact
 from fedforget.store import Store
 from fedforget.store.check import check_store
 from fedforget.store.ledger import Ledger
-from fedforget.store.purge import TRAINING_VALUES
 from fedforget.unlearning.cli import app
 
-from ...helpers import artifact_rows, copy_store, served_ids
+from ...helpers import (
+    artifact_rows,
+    copy_store,
+    file_digests,
+    retrain_in_process,
+    served_ids,
+    stale_artifacts,
+    training_rows,
+)
 
 NODES = 3
 ROUNDS = 4
@@ -101,24 +107,6 @@ def _forget_during(store: Store, monkeypatch, sample: int, before_restore: bool 
     return applied
 
 
-def _retrain(store: Store) -> None:
-    run_in_process({**store.manifest()["config"], "store": str(store.root), "action": "retrain"}, NODES)
-
-
-def _stale(store: Store, watermark: int) -> dict[str, str]:
-    return {a: r["sha256"] for a, r in artifact_rows(store).items() if r["watermark"] == watermark and not r["valid"]}
-
-
-def _contents(store: Store) -> set[str]:
-    skip = {"ledger.sqlite", "ledger.sqlite-journal", "service.db"}
-    return {hashlib.sha256(p.read_bytes()).hexdigest() for p in store.root.rglob("*")
-            if p.is_file() and not p.is_symlink() and p.name not in skip}
-
-
-def _training_rows(store: Store) -> int:
-    return sum(any(k in row for k in TRAINING_VALUES) for row in store.metrics())
-
-
 def _purge_check(store: Store) -> dict:
     check = runner.invoke(app, ["purge", "--store", str(store.root), "--check", "--json"])
     report = json.loads(check.stdout)
@@ -146,29 +134,29 @@ def _consistent_then_rebuilt_exactly(store: Store, monkeypatch) -> None:  # noqa
     assert _purge_check(store)["clean"]
     assert check_store(store).ok
     monkeypatch.undo()
-    _retrain(store)
+    retrain_in_process(store, NODES)
     rows = artifact_rows(store)
     assert all(r["valid"] for r in rows.values()), {a for a, r in rows.items() if not r["valid"]}
     assert served_ids(store) == [round_artifact(ROUNDS)]
-    assert _purge_check(store)["clean"] and _training_rows(store) > 0
+    assert _purge_check(store)["clean"] and training_rows(store) > 0
     report = _verify(store)
     assert report["exact"] is True, report
 
 
 def test_rounds_replayed_from_data_forgotten_during_the_replay_are_purged_when_it_ends(store, monkeypatch):
     applied = _forget_during(store, monkeypatch, _sample(store, _late(store), 1))
-    _retrain(store)
+    retrain_in_process(store, NODES)
     (result, resume), = applied
     assert result["request"] == 2 and resume >= 1  # landed inside the retrain, after a restore
-    stale = _stale(store, watermark=1)
+    stale = stale_artifacts(store, watermark=1)
     assert round_artifact(ROUNDS) in stale  # the replay rebuilt the served round from the new request's data
     purged = _purged(store)
     for artifact, sha in stale.items():
         assert purged[(artifact, sha)] == (2, 1)  # purged by the request that made it stale, and done
         assert not store.artifact_path(sha).exists()
-    assert not set(stale.values()) & _contents(store)
+    assert not set(stale.values()) & file_digests(store)
     assert all(r["valid"] for a, r in artifact_rows(store).items() if int(a.rsplit("-", 1)[1]) <= resume)
-    assert _training_rows(store) == 0  # the replayed rounds' losses were computed on the forgotten sample
+    assert training_rows(store) == 0  # the replayed rounds' losses were computed on the forgotten sample
     _consistent_then_rebuilt_exactly(store, monkeypatch)
 
 
@@ -177,13 +165,13 @@ def test_a_request_that_forgets_the_restored_round_leaves_the_replay_nothing_val
     """The request reaches the round the replay resumed from: its bytes are purged while the replay runs on the
     copy it holds, and every round it records is stale."""
     applied = _forget_during(store, monkeypatch, _sample(store, _early(store), 0))
-    _retrain(store)
+    retrain_in_process(store, NODES)
     (result, resume), = applied
     assert round_artifact(resume) in result["invalidated"]
     rows = artifact_rows(store)
     assert not any(r["valid"] for r in rows.values())
     assert not served_ids(store)
-    assert not {r["sha256"] for r in rows.values()} & _contents(store)
+    assert not {r["sha256"] for r in rows.values()} & file_digests(store)
     _consistent_then_rebuilt_exactly(store, monkeypatch)
 
 
@@ -191,7 +179,7 @@ def test_a_request_that_purges_the_resume_round_before_the_replay_reads_it_leave
         store, monkeypatch):
     """The request lands after the retrain chose where to resume and before it read that round."""
     applied = _forget_during(store, monkeypatch, _sample(store, _early(store), 0), before_restore=True)
-    _retrain(store)
+    retrain_in_process(store, NODES)
     (result, resume), = applied
     assert round_artifact(resume) in result["invalidated"]
     ledger = store.ledger()
@@ -201,7 +189,7 @@ def test_a_request_that_purges_the_resume_round_before_the_replay_reads_it_leave
     finally:
         ledger.close()
     assert set(unbuilt) >= {round_artifact(r) for r in range(resume + 1, ROUNDS + 1)}
-    assert not _stale(store, watermark=1)  # nothing was built from the data it forgot
+    assert not stale_artifacts(store, watermark=1)  # nothing was built from the data it forgot
     _consistent_then_rebuilt_exactly(store, monkeypatch)
 
 
@@ -209,8 +197,8 @@ def test_without_the_end_of_run_purge_the_check_reports_the_stale_replayed_round
     """Negative control: the check does see the stale bytes a replay leaves behind."""
     applied = _forget_during(store, monkeypatch, _sample(store, _late(store), 1))
     monkeypatch.setattr(driver, "finish_pending_purges", lambda *_: None)
-    _retrain(store)
-    stale = _stale(store, watermark=1)
+    retrain_in_process(store, NODES)
+    stale = stale_artifacts(store, watermark=1)
     assert applied and stale and all(store.artifact_path(sha).exists() for sha in stale.values())
     report = _purge_check(store)
     assert not report["clean"] and set(report["pending"]) == set(stale) and report["training-rows"] > 0
@@ -226,7 +214,7 @@ def test_a_replay_that_records_its_rounds_as_if_the_new_request_were_applied_is_
         return real(self, artifact, sha256, kind, lineage, self.last_request(), meta)
 
     monkeypatch.setattr(Ledger, "record_artifact", record)
-    _retrain(store)
+    retrain_in_process(store, NODES)
     assert applied and served_ids(store) == [round_artifact(ROUNDS)]
     monkeypatch.undo()
     report = _verify(store)
