@@ -1,6 +1,7 @@
 """The example Flower app (examples/tabular-mlp: its own MLP, its nodes' own records, fedforget's strategies and
 ClientApp) trains in process; a record forgotten by the name its node knows it by is gone after a retrain
-through that app, bit for bit as training from scratch without it; the store names the app that trained it."""
+through that app, bit for bit as training from scratch without it; the store names the app that trained it.
+What it serves after training and after the retrain is pinned in ``served_sha256.json``."""
 
 from __future__ import annotations
 
@@ -20,11 +21,13 @@ from fedforget.store import Store
 from fedforget.store.tombstones import add_tombstones
 from fedforget.unlearning.cli import app as cli
 
-from .helpers import served_sha
+from .helpers import copy_store, served_sha
+from .served_bytes import assert_changed_served_byte_is_caught, assert_serves_recorded_bytes
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tabular-mlp"
 NODES = 3
 RECORD = ("node-1", "patient-1-007")
+PINNED = "example/tabular-mlp"  # its served bytes' name in served_sha256.json
 
 
 def app_config() -> dict[str, object]:
@@ -59,6 +62,7 @@ def test_the_example_trains_forgets_and_retrains_exactly_through_its_own_app(hom
     assert manifest["nodes"] == {str(p): {"name": f"node-{p}", "records": "local"} for p in range(NODES)}
     assert Store.open(store).metrics()[-1]["accuracy"] > 0.8  # the app's MLP learns its task
     trained = served_sha(Store.open(store))
+    trained_copy = copy_store(store, home, "trained").root  # what the app served after training, kept for its pin
 
     result = CliRunner().invoke(cli, ["forget", "--store", str(store), "--record", ":".join(RECORD)])
     assert result.exit_code == 0, result.output
@@ -74,6 +78,8 @@ def test_the_example_trains_forgets_and_retrains_exactly_through_its_own_app(hom
     result = CliRunner().invoke(cli, ["status", "--store", str(store), "--json"])
     assert result.exit_code == 0 and "tabular_mlp.task:TASK" in result.output, result.output
     served_predictions(store)
+    assert_changed_served_byte_is_caught(PINNED, trained_copy, home)
+    assert_serves_recorded_bytes(PINNED, app_config(), trained_copy, store)  # last: recording skips
 
 
 def served_predictions(store: Path) -> None:

@@ -1,20 +1,14 @@
 """``verify`` checks what is served: after forget and after retrain, for every method, the re-hashed
 files, the serving plan and the served outputs on the test split equal a from-scratch run bit for bit;
 and negative controls fail on a real mismatch (a stale model, a corrupt file, a wrong ensemble weight).
-The served bytes themselves are pinned: after training and after forget + retrain, every method serves
-the sha256s recorded in ``served_sha256.json``, so moving code around cannot change what is served
-unnoticed (``FEDFORGET_RECORD_SERVED_BYTES=1`` records them anew, on purpose)."""
+The served bytes themselves are pinned: after training and after forget + retrain, every method (Flower's
+FedAvg and FedProx through ``replay`` included) serves the sha256s recorded in ``served_sha256.json``
+(:mod:`tests.integration.served_bytes`), so moving code around cannot change what is served unnoticed."""
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
-import os
-import platform
-import re
 import shutil
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -26,9 +20,9 @@ from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.verify import verify_store
 
 from .helpers import artifact_shas, copy_store, train_in_process
+from .served_bytes import assert_changed_served_byte_is_caught, assert_serves_recorded_bytes
 
 NODES = 3
-SERVED_BYTES = Path(__file__).with_name("served_sha256.json")
 METHODS = {
     "fedavg": {"method": "fedavg", "num-rounds": 2},
     "fedsgt": {"method": "fedsgt", "chains.groups": 3, "chains.budget": 3, "slices-per-client": 2},
@@ -39,7 +33,13 @@ METHODS = {
                  "local-epochs": 1},
     "safe": {"method": "safe", "safe.coarse": 2, "safe.fine": 2, "num-rounds": 2, "local-epochs": 1},
     "protosisa": {"method": "protosisa", "safe.coarse": 2, "num-rounds": 2, "local-epochs": 1},
+    # Flower's FedAvg and FedProx made forgettable, as `method='replay'` runs them from the run config
+    "replay": {"method": "replay", "num-rounds": 2, "local-epochs": 1},
+    "replay-fedprox": {"method": "replay", "replay.strategy": "fedprox", "replay.proximal-mu": 0.1, "num-rounds": 2,
+                       "local-epochs": 1},
 }
+#: Methods serving one model trained on every partition: a forget leaves nothing to serve until the retrain.
+ONE_MODEL = {"fedavg", "replay", "replay-fedprox"}
 
 
 @pytest.fixture(scope="module", params=sorted(METHODS))
@@ -64,7 +64,7 @@ def _exact_all_the_way(report: dict) -> None:
 
 def test_after_forget_what_is_served_equals_scratch_files_plan_and_outputs(forgotten_and_retrained):
     method, _, _, report, _ = forgotten_and_retrained
-    if method == "fedavg":  # one model, trained on everything: nothing is left to serve until the retrain
+    if method in ONE_MODEL:  # one model, trained on everything: nothing is left to serve until the retrain
         assert not report["exact"] and report["served"] == 0 and "nothing is served" in report["reason"]
         return
     _exact_all_the_way(report)
@@ -141,71 +141,15 @@ def test_a_wrong_ensemble_weight_fails_on_the_plan_and_the_outputs(fedsgt_store,
     assert report["outputs"]["equal"] is False
 
 
-def served_shas(root: Path) -> dict[str, str]:
-    """What the store serves: each served artifact id → the sha256 of its file."""
-    store = Store.open(root)
-    shas = artifact_shas(store)
-    ledger = store.ledger()
-    try:
-        return {artifact: shas[artifact] for artifact in sorted(ledger.serving()["artifacts"])}
-    finally:
-        ledger.close()
-
-
-#: CPU features that pick torch's kernels (and so the last bits of a float): the same interpreter and torch
-#: build give other bytes on a CPU with other vector units
-ISA_FLAGS = re.compile(r"^(avx|amx|fma|f16c|sse|ssse)")
-
-
-def bytes_platform() -> str:
-    """Bits are exact per platform: the machine, the interpreter, the torch build and the CPU's vector units."""
-    import torch
-
-    flags: set[str] = set()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("flags"):
-                flags = {f for f in line.split(":", 1)[1].split() if ISA_FLAGS.match(f)}
-                break
-    isa = hashlib.sha256(" ".join(sorted(flags)).encode()).hexdigest()[:12]
-    return (f"{platform.machine()} python {platform.python_version()} torch {torch.__version__} "
-            f"cpu {torch.backends.cpu.get_cpu_capability()} isa {isa}")
-
-
-def recorded_bytes() -> dict:
-    """``{"configs": ..., "platforms": {platform: {method: {"trained": ..., "retrained": ...}}}}``."""
-    return json.loads(SERVED_BYTES.read_text(encoding="utf-8")) if SERVED_BYTES.is_file() else {}
-
-
 def test_every_method_serves_the_recorded_bytes_after_training_and_after_retraining(forgotten_and_retrained):
     method, trained, erased, _, _ = forgotten_and_retrained
-    now = {"trained": served_shas(trained), "retrained": served_shas(erased)}
-    recorded = recorded_bytes()
-    here = bytes_platform()
-    if os.environ.get("FEDFORGET_RECORD_SERVED_BYTES") == "1":
-        platforms = recorded.get("platforms", {})
-        platforms[here] = {**platforms.get(here, {}), method: now}
-        recorded = {"configs": {**recorded.get("configs", {}), method: METHODS[method]}, "platforms": platforms}
-        SERVED_BYTES.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        pytest.skip(f"recorded the served bytes of {method}")
-    if here not in recorded["platforms"]:
-        pytest.skip(f"served bytes recorded on {sorted(recorded['platforms'])}, this is {here}")
-    assert recorded["configs"][method] == METHODS[method], "the recorded config changed: record anew on purpose"
-    assert now == recorded["platforms"][here][method]
+    assert_serves_recorded_bytes(method, METHODS[method], trained, erased)
 
 
 def test_a_changed_served_byte_is_caught_by_the_recorded_sha256s(forgotten_and_retrained, tmp_path):
     """Negative control: the same comparison fails once one served file holds other bytes."""
     method, trained, _, _, _ = forgotten_and_retrained
-    store = copy_store(trained, tmp_path)
-    ledger = store.ledger()
-    try:
-        artifact = ledger.serving()["artifacts"][0]
-        ledger.db.execute("UPDATE artifacts SET sha256=? WHERE artifact=?", ("0" * 64, artifact))
-    finally:
-        ledger.close()
-    for platform_bytes in recorded_bytes()["platforms"].values():
-        assert served_shas(store.root) != platform_bytes[method]["trained"]
+    assert_changed_served_byte_is_caught(method, trained, tmp_path)
 
 
 def test_after_retrain_every_owner_of_the_forgotten_sample_has_acknowledged_deleting_it(forgotten_and_retrained):

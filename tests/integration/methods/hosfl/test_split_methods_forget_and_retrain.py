@@ -1,7 +1,8 @@
 """HO-SFL, SFL and ZO-SFL forget and come back: after a forget request nothing is served, and
 ``retrain`` rebuilds the split model from scratch without the forgotten sample, bit for bit what a
 from-scratch run serves (files, artifact, serving plan and served outputs); a served model that saw
-the forgotten sample fails on its hash and on its outputs."""
+the forgotten sample fails on its hash and on its outputs. What each serves after training and after the
+retrain is pinned in ``served_sha256.json`` (:mod:`tests.integration.served_bytes`)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.status import store_status
 from fedforget.unlearning.verify import verify_store
 from tests.integration.helpers import artifact_shas, copy_store, served_ids, served_sha, train_in_process
+from tests.integration.served_bytes import assert_changed_served_byte_is_caught, assert_serves_recorded_bytes
 
 NODES = 3
 SPLIT = {"task": "digits-mlp", "partitioner": "iid", "lr": 0.02, "hosfl.client-lr": 0.01, "batch-size": 64,
@@ -131,3 +133,13 @@ def test_a_retrained_store_serving_the_model_that_saw_the_sample_fails_on_hash_a
     assert [c["artifact"] for c in report["compared"] if not c["equal"]] == [artifact]
     assert report["outputs"]["compared"] and report["outputs"]["equal"] is False
     assert report["outputs"]["max_abs_diff"] > 0
+
+
+def test_each_split_method_serves_the_recorded_bytes_after_training_and_after_retraining(retrained):
+    method, trained, erased, _, _, _ = retrained
+    assert_serves_recorded_bytes(method, {**SPLIT, **METHODS[method]}, trained, erased)
+
+
+def test_a_changed_split_served_byte_is_caught_by_the_recorded_sha256s(retrained, tmp_path):
+    method, trained, _, _, _, _ = retrained
+    assert_changed_served_byte_is_caught(method, trained, tmp_path)
