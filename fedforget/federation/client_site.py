@@ -89,6 +89,8 @@ class ClientSite:
     state_dir: Path
     name: str = ""
     data_dir: Path | None = None
+    #: the store's record key as the registration query hands it ("" = unkeyed); None: the one registered
+    given_key: str | None = None
 
     @classmethod
     def from_context(cls, context: Context) -> ClientSite:
@@ -103,6 +105,18 @@ class ClientSite:
     def records_kind(self) -> str:
         """How this node's records map to sample ids: the public set's row numbers, or hashes of its own ids."""
         return LOCAL_RECORDS if self.data_dir is not None else PUBLIC_RECORDS
+
+    @property
+    def record_key(self) -> str | None:
+        """The key of this node's own records' sample ids (None: unkeyed, or public rows): the registration
+        query's, else the one it registered for training."""
+        if self.data_dir is None:
+            return None
+        if self.given_key is None:  # read once: the registration file holds every record's digest
+            from fedforget.federation.node_data import registered_key
+
+            self.given_key = registered_key(self) or ""
+        return self.given_key or None
 
     @property
     def data(self) -> TaskData:

@@ -1,9 +1,10 @@
 """The control messages every method shares, as typed classes, one per message in each direction.
 
 - ``query`` (registration, at the start of a run): :class:`RegisterQuery` (``config``: ``ask=register``, the
-  method's ``needs``, the ``action``), answered by :class:`Registration` (``info``: partition, node name, how
-  its records are numbered; ``arrays``: its sample ids, their slices, what it has deleted, and labels or class
-  counts when asked) or a refusal naming what is wrong with its data.
+  method's ``needs``, the ``action``, the store's ``record-key`` for the nodes' own records' sample ids),
+  answered by :class:`Registration` (``info``: partition, node name, how its records are numbered;
+  ``arrays``: its sample ids, their slices, what it has deleted, and labels or class counts when asked) or a
+  refusal naming what is wrong with its data.
 - ``query`` (finding a node mid-run: failover, propagation): :class:`PartitionQuery` (``config``:
   ``ask=partition``), answered by :class:`PartitionInfo` (``info``: the node's partition and how many the run has).
 - ``query.forget`` (or a method's own forget message): :class:`ForgetSamples` (``arrays``: the sample ids;
@@ -20,6 +21,7 @@ fresh ClientApp process and must not pay for the training stack.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -133,7 +135,8 @@ def answered_partitions(replies: Iterable[Message | None],
 
 # -- registration ----------------------------------------------------------------------------------
 ASK_REGISTER = "register"
-NEEDS_KEY, ACTION_KEY = "needs", "action"
+NEEDS_KEY, ACTION_KEY, RECORD_KEY_KEY = "needs", "action", "record-key"
+_RECORD_KEY = re.compile(r"[0-9a-f]{64}")
 NODE_NAME_KEY, RECORDS_KEY, REFUSED_KEY = "node-name", "records", "refused"
 SLICE_KEY, LABELS_KEY, CLASS_COUNTS_KEY, DELETED_ARRAY_KEY = "slice", "labels", "class-counts", "deleted"
 #: What a method's planning may ask a node for, beyond its sample ids and their slices.
@@ -145,14 +148,16 @@ KNOWN_NEEDS = (NEED_LABELS, NEED_CLASS_COUNTS)
 class RegisterQuery:
     """``query`` at the start of a run: which records does this node hold, in which slices, and what does the
     method's planning need (``needs``: labels, class counts)? ``action``: train, or retrain (the node then
-    checks its data against what it registered for training)."""
+    checks its data against what it registered for training). ``record_key``: the store's key for the sample ids
+    of a node's own records ("" for a store whose ids are unkeyed)."""
 
     needs: tuple[str, ...] = ()
     action: str = "train"
+    record_key: str = ""
 
     def to_record(self) -> RecordDict:
         return RecordDict({CONFIG: ConfigRecord({ASK_KEY: ASK_REGISTER, NEEDS_KEY: list(self.needs),
-                                                 ACTION_KEY: self.action})})
+                                                 ACTION_KEY: self.action, RECORD_KEY_KEY: self.record_key})})
 
     @staticmethod
     def asked(content: RecordDict) -> bool:
@@ -171,7 +176,10 @@ class RegisterQuery:
         action = config.get(ACTION_KEY)
         if not isinstance(action, str):
             raise MalformedMessage(f"no {ACTION_KEY}")
-        return cls(needs, action)
+        key = config.get(RECORD_KEY_KEY, "")
+        if not (isinstance(key, str) and (key == "" or _RECORD_KEY.fullmatch(key))):
+            raise MalformedMessage(f"{RECORD_KEY_KEY} is not 64 lowercase hex digits")
+        return cls(needs, action, key)
 
 
 def register_queries(nodes: Sequence[int], query: RegisterQuery) -> list[Message]:

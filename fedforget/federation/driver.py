@@ -18,6 +18,7 @@ from flwr.supercore import log
 
 from fedforget.core.config import RunConfig
 from fedforget.federation.forget_messages import forget_before_retrain
+from fedforget.federation.record_key import run_record_key
 from fedforget.federation.registration import Federation, register_nodes
 from fedforget.federation.run_setup import ServerRun, open_server_run, prepare_server_run
 from fedforget.federation.serving_eval import evaluate_serving
@@ -78,12 +79,13 @@ class MethodServer:
 def drive(grid: Grid, cfg: RunConfig, server: MethodServer) -> None:
     """Run ``cfg.action`` (train or retrain) of ``server``'s method on the nodes ``grid`` reaches."""
     server_test = load_server_test(cfg)  # the server's own test set: never a client's row
-    federation = register_nodes(grid, cfg, server.needs(), server_test.num_classes)
+    record_key = run_record_key(cfg)
+    federation = register_nodes(grid, cfg, server.needs(), server_test.num_classes, record_key)
     if cfg.action == "retrain":
         _retrain(server, open_server_run(cfg, federation, server_test))
         return
     server.check(federation, server_test.num_classes)
-    _train(server, prepare_server_run(cfg, federation, server_test))
+    _train(server, prepare_server_run(cfg, federation, server_test, record_key))
 
 
 def _train(server: MethodServer, run: ServerRun) -> None:

@@ -35,10 +35,13 @@ class ClientSite(Protocol):
     @property
     def dataset_key(self) -> str: ...
 
+    @property
+    def record_key(self) -> str | None: ...
+
     def partition_ids(self) -> list[int]: ...
 
 #: What a node with its own data registered for training, in its state dir: the records its plan is drawn
-#: over and each one's content digest.
+#: over, each one's content digest, and the store's record key its sample ids are keyed with.
 REGISTERED = "registered-records.json"
 
 _DATA: dict[tuple[object, ...], TaskData] = {}
@@ -48,7 +51,7 @@ def _key(site: ClientSite) -> tuple[object, ...]:
     cfg = site.cfg
     return (cfg.task, cfg.train_size, cfg.test_size, cfg.hf.dataset, cfg.hf.model, cfg.partitioner,
             cfg.dirichlet_alpha, cfg.slices_per_client, cfg.seed, site.partition, site.num_partitions,
-            site.name, str(site.data_dir))
+            site.name, str(site.data_dir), site.record_key)
 
 
 def task_classes(site: ClientSite) -> int:
@@ -85,14 +88,14 @@ def _load(site: ClientSite) -> TaskData:
     from fedforget.tasks.base import TaskData
     from fedforget.tasks.local_records import NodeDataError, find_split_file, read_local_records
 
-    classes = task_classes(site)
-    train = read_local_records(site.data_dir, site.cfg, site.name, classes).examples
+    classes, key = task_classes(site), site.record_key
+    train = read_local_records(site.data_dir, site.cfg, site.name, classes, key=key).examples
     try:
         find_split_file(site.data_dir, "test", f"node {site.name}")
     except NodeDataError:  # a node without a test split evaluates nothing locally
         return TaskData(train, _empty_like(train), classes)
-    return TaskData(train, read_local_records(site.data_dir, site.cfg, site.name, classes, split="test").examples,
-                    classes)
+    return TaskData(train, read_local_records(site.data_dir, site.cfg, site.name, classes, split="test",
+                                              key=key).examples, classes)
 
 
 def registered_plan(site: ClientSite) -> dict | None:
@@ -102,6 +105,13 @@ def registered_plan(site: ClientSite) -> dict | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and data.get("node") == site.name else None
+
+
+def registered_key(site: ClientSite) -> str | None:
+    """The record key this node registered for training (None: unkeyed, or nothing registered)."""
+    registered = registered_plan(site)
+    key = registered.get("record-key") if registered else None
+    return key if isinstance(key, str) and key else None
 
 
 def held_now(site: ClientSite) -> list[int]:

@@ -17,7 +17,7 @@ from fedforget.federation.control_messages import (
     RegisterQuery,
     Registration,
 )
-from fedforget.federation.node_data import REGISTERED, held_now, load_node_data, registered_plan
+from fedforget.federation.node_data import REGISTERED, held_now, load_node_data, registered_key, registered_plan
 from fedforget.store.atomic import atomic_write_json
 from fedforget.store.secret_files import mkdir_private
 from fedforget.store.tombstones import load_tombstones
@@ -64,12 +64,18 @@ def registration(site: ClientSite, query: RegisterQuery) -> Registration:
     # as at a retrain and keeps the registration the store's next retrain checks
     retraining = query.action == "retrain" or site.cfg.reference
     if site.data_dir is not None:
+        if retraining and registered_plan(site) is not None and registered_key(site) != (query.record_key or None):
+            raise ValueError(f"node {site.name} registered its records for another store (their record key "
+                             "differs); start it with the state dir it trained this store with")
+        site.given_key = query.record_key  # the store's key of this node's sample ids ("" = unkeyed)
         if retraining:
             _check_unedited(site)
         else:  # what it trains on from now on: the plan is drawn over these, whatever later leaves the file
             mkdir_private(site.state_dir)
-            atomic_write_json(site.state_dir / REGISTERED, {"node": site.name, "held": held_now(site),
-                                                            "digests": _digests(site)})
+            registered = {"node": site.name, "held": held_now(site), "digests": _digests(site)}
+            if query.record_key:
+                registered["record-key"] = query.record_key
+            atomic_write_json(site.state_dir / REGISTERED, registered)
     slices = site.held_slices()
     if site.data_dir is not None and retraining:  # report what it holds now, in the plan's slices
         now = set(held_now(site))

@@ -106,9 +106,11 @@ def _collect(grid: Grid, query: RegisterQuery, timeout: float) -> dict[int, tupl
         time.sleep(0.2)
 
 
-def register_nodes(grid: Grid, cfg: RunConfig, needs: tuple[str, ...], num_classes: int) -> Federation:
-    """Ask every node to register, check what they say, and build the run's plan from it."""
-    replies = _collect(grid, RegisterQuery(needs, cfg.action), cfg.round_timeout)
+def register_nodes(grid: Grid, cfg: RunConfig, needs: tuple[str, ...], num_classes: int,
+                   record_key: str | None = None) -> Federation:
+    """Ask every node to register, check what they say, and build the run's plan from it. ``record_key``: the
+    store's key for the sample ids of the nodes' own records (None: unkeyed)."""
+    replies = _collect(grid, RegisterQuery(needs, cfg.action, record_key or ""), cfg.round_timeout)
     return federation_from(replies, cfg.slices_per_client, num_classes)
 
 

@@ -10,8 +10,10 @@ import torch
 
 from fedforget import __version__
 from fedforget.core.config import RunConfig, is_user_task, stored_run_config
+from fedforget.core.record_ids import LOCAL_RECORDS, RECORD_IDS, record_ids_field
 from fedforget.core.seeds import derive_seed
 from fedforget.core.slicing import iid_shares
+from fedforget.federation.record_key import taken
 from fedforget.federation.registration import Federation, check_against_manifest
 from fedforget.store import Store
 from fedforget.tasks.base import Backbone, Examples, TaskData
@@ -108,8 +110,10 @@ class ServerRun:
         return self.federation.plan
 
 
-def prepare_server_run(cfg: RunConfig, federation: Federation, server_test: ServerTest) -> ServerRun:
-    """Create the store for a fresh run, its manifest built from what the nodes registered."""
+def prepare_server_run(cfg: RunConfig, federation: Federation, server_test: ServerTest,
+                       record_key: str | None = None) -> ServerRun:
+    """Create the store for a fresh run, its manifest built from what the nodes registered; ``record_key``: the
+    key the nodes keyed their own records' sample ids with, kept in the manifest when a node has such records."""
     bundle = build_model(cfg, server_test.num_classes)
     store = Store.create(cfg.store, {})
     backbone_artifact = None
@@ -119,6 +123,8 @@ def prepare_server_run(cfg: RunConfig, federation: Federation, server_test: Serv
         backbone_artifact = store.put_arrays(state, {"kind": "backbone", "task": cfg.task})
     manifest = build_manifest(cfg, federation.plan, bundle.backbone, len(federation.nodes), backbone_artifact)
     manifest["nodes"] = federation.manifest_nodes()
+    if record_key is not None and LOCAL_RECORDS in federation.records.values():
+        manifest[RECORD_IDS] = record_ids_field(record_key)
     if is_user_task(cfg.task):
         from fedforget.tasks.user_task import app_of_task
 
@@ -128,6 +134,7 @@ def prepare_server_run(cfg: RunConfig, federation: Federation, server_test: Serv
     if federation.class_counts:
         manifest["class-counts"] = {str(p): c for p, c in sorted(federation.class_counts.items())}
     store.update_manifest(**manifest)
+    taken(store.root)
     return ServerRun(cfg, federation, server_test.examples, server_test.num_classes, bundle, store)
 
 

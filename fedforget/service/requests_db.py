@@ -24,7 +24,7 @@ from typing import Any
 
 from fedforget.store import Store
 from fedforget.store.ledger import CHUNK, LedgerUsageError
-from fedforget.store.service_evidence import SERVICE_DB, evidence_of
+from fedforget.store.service_evidence import SERVICE_DB, evidence_of, store_body_key
 from fedforget.unlearning.forget import forget_request, parse_slices
 
 SCHEMA = """
@@ -169,7 +169,7 @@ class RequestsDB:
                                                           "FROM requests WHERE id=?", (rid,)).fetchone()
         finally:
             db.close()
-        return evidence_of(rid, key, body, asked_by, accepted_at)
+        return evidence_of(rid, key, body, asked_by, accepted_at, store_body_key(self.store.root))
 
     def _drop(self, rid: int) -> None:
         """Forget a reservation whose request failed, unless the ledger's log already names it (the forget

@@ -3,9 +3,11 @@
 A data owner names a record by its node and its own record id; the ledger indexes integer sample ids. The
 manifest's ``nodes`` table says, per partition, the node's name and how its sample ids are derived
 (:mod:`fedforget.core.record_ids`): "public" records are the shipped task's row numbers, "local" records
-are ``sha256(node, record id)``. Old stores have no ``nodes``: partition ``p`` is then ``node-<p>`` with
-public records. A record is accepted only when its sample id lies in that node's own partition, so a
-record id typed for the wrong node is refused, never forgotten elsewhere.
+are ``hmac-sha256(key, node, record id)`` under the store's record key (its manifest's ``record-ids``; a
+store written before the key has none, and its ids are the unkeyed ``sha256(node, record id)``). Old stores
+have no ``nodes``: partition ``p`` is then ``node-<p>`` with public records. A record is accepted only when
+its sample id lies in that node's own partition, so a record id typed for the wrong node is refused, never
+forgotten elsewhere.
 
 The coordinator keeps no raw record id of a "local" node: a local sample id maps back to its node only
 (:func:`sample_record` returns None). Pure: numpy only, no I/O.
@@ -27,6 +29,7 @@ from fedforget.core.record_ids import (
     default_node_name,
     local_sample_id,
     parse_record,
+    store_record_key,
 )
 from fedforget.store.forget_plan import PlanError, partition_ids
 from fedforget.store.ledger import LedgerUsageError
@@ -124,9 +127,17 @@ def node_of_partition(manifest: Mapping[str, Any], partition: int) -> Node | Non
     return next((n for n in store_nodes(manifest).values() if n.partition == partition), None)
 
 
-def _sample_id(node: Node, record_id: str, text: str) -> int:
+def record_key(manifest: Mapping[str, Any]) -> str | None:
+    """The store's record key (None: unkeyed ids); :class:`NodesError` when the manifest's is not one."""
+    try:
+        return store_record_key(manifest)
+    except ValueError as exc:
+        raise NodesError(str(exc)) from None
+
+
+def _sample_id(node: Node, record_id: str, text: str, key: str | None) -> int:
     if node.records == LOCAL_RECORDS:
-        return local_sample_id(node.name, record_id)
+        return local_sample_id(node.name, record_id, key)
     if not (record_id.isascii() and record_id.isdigit() and str(int(record_id)) == record_id
             and int(record_id) < 2**63):
         raise RecordError(f"record {_shown(text)}: node {node.name} holds the shipped data set's rows, whose record "
@@ -140,6 +151,7 @@ def record_sample_ids(manifest: Mapping[str, Any], records: Sequence[str]) -> di
     Raises :class:`RecordError` (one line, the first problem) for text that is not ``NODE:RECORD_ID``, an
     unknown node, or a record its node's partition does not hold; :class:`NodesError` for a broken manifest."""
     nodes = store_nodes(manifest)
+    key = record_key(manifest)
     wanted: dict[str, tuple[Node, int]] = {}
     for text in records:
         if text in wanted:
@@ -149,7 +161,7 @@ def record_sample_ids(manifest: Mapping[str, Any], records: Sequence[str]) -> di
         except ValueError as exc:
             raise RecordError(str(exc)) from None
         node = nodes.get(name) or node_named(manifest, name)
-        wanted[text] = (node, _sample_id(node, record_id, text))
+        wanted[text] = (node, _sample_id(node, record_id, text, key))
     by_partition: dict[int, list[str]] = {}
     for text, (node, _) in wanted.items():
         by_partition.setdefault(node.partition, []).append(text)

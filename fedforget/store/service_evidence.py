@@ -23,6 +23,7 @@ ledger is read, so every ``via`` the read sees names a reserved row and every li
 from __future__ import annotations
 
 import hashlib
+import hmac
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -32,10 +33,28 @@ SERVICE_DB = "service.db"
 FIELDS = ("asked-by", "key-sha256", "body-sha256", "accepted-at")
 
 
-def evidence_of(rid: int, key: str, body_sha256: str, asked_by: str, accepted_at: float) -> dict[str, Any]:
-    """The ``via`` of one service request, as its log entry carries it."""
+def evidence_of(rid: int, key: str, body_sha256: str, asked_by: str, accepted_at: float,
+                record_key: str | None = None) -> dict[str, Any]:
+    """The ``via`` of one service request, as its log entry carries it. A body names records, and a guessed
+    body's sha256 could be matched against the log: in a store with a record key (its manifest's ``record-ids``)
+    ``body-sha256`` is ``hmac-sha256(record key, sha256 of the body)``, which only the key's holder can match."""
+    body = str(body_sha256)
+    if record_key is not None:
+        body = hmac.new(bytes.fromhex(record_key), body.encode("ascii", "replace"), hashlib.sha256).hexdigest()
     return {"service-request": int(rid), "key-sha256": hashlib.sha256(str(key).encode("utf-8")).hexdigest(),
-            "body-sha256": str(body_sha256), "asked-by": str(asked_by), "accepted-at": float(accepted_at)}
+            "body-sha256": body, "asked-by": str(asked_by), "accepted-at": float(accepted_at)}
+
+
+def store_body_key(store_root: Path) -> str | None:
+    """The record key ``body-sha256`` is keyed with in the store at ``store_root`` (None: unkeyed, or no
+    readable manifest, which the store's own checks report)."""
+    from fedforget.core.record_ids import store_record_key
+    from fedforget.store.store import Store, StoreError
+
+    try:
+        return store_record_key(Store.open(store_root).manifest())
+    except (StoreError, ValueError):
+        return None
 
 
 def read_service_rows(store_root: Path) -> list[tuple[Any, ...]] | str:
@@ -62,6 +81,7 @@ def evidence_problems(store_root: Path, vias: dict[Any, list[tuple[int, str, Any
     if isinstance(rows, str):  # no service's database: wrong only when the log says the service wrote one
         return [rows] if vias else []
     by_id = {int(r[0]): r for r in rows}
+    record_key = store_body_key(store_root)
     for named, entries in sorted(vias.items(), key=lambda kv: str(kv[0])):
         seq = entries[0][0]
         if not isinstance(named, int) or isinstance(named, bool):
@@ -69,7 +89,7 @@ def evidence_problems(store_root: Path, vias: dict[Any, list[tuple[int, str, Any
         row = by_id.get(named)
         if row is None:
             return [f"{SERVICE_DB} lost service request {named}, which the ledger's log entry {seq} names"]
-        want = evidence_of(*row[:5])
+        want = evidence_of(*row[:5], record_key=record_key)
         for seq, _kind, _request, via in entries:
             wrong = [f for f in FIELDS if not isinstance(via, dict) or via.get(f) != want[f]]
             if wrong:

@@ -39,9 +39,9 @@ MANIFEST_DIGEST = "manifest-sha256"
 #: The manifest fields training writes once and every later step reads (task, config, partitions, backbone):
 #: their fingerprint goes into the ledger, so a hand edit of the manifest is caught (``store.check``).
 IDENTITY_FIELDS = ("task", "method", "config", "seed", "num-partitions", "partitions", "backbone")
-#: Identity fields a store has only since nodes register what they hold: pinned when present, so a store
-#: written before them keeps its identity.
-REGISTERED_FIELDS = ("nodes", "class-counts")
+#: Identity fields a store has only since nodes register what they hold (and key their own records' sample
+#: ids): pinned when present, so a store written before them keeps its identity.
+REGISTERED_FIELDS = ("nodes", "class-counts", "record-ids")
 #: A safetensors header larger than this is not one of ours (the header length is read from the file).
 MAX_HEADER_BYTES = 16 * 2**20
 #: No artifact is larger (the largest real one, a full project-trained backbone copy, is a few hundred MB): a file

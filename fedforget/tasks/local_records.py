@@ -5,7 +5,8 @@ directory written by ``save_to_disk`` at ``train/`` (and the same for ``test``).
 ``record_id`` (text), ``label`` (an integer class) and the inputs the task's model reads, in the form the
 task's own data set stores them: ``text`` for a text task (tokenized by ``TaskSpec.encode_text``, as the
 loader tokenizes) or ``pixels`` (a flat list of numbers, scaled by ``TaskSpec.scale_raw``, as the loader
-scales). The node's records get sample ids ``local_sample_id(node, record id)``, so the examples come in
+scales). The node's records get sample ids ``local_sample_id(node, record id, key)`` (the store's record key,
+None for a store of unkeyed ids), so the examples come in
 sample-id order and carry those ids (:func:`read_local_records`). A reader that needs the file's own row
 order (a server's test set) uses :func:`read_file_rows` and :func:`encode_rows`; one that only needs to know
 which records it holds, :func:`read_record_index`, which reads neither inputs nor torch.
@@ -132,10 +133,11 @@ def encode_rows(rows: FileRows, cfg: RunConfig, who: str) -> tuple[torch.Tensor,
 
 
 def read_local_records(data_dir: Path, cfg: RunConfig, node: str, num_classes: int,
-                       split: str = "train") -> LocalRecords:
+                       split: str = "train", key: str | None = None) -> LocalRecords:
     """Split ``split`` of the records in ``data_dir`` as node ``node``'s examples for ``cfg.task``.
 
     ``num_classes`` bounds the labels (``0..num_classes-1``); :func:`task_num_classes` gives the task's.
+    ``key``: the store's record key its sample ids are keyed with (None: unkeyed).
     """
     import torch
 
@@ -143,7 +145,7 @@ def read_local_records(data_dir: Path, cfg: RunConfig, node: str, num_classes: i
 
     who = f"node {node}"
     rows = read_file_rows(data_dir, cfg, who, num_classes, split)
-    order, sample_ids = _sample_id_order(node, rows.record_ids, f"{who}: {rows.source}")
+    order, sample_ids = _sample_id_order(node, rows.record_ids, f"{who}: {rows.source}", key)
     rows.record_ids = [rows.record_ids[i] for i in order]
     rows.labels = rows.labels[order]
     rows.raw = [rows.raw[i] for i in order] if rows.column == TEXT else rows.raw[order]
@@ -162,7 +164,8 @@ class RecordIndex:
     labels: np.ndarray
 
 
-def read_record_index(data_dir: Path, node: str, num_classes: int, split: str = "train") -> RecordIndex:
+def read_record_index(data_dir: Path, node: str, num_classes: int, split: str = "train",
+                      key: str | None = None) -> RecordIndex:
     """Which records node ``node`` holds, their sample ids and labels, reading only the ``record_id`` and
     ``label`` columns: what a node answers about its data without loading torch or the task (the same
     checks as :func:`read_local_records` on those columns)."""
@@ -173,13 +176,15 @@ def read_record_index(data_dir: Path, node: str, num_classes: int, split: str = 
     name = f"{who}: {source}"
     record_ids = _record_ids(table.column(RECORD_ID), name)
     labels = _labels(table.column(LABEL), num_classes, name)
-    order, sample_ids = _sample_id_order(node, record_ids, name)
+    order, sample_ids = _sample_id_order(node, record_ids, name, key)
     return RecordIndex([record_ids[i] for i in order], sample_ids, labels[order])
 
 
-def _sample_id_order(node: str, record_ids: list[str], name: str) -> tuple[np.ndarray, np.ndarray]:
+def _sample_id_order(node: str, record_ids: list[str], name: str,
+                     key: str | None) -> tuple[np.ndarray, np.ndarray]:
     """(the row order that sorts by sample id, the sorted sample ids); NodeDataError if two ids collide."""
-    sample_ids = np.fromiter((local_sample_id(node, r) for r in record_ids), dtype=np.int64, count=len(record_ids))
+    sample_ids = np.fromiter((local_sample_id(node, r, key) for r in record_ids), dtype=np.int64,
+                             count=len(record_ids))
     order = np.argsort(sample_ids, kind="stable")
     sample_ids = sample_ids[order]
     clash = np.flatnonzero(sample_ids[1:] == sample_ids[:-1])

@@ -20,7 +20,9 @@ from typing import Any
 from rich.console import Console
 
 from fedforget.core.config import stored_run_config
+from fedforget.core.record_ids import store_record_key
 from fedforget.federation.client_site import VERIFY_SCRATCH
+from fedforget.federation.record_key import hand_over
 from fedforget.methods.registry import resolve, store_method
 from fedforget.store import Store
 from fedforget.store.acks import request_acks
@@ -85,6 +87,7 @@ def federation_reference(federation: str, console: Console):  # noqa: ANN201
         if method is not None and method.prepare_scratch:  # e.g. FedShard's stored tree, as a file the ServerApp reads
             cfg = stored_config(store)
             secretless = resolve(method.prepare_scratch)(store, cfg, scratch_root, area, config)
+        hand_over(scratch_root, store_record_key(store.manifest()))  # the nodes' ids keyed as the store's are
         code, log_path = flwr_run(federation, reference_config(store, config), str(scratch_root), console,
                                   app=store_app(store))
         if code != 0 or not (scratch_root / "manifest.json").is_file():

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from fedforget.core.record_ids import local_sample_id
+from fedforget.federation.record_key import hand_over
 from fedforget.inprocess import run_in_process
 from fedforget.launch import free_port, kill_tree
 from fedforget.store import Store
@@ -40,6 +41,8 @@ CONFIG = {"method": "fedsgt", "task": "digits-mlp", "chains.groups": 2, "chains.
 #: a bound on one Flower run (a guard against hangs: an unloaded 2-core machine needs a fraction of it)
 RUN_TIMEOUT = 2400
 STORE = "runs/e2e"  # inside the containers: /app/runs is the `store` volume
+#: The stores' record key: the deployment's training run and the in-process reference number records alike.
+RECORD_KEY = "e2" * 32
 IMAGES = ("flwr/superlink:1.42.0", "flwr/supernode:1.42.0", "flwr/superexec:1.42.0", "fedforget:latest",
           "fedforget-server:latest")
 #: the ServerApp's test split inside its container and the coordinator's (the data split's server/)
@@ -168,6 +171,11 @@ class Compose:
         code = FINDER.format(names=list(TRAINING_FILES))
         return json.loads(self.run("exec", "-T", service, "python", "-c", code).stdout.strip().splitlines()[-1])
 
+    def hand_over_key(self) -> None:
+        """The store's record key, handed to its training run (the in-process reference numbers the same)."""
+        self.exec("python", "-c", "from pathlib import Path; from fedforget.federation.record_key import hand_over; "
+                  f"hand_over(Path({STORE!r}), {RECORD_KEY!r})")
+
     def served(self) -> dict[str, str]:
         return json.loads(self.exec("python", "-c", SERVED.format(store=STORE)).stdout.strip().splitlines()[-1])
 
@@ -208,6 +216,7 @@ def records(data: Path, p: int) -> list[str]:
 @pytest.fixture(scope="module")
 def reference(data, tmp_path_factory) -> dict[str, str]:
     store = tmp_path_factory.mktemp("inproc") / "s"
+    hand_over(store, RECORD_KEY)
     run_in_process({**CONFIG, "store": str(store), "test-data": str(data / "server")}, NODES,
                    node_configs=[{"data-dir": str(data / f"node-{p}"), "node-name": f"node-{p}"} for p in range(NODES)])
     return artifact_shas(Store.open(store))
@@ -226,6 +235,7 @@ def _no_training_data_on_the_server_side(deployment: Compose) -> None:
 
 
 def _train_forget_retrain_verify(deployment: Compose, reference: dict[str, str], data: Path) -> None:
+    deployment.hand_over_key()
     proc = subprocess.run(deployment.flwr_run_command(CONFIG), env=deployment.flwr_env(), cwd=ROOT,
                           capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False)
     assert proc.returncode == 0 and "store written to" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -240,7 +250,8 @@ def _train_forget_retrain_verify(deployment: Compose, reference: dict[str, str],
     connection = "docker-tls" if deployment.tls else "docker"
     deployment.exec("fedforget", "retrain", "--store", STORE, "--federation", connection, timeout=RUN_TIMEOUT)
     tombstones = deployment.run("exec", "-T", "superexec-clientapp-1", "cat", "/app/state/tombstones.json").stdout
-    assert local_sample_id("node-1", record) in json.loads(tombstones)["local:node-1"]  # deleted in its own volume
+    deleted = json.loads(tombstones)["local:node-1"]
+    assert local_sample_id("node-1", record, RECORD_KEY) in deleted  # deleted in its own volume
     retrained = deployment.served()
     assert {a for a in trained if trained[a] != retrained[a]} == set(forgot["invalidated"])
     verdict = json.loads(deployment.exec("fedforget", "verify", "--store", STORE, "--federation", connection,
@@ -310,6 +321,7 @@ def test_compose_with_tls_and_node_auth_survives_a_killed_supernode(images, data
     try:
         deployment.up()
         deployment.wait_nodes(NODES)
+        deployment.hand_over_key()
         with open(out, "w") as sink:
             run = subprocess.Popen(deployment.flwr_run_command(CONFIG), env=deployment.flwr_env(), cwd=ROOT,
                                    stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)

@@ -13,9 +13,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from fedforget.core.record_ids import local_sample_id
+from fedforget.core.record_ids import local_sample_id, store_record_key
 from fedforget.federation.node_data import REGISTERED
 from fedforget.launch import loopback_deployment
+from fedforget.store import Store
 from fedforget.store.tombstones import add_tombstones
 from fedforget.unlearning.verify_federation import SCRATCH
 
@@ -69,7 +70,8 @@ def test_verify_through_the_nodes_that_hold_their_own_records(tmp_path):
 
         # negative control: node 0 drops a record the store never forgot; its reference no longer matches
         other = record_ids(data, 0)[0]
-        add_tombstones(states / "node0", "local:node-0", [local_sample_id("node-0", other)])
+        key = store_record_key(Store.open(store).manifest())
+        add_tombstones(states / "node0", "local:node-0", [local_sample_id("node-0", other, key)])
         wrong = json.loads(cli(fed.env, "verify", "--store", str(store), "--federation", fed.connection,
                                "--json").stdout)
         assert not wrong["exact"] and "differ" in wrong["reason"], wrong["reason"]

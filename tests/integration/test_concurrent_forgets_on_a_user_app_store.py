@@ -5,12 +5,14 @@ once, naming the sample its record resolves to; a record asked for by both is fo
 other caller is told it was already forgotten); both SQLite files pass ``integrity_check``; ``purge --check``
 is clean, and once retrained through the app what it serves is exact (``verify``'s comparison, its reference
 trained through the app in this process, as ``verify --federation`` has the nodes do). The processes run from
-the app's directory without its package on ``PYTHONPATH``: the store's manifest is what names the app."""
+the app's directory without its package on ``PYTHONPATH``: the store's manifest is what names the app. A third
+party holding only the exported log cannot link a guessed record name to its sample id or its request's body."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -28,11 +30,10 @@ from fedforget.process_tree import kill_tree
 from fedforget.service.requests_db import SERVICE_DB
 from fedforget.store import Store
 from fedforget.store.ledger import LEDGER
-from fedforget.store.tombstones import add_tombstones
 from fedforget.unlearning.verify import verify_store
 
 from .service_helpers import bearer, tokens
-from .test_example_tabular_mlp_app import EXAMPLE, run_app
+from .test_example_tabular_mlp_app import EXAMPLE, reference_through_the_app, run_app
 
 CLI_RECORDS = [f"node-{p}:patient-{p}-{i:03d}" for p in range(3) for i in (3, 4)]
 SERVICE_RECORDS = [f"node-{p}:patient-{p}-{i:03d}" for p in range(3) for i in (10, 11, 12)]
@@ -90,14 +91,31 @@ def _sample_of(home: Path, record: str) -> int:
     return record_sample_ids(Store.open(home / "runs" / "tabular-mlp").manifest(), [record])[record]
 
 
-def _reference_through_the_app(store: Store, workdir: Path, forgotten: dict[int, list[int]]) -> tuple[Store, set]:
-    """``verify --federation``'s reference, in this process: the app trained from scratch, each node holding
-    what the ledger forgot from it as deleted (as a node that received every request does)."""
-    scratch = workdir / "reference"
-    for partition, samples in forgotten.items():
-        add_tombstones(scratch / "clients" / str(partition), f"local:node-{partition}", samples)
-    run_app(scratch)
-    return Store.open(scratch), set()
+def _exported_log(env: dict[str, str], home: Path, store: Path) -> str:
+    out = home / "log.jsonl"
+    proc = _cli(env, home, "log", "export", "--store", str(store), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return out.read_text(encoding="utf-8")
+
+
+def _third_party_cannot_link_a_guessed_record(export: str, store: Path, records: list[str]) -> None:
+    """Holding only the exported log, a guess of a forgotten record's name (``node-1:patient-1-010``) finds
+    neither its sample id (the unkeyed sha256 a guess computes) nor its service body's sha256; the log does
+    hold the store's keyed sample ids (positive control: the search would find them)."""
+    from fedforget.core.record_ids import local_sample_id, parse_record
+
+    numbers = set(re.findall(r"\d{6,}", export))
+    keyed = {_sample_of(store.parents[1], r) for r in records}
+    assert {str(s) for s in keyed} <= numbers  # what the log holds: the keyed ids
+    guessed = {str(local_sample_id(*parse_record(r))) for r in records}
+    assert not guessed & numbers
+    db = sqlite3.connect(f"{(store / SERVICE_DB).absolute().as_uri()}?mode=ro", uri=True)
+    try:
+        bodies = [b for (b,) in db.execute("SELECT body_sha256 FROM requests")]
+    finally:
+        db.close()
+    assert bodies and not any(b in export for b in bodies)  # a guessed body's sha256 is not in the log either
+    assert export.count("body-sha256") >= len(bodies)  # the log does carry each body's (keyed) digest
 
 
 def test_concurrent_cli_and_service_forgets_on_a_user_app_store_are_each_in_the_ledger_once(trained, tmp_path):
@@ -176,6 +194,8 @@ def test_concurrent_cli_and_service_forgets_on_a_user_app_store_are_each_in_the_
         sample = _sample_of(home, record)
         assert rows[request]["samples"] == [sample] and by_sample[sample] == request, (request, record)
 
+    _third_party_cannot_link_a_guessed_record(_exported_log(env, home, store), store,
+                                              [*CLI_RECORDS, *SERVICE_RECORDS])
     check = _cli(env, home, "purge", "--store", str(store), "--check", "--json")
     assert check.returncode == 0 and json.loads(check.stdout)["clean"], check.stdout + check.stderr
     with pytest.MonkeyPatch.context() as mp:  # the retrain through the app itself, in this process
@@ -187,9 +207,9 @@ def test_concurrent_cli_and_service_forgets_on_a_user_app_store_are_each_in_the_
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FEDFORGET_HOME", str(home))
         mp.syspath_prepend(str(EXAMPLE))
-        report = verify_store(Store.open(store), reference=_reference_through_the_app)
+        report = verify_store(Store.open(store), reference=reference_through_the_app)
         # negative control: a reference whose node 2 kept one forgotten record differs from what is served
-        kept = verify_store(Store.open(store), reference=lambda st, wd, gone: _reference_through_the_app(
+        kept = verify_store(Store.open(store), reference=lambda st, wd, gone: reference_through_the_app(
             st, wd, {**gone, 2: sorted(gone[2])[1:]}))
     assert report["exact"] is True, report
     assert kept["exact"] is False, kept

@@ -11,14 +11,15 @@ import pytest
 from typer.testing import CliRunner
 
 from fedforget.core.config import ConfigError
-from fedforget.core.record_ids import local_sample_id
+from fedforget.core.record_ids import local_sample_id, store_record_key
 from fedforget.federation.node_data import REGISTERED
+from fedforget.federation.record_key import hand_over
 from fedforget.inprocess import run_in_process
 from fedforget.store import Store
 from fedforget.store.tombstones import add_tombstones
 from fedforget.unlearning.cli import app
 
-from .helpers import served_sha
+from .served_bytes import served_shas
 
 NODES = 3
 CONFIG = {"task": "digits-mlp", "method": "fedsgt", "num-rounds": 2, "slices-per-client": 2, "chains.groups": 2,
@@ -74,9 +75,12 @@ def test_the_manifest_names_each_node_and_holds_only_hashed_sample_ids(trained):
     store, data = trained
     manifest = Store.open(store).manifest()
     assert manifest["nodes"] == {str(p): {"name": names(p), "records": "local"} for p in range(NODES)}
+    key = store_record_key(manifest)  # drawn for this store when training created it
+    assert key is not None and manifest["record-ids"] == {"scheme": "hmac-sha256", "key": key}
     for p in range(NODES):
         held = sorted(i for s in manifest["partitions"][str(p)] for i in s)
-        assert held == sorted(local_sample_id(names(p), r) for r in record_ids(data, p))
+        assert held == sorted(local_sample_id(names(p), r, key) for r in record_ids(data, p))
+        assert not set(held) & {local_sample_id(names(p), r) for r in record_ids(data, p)}  # no unkeyed id
 
 
 def test_forgetting_a_record_by_its_owners_id_then_retraining_equals_training_without_it(trained, tmp_path):
@@ -91,14 +95,17 @@ def test_forgetting_a_record_by_its_owners_id_then_retraining_equals_training_wi
         assert (work / "clients" / str(p) / REGISTERED).is_file()
     train(work, data_copy, action="retrain", test=data / "server")
 
+    key = store_record_key(Store.open(work).manifest())
     reference = tmp_path / "ref"  # from scratch on the remaining data, the slices drawn over the same records
-    add_tombstones(reference / "clients" / "1", f"local:{names(1)}", [local_sample_id(names(1), record)])
+    hand_over(reference, key)  # numbered under the store's key, as `verify --federation` hands it over
+    add_tombstones(reference / "clients" / "1", f"local:{names(1)}", [local_sample_id(names(1), record, key)])
     train(reference, data_copy, test=data / "server")
-    assert served_sha(Store.open(work)) == served_sha(Store.open(reference))
+    assert served_shas(work) == served_shas(reference)  # every served model
 
     kept = tmp_path / "kept"  # negative control: the record still trained on
+    hand_over(kept, key)
     train(kept, data, test=data / "server")
-    assert served_sha(Store.open(kept)) != served_sha(Store.open(work))
+    assert served_shas(kept) != served_shas(work)
 
 
 def test_a_node_whose_records_changed_behind_forgets_back_refuses_the_retrain(trained, tmp_path):

@@ -12,8 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from fedforget.core.config import ConfigError
+from fedforget.core.record_ids import store_record_key
 from fedforget.federation.node_records import REGISTERED
+from fedforget.federation.record_key import hand_over
 from fedforget.inprocess import run_in_process
+from fedforget.store import Store
 from fedforget.unlearning.cli import app
 
 NODES = 2
@@ -34,6 +37,12 @@ def deployed(tmp_path_factory) -> tuple[Path, Path, Path]:
     assert result.exit_code == 0, result.output
     run(root / "s", data, root / "state")
     return root / "s", data, root / "state"
+
+
+def reference(store: Path, ref: Path, data: Path, state: Path) -> None:
+    """A reference run of ``store`` (as ``verify --federation`` starts one: handed the store's record key)."""
+    hand_over(ref, store_record_key(Store.open(store).manifest()))
+    run(ref, data, state, reference=True)
 
 
 def run(store: Path, data: Path, state: Path, **extra: object) -> None:
@@ -59,7 +68,7 @@ def test_a_reference_run_keeps_what_the_nodes_registered_for_training(deployed, 
     registered = [(state / f"node{p}" / REGISTERED) for p in range(NODES)]
     inodes = [p.stat().st_ino for p in registered]
     contents = [p.read_bytes() for p in registered]
-    run(tmp_path / "ref", data, state, reference=True)
+    reference(store, tmp_path / "ref", data, state)
     assert [p.stat().st_ino for p in registered] == inodes  # not rewritten
     assert [p.read_bytes() for p in registered] == contents
     other = tmp_path / "train"  # negative control: a plain training run re-registers (a new file)
@@ -71,7 +80,7 @@ def test_a_reference_run_keeps_what_the_nodes_registered_for_training(deployed, 
 
 
 def test_a_reference_run_refuses_edited_records_and_keeps_the_registration(deployed, tmp_path):
-    _, data, state = deployed
+    store, data, state = deployed
     edited = tmp_path / "data"
     shutil.copytree(data, edited)
     path = edited / "node-1" / "train.parquet"
@@ -80,8 +89,21 @@ def test_a_reference_run_refuses_edited_records_and_keeps_the_registration(deplo
     table.to_parquet(path, index=False)
     kept = (state / "node1" / REGISTERED).read_bytes()
     with pytest.raises(ConfigError, match="node-1.s records changed since training: 1 edited"):
-        run(tmp_path / "ref", edited, state, reference=True)
+        reference(store, tmp_path / "ref", edited, state)
     assert (state / "node1" / REGISTERED).read_bytes() == kept
+
+
+def test_a_node_refuses_a_reference_that_keys_its_records_with_another_stores_key(deployed, tmp_path):
+    """The nodes registered their records under the store's key: a run handed another key (or none) would
+    number them otherwise, and each node refuses it before anything is trained or written."""
+    _, data, state = deployed
+    kept = [(state / f"node{p}" / REGISTERED).read_bytes() for p in range(NODES)]
+    for key in ("0f" * 32, None):
+        hand_over(tmp_path / str(key), key)
+        with pytest.raises(ConfigError, match="registered its records for another store"):
+            run(tmp_path / str(key), data, state, reference=True)
+        assert not (tmp_path / str(key) / "manifest.json").exists()
+    assert [(state / f"node{p}" / REGISTERED).read_bytes() for p in range(NODES)] == kept
 
 
 def test_verify_and_receipt_through_the_nodes_once_the_request_reached_them(deployed, tmp_path, monkeypatch):

@@ -361,8 +361,8 @@ def test_record_ids_that_are_not_text_or_missing_are_refused(tmp_path):
 
 def test_two_record_ids_with_one_sample_id_are_refused(tmp_path, monkeypatch):
     folder = write_parquet(tmp_path / "d", rows())
-    monkeypatch.setattr(local_records, "local_sample_id", lambda node, rid: 42 if rid in ("r1", "r3") else hash(rid)
-                        & (2**62 - 1))
+    monkeypatch.setattr(local_records, "local_sample_id",
+                        lambda node, rid, key=None: 42 if rid in ("r1", "r3") else hash(rid) & (2**62 - 1))
     refused(folder, "'r1' and 'r3' get the same sample id")
 
 

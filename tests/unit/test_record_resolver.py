@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fedforget.core.record_ids import local_sample_id
+from fedforget.core.record_ids import local_sample_id, record_ids_field
 from fedforget.store.ledger import LedgerUsageError
 from fedforget.store.records import (
     NodesError,
@@ -42,6 +42,26 @@ def test_a_local_nodes_records_hash_and_split_at_the_first_colon():
         "clinic:alice": LOCAL[0], "clinic:b:c": LOCAL[1], f"clinic:{CAFE}": LOCAL[2], "node-0:3": 3}
     assert record_sample_id(NEW, "clinic:17") == LOCAL[3]  # a local "17" is not row 17
     assert node_named(NEW, "clinic").partition == 1
+
+
+KEY = "5e" * 32
+KEYED = {**NEW, "record-ids": record_ids_field(KEY),
+         "partitions": {**NEW["partitions"], "1": [sorted(local_sample_id("clinic", r, KEY) for r in (ALICE, COLON)),
+                                                   sorted(local_sample_id("clinic", r, KEY) for r in (CAFE, "17"))]}}
+
+
+def test_a_keyed_stores_records_resolve_under_its_key_and_the_unkeyed_guess_is_not_among_them():
+    """A store with a record key (new stores) numbers a node's records hmac(key, node, record): the unkeyed
+    sha256 of a guessed name is no sample of it; a store without one (NEW, as written before keys) keeps it."""
+    keyed = record_sample_id(KEYED, "clinic:alice")
+    assert keyed == local_sample_id("clinic", ALICE, KEY) != local_sample_id("clinic", ALICE)
+    held = {i for s in KEYED["partitions"]["1"] for i in s}
+    assert not held & set(LOCAL)
+    assert local_sample_id("clinic", ALICE, "6f" * 32) != keyed  # another store's key, another id
+    assert record_sample_id(NEW, "clinic:alice") == local_sample_id("clinic", ALICE)
+    for bad in ({"scheme": "sha256", "key": KEY}, {"scheme": "hmac-sha256", "key": "XY"}, "hmac"):
+        with pytest.raises(NodesError, match="record-ids"):
+            record_sample_id({**KEYED, "record-ids": bad}, "clinic:alice")
 
 
 def test_a_local_sample_maps_back_to_its_node_only():

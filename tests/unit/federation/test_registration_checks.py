@@ -87,6 +87,12 @@ def test_registration_messages_round_trip_and_refuse_malformed_records():
     with pytest.raises(MalformedMessage, match="not one of"):
         RegisterQuery.from_record(RecordDict({"config": ConfigRecord({"ask": "register", "needs": ["inputs"],
                                                                       "action": "train"})}))
+    keyed = RegisterQuery((), "train", "ab" * 32)  # the store's record key rides in the query
+    assert RegisterQuery.from_record(keyed.to_record()) == keyed
+    for key in ("AB" * 32, "ab" * 31, 7):
+        with pytest.raises(MalformedMessage, match="record-key"):
+            RegisterQuery.from_record(RecordDict({"config": ConfigRecord({"ask": "register", "needs": [],
+                                                                          "action": "train", "record-key": key})}))
     bad = sent.to_record()
     del bad["arrays"]["slice"]
     with pytest.raises(MalformedMessage, match="no slice"):
