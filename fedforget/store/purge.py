@@ -240,7 +240,6 @@ def complete_purges(store: Any, check: bool = False, by_content: bool = False,
                 ledger._set_meta(tx, METRICS_MARK, {"request": last, "lines": span})  # the rows redacted, no more
             if audit_leftover(audit):
                 ledger._set_meta(tx, AUDIT_KEY, audit_decision(audit))
-        scrub_complete_names(ledger)
     finally:
         ledger.close()
     return report
@@ -248,7 +247,8 @@ def complete_purges(store: Any, check: bool = False, by_content: bool = False,
 
 def complete_requests(ledger: Any) -> list[int]:
     """Requests that are done everywhere: retrained, every client that held their samples acknowledged, their
-    purge finished. Their raw record names have no further use."""
+    purge finished. Their raw record names have no further use: the coordinator scrubs them
+    (:mod:`fedforget.unlearning.scrub`), never a purge a run finishes."""
     from fedforget.store.acks import request_acks
 
     db = ledger.db
@@ -259,21 +259,6 @@ def complete_requests(ledger: Any) -> list[int]:
     acks = request_acks(ledger)
     open_purges = {int(r[0]) for r in db.execute("SELECT DISTINCT request FROM purged WHERE done=0")}
     return [r for r in named if r <= retrained and not (acks.get(r) or {}).get("pending") and r not in open_purges]
-
-
-def scrub_complete_names(ledger: Any) -> list[int]:
-    """Forgetting scrubs the raw record names of complete requests (their commitments stay in the log)."""
-    from fedforget.store.record_commitments import scrub
-
-    with ledger.transaction("scrub") as tx:
-        done = complete_requests(ledger)
-        if not done:
-            ledger.log.name("update")  # nothing scrubbed: no entry
-            return []
-        ledger.log.name("scrub", requests=done)
-        scrub(tx, done)
-    drop_receipts_with_names(Path(ledger.path).parent, done)
-    return done
 
 
 def drop_receipts_with_names(root: Path, requests: list[int]) -> list[int]:

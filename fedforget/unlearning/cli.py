@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated
@@ -30,6 +31,7 @@ from fedforget.store import Store, StoreError
 from fedforget.store.ledger import LedgerUsageError
 from fedforget.store.store import resolve_store_path
 from fedforget.unlearning.flwr_runner import flwr_run
+from fedforget.unlearning.scrub import Scrub, scrub_complete
 from fedforget.unlearning.status import print_status, store_status
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -197,7 +199,8 @@ def forget(
     record: RecordOpt = None,
     propagate: Annotated[bool, typer.Option(
         "--propagate", help="Reach the owning clients through Flower now: they delete the samples and "
-        "acknowledge (`status` shows who did); an offline client is reached by the next retrain.")] = False,
+        "acknowledge (`status` shows who did); an offline client is reached by the next retrain. Alone (nothing "
+        "named), it propagates the requests already recorded.")] = False,
     federation: FederationOpt = "local-simulation",
     audit_before: Annotated[bool, typer.Option(
         "--audit-before", help="Measure the membership-inference audit on the model served before this request, "
@@ -211,43 +214,43 @@ def forget(
     handle = open_store(store, writes="forget")
     if propagate:
         refuse_if_busy(handle)  # before the request is applied: a refused propagation changes nothing
-    try:
-        with read_only_errors(handle, "forget"):
-            with record_errors():
-                result = forget_request(handle, sample or [], slice_ or [], client or [], audit_before=audit_before,
-                                        records=record or [])
-    except (LedgerUsageError, StoreError) as exc:
-        fail(str(exc))
-    data = result.to_json()
+    named = bool(sample or slice_ or client or record)
+    result = None
+    if named or not propagate:
+        try:
+            with read_only_errors(handle, "forget"):
+                with record_errors():
+                    result = forget_request(handle, sample or [], slice_ or [], client or [],
+                                            audit_before=audit_before, records=record or [])
+        except (LedgerUsageError, StoreError) as exc:
+            fail(str(exc))
+    data = result.to_json() if result is not None else {}
     if propagate:
-        from fedforget.store.acks import request_acks
-        from fedforget.unlearning.retrain import propagate_store
-
-        try:
-            code, log_path = propagate_store(handle, federation, run_console(as_json))
-        except StoreError as exc:  # a run took the lock since the check above
-            fail(f"the request is applied and purged, but the propagation run was not started: {exc}; the next "
-                 "`fedforget retrain` reaches the clients", code=1)
-        ledger = handle.ledger()
-        try:
-            acks = request_acks(ledger)
-        finally:
-            ledger.close()
-        data["propagation"] = {"flwr_exit_code": code, "log": str(log_path),
-                               "acknowledgements": {str(r): a for r, a in acks.items()}}
-        if code != 0:
-            fail(f"the request is applied and purged, but the propagation run failed (flwr exit code {code}); "
-                 f"its log is {log_path}; the next `fedforget retrain` reaches the clients", code=1)
+        data["propagation"], scrubbed = propagated(handle, federation, as_json, applied=result is not None)
+        data["scrubbed"] = scrubbed.requests
     if as_json:
         emit(data, True)
         return
-    if result.request is None:
-        console.print("already forgotten: nothing changed (no request recorded)")
-        return
     if propagate:
-        mine = data["propagation"]["acknowledgements"].get(str(result.request), {})
-        console.print(f"propagated: partition(s) {mine.get('acknowledged', [])} deleted the samples and acknowledged"
-                      + (f"; pending {mine['pending']} (reached by the next retrain)" if mine.get("pending") else ""))
+        acks = data["propagation"]["acknowledgements"]
+        mine = acks.get(str(result.request), {}) if result is not None and result.request is not None else None
+        if mine is not None:
+            console.print(f"propagated: partition(s) {mine.get('acknowledged', [])} deleted the samples and "
+                          "acknowledged" + (f"; pending {mine['pending']} (reached by the next retrain)"
+                                            if mine.get("pending") else ""))
+        else:
+            pending = {r: a["pending"] for r, a in acks.items() if a.get("pending")}
+            console.print("propagated: every request reached the nodes that hold its samples" if not pending else
+                          "propagated; still pending (reached by the next retrain): " + ", ".join(
+                              f"#{r} (partition(s) {', '.join(map(str, p))})" for r, p in pending.items()))
+        if scrubbed.requests:
+            console.print(escape(scrubbed.line(handle)), soft_wrap=True, highlight=False)
+    if result is None:
+        return
+    if result.request is None:
+        console.print("already forgotten: no request recorded" if propagate else
+                      "already forgotten: nothing changed (no request recorded)")
+        return
     serving = result.serving
     if result.records:
         console.print(escape("records: " + ", ".join(f"{r} (sample {i})" for r, i in sorted(result.records.items()))),
@@ -262,6 +265,32 @@ def forget(
                       "the next `fedforget retrain` (or now with --propagate)"))
     else:
         console.print("[bold red]retrain required[/]: no valid model is left to serve; run `fedforget retrain`")
+
+
+def propagated(handle: Store, federation: str, as_json: bool, applied: bool) -> tuple[dict, Scrub]:
+    """``forget --propagate``'s run through ``federation``, then the scrub of the requests it completed: the
+    ``propagation`` report (exit code, log, every request's acknowledgements) and what was scrubbed. A failed
+    run exits 1 (``applied``: the request named was applied and purged before it)."""
+    from fedforget.store.acks import request_acks
+    from fedforget.unlearning.retrain import propagate_store
+
+    before = "the request is applied and purged, but " if applied else ""
+    try:
+        code, log_path = propagate_store(handle, federation, run_console(as_json))
+    except StoreError as exc:  # a run took the lock since the check above
+        fail(f"{before}the propagation run was not started: {exc}; the next `fedforget retrain` reaches the clients",
+             code=1)
+    if code != 0:
+        fail(f"{before}the propagation run failed (flwr exit code {code}); its log is {log_path}; the next "
+             "`fedforget retrain` reaches the clients", code=1)
+    scrubbed = scrub_complete(handle)
+    ledger = handle.ledger()
+    try:
+        acks = request_acks(ledger)
+    finally:
+        ledger.close()
+    return {"flwr_exit_code": code, "log": str(log_path),
+            "acknowledgements": {str(r): a for r, a in acks.items()}}, scrubbed
 
 
 @app.command()
@@ -305,14 +334,17 @@ def retrain(store: StoreOpt, federation: FederationOpt = "local-simulation", as_
         refuse_if_busy(handle)  # another run took the lock after our check: the ServerApp refused this one
         fail(f"the retrain run did not finish (flwr exit code {code}); nothing half-done was served; its log is "
              f"{log_path}; run `fedforget retrain` again", code=1)
+    scrubbed = scrub_complete(handle)  # the requests this retrain completed
     summary = {"retrained_up_to_request": reached, "serving": info["serving"], "accuracy": info["accuracy"],
-               "available": info["available"], "log": str(log_path)}
+               "available": info["available"], "log": str(log_path), "scrubbed": scrubbed.requests}
     if as_json:
         emit(summary, True)
     else:
         acc = "—" if info["accuracy"] is None else f"{info['accuracy']:.4f}"
         console.print(f"[bold green]retrained[/] up to request #{reached}; serving {len(info['serving'])} "
                       f"artifact(s), accuracy {acc}")
+        if scrubbed.requests:
+            console.print(escape(scrubbed.line(handle)), soft_wrap=True, highlight=False)
 
 
 def verified(handle: Store, federation: str, verbose: bool, as_json: bool, include_all: bool = False,
@@ -598,8 +630,11 @@ def purge(
     handle = open_store(store, writes=None if check else "purge")
     try:
         report = complete_purges(handle, check=check, by_content=True).to_json()
+        scrubbed = Scrub() if check else scrub_complete(handle)  # a purge this finished may complete a request
     except (StoreError, LedgerUsageError) as exc:
         fail(str(exc))
+    if not check:
+        report["scrubbed"] = scrubbed.requests
     copies = report["client-copies"]
     unprovable = any(report[k] for k in ("outside-links", "special-files", "unreadable"))
     if as_json:
@@ -607,6 +642,8 @@ def purge(
     else:
         for name in report["files"] + report["feature-caches"]:
             console.print(f" {'should not be there' if check else 'deleted'}: {name}")
+        if scrubbed.requests:
+            console.print(" " + escape(scrubbed.line(handle)), soft_wrap=True, highlight=False)
         if report["pending"]:
             console.print(f" purge pending for {len(report['pending'])} artifact(s)")
         if report["metrics-rows"]:
@@ -625,8 +662,8 @@ def purge(
         if copies:
             console.print(f" {len(copies)} deployed node(s) (partition(s) {[c['partition'] for c in copies]}) may "
                           "still hold copies of purged artifacts in their caches until they acknowledge: run "
-                          f"`fedforget forget --store {store} --propagate` with a forgotten id (it only propagates "
-                          "when nothing is new)", soft_wrap=True)
+                          f"`fedforget forget --store {shlex.quote(store)} --propagate` (with --federation NAME, "
+                          "the deployed nodes' SuperLink connection)", soft_wrap=True)
         local = any(report[k] for k in ("files", "pending", "feature-caches", "metrics-rows", "training-rows",
                                         "ledger-values"))
         if not copies and not unprovable and not (check and local):

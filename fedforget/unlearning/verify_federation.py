@@ -13,6 +13,7 @@ removed afterwards.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 from pathlib import Path
 from typing import Any
@@ -56,14 +57,16 @@ def pending_requests(store: Store) -> dict[int, list[int]]:
         ledger.close()
 
 
-def check_delivered(store: Store) -> None:
-    """Refuse (one line) while a request has not reached every node that holds its samples."""
+def check_delivered(store: Store, federation: str) -> None:
+    """Refuse (one line) while a request has not reached every node that holds its samples; the line names the
+    command that delivers them, as it can be run (``forget --propagate`` alone propagates what is recorded)."""
     pending = pending_requests(store)
     if pending:
         shown = ", ".join(f"#{r} (partition(s) {', '.join(map(str, p))})" for r, p in list(pending.items())[:SHOWN])
+        where = f"--store {shlex.quote(str(store.root))} --federation {shlex.quote(federation)}"
         raise NotDelivered(f"request(s) {shown}{', …' if len(pending) > SHOWN else ''} have not reached the nodes "
-                           f"that hold their samples; run `fedforget forget --store {store.root} --propagate` or "
-                           "`fedforget retrain` through the federation first, then verify")
+                           f"that hold their samples; run `fedforget forget {where} --propagate` (or "
+                           f"`fedforget retrain {where}`) first, then verify")
 
 
 def reference_config(store: Store, extra: dict[str, Any]) -> str:
@@ -103,7 +106,7 @@ def federation_reference(federation: str, console: Console):  # noqa: ANN201
 def verify_through(store: Store, federation: str, console: Console, include_all: bool = False) -> dict[str, Any]:
     """``verify --federation``: refuse until every request reached its nodes, then compare with their reference."""
     check_not_busy(store.root)
-    check_delivered(store)
+    check_delivered(store, federation)
     area = store.root / SCRATCH
     shutil.rmtree(area, ignore_errors=True)  # what a killed verify left
     area.mkdir(mode=0o700)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -186,3 +188,82 @@ def test_a_nodes_table_training_never_writes_is_a_broken_store(store):
         code, _, err = run(args[0], "--store", str(store), *args[1:])
         assert code == 1 and "partition 1 has no node" in err and len(err.strip().splitlines()) == 1, err
     assert snapshot(store) == before
+
+
+def files_and_times(path) -> dict[str, tuple[str, int]]:  # noqa: ANN001
+    """Every file under the store (ledger.sqlite, service.db, receipts/, artifacts/, ...): its sha256 and mtime."""
+    return {str(p.relative_to(path)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def in_process_runs(monkeypatch, nodes: int = 3) -> None:  # noqa: ANN001
+    """`retrain` and `forget --propagate` submit their Flower run in process (the store's own nodes)."""
+    from flwr.common.config import parse_config_args
+
+    from fedforget.inprocess import run_in_process
+    from fedforget.unlearning import retrain
+
+    def flwr_run(federation, run_config, store_dir, console, app=None):  # noqa: ANN001, ANN202, ARG001
+        run_in_process({**parse_config_args([run_config]), "store": store_dir}, nodes)
+        return 0, Path(store_dir) / "flwr-run.log"
+
+    monkeypatch.setattr(retrain, "flwr_run", flwr_run)
+
+
+def test_the_retrain_that_completes_a_request_scrubs_its_names_and_a_no_op_then_writes_nothing(store, tmp_path,
+                                                                                            monkeypatch):
+    from fedforget.unlearning.receipt import KEY_ENV, SECRETS_ENV
+
+    monkeypatch.setenv(SECRETS_ENV, str(tmp_path / "secrets"))
+    monkeypatch.setenv(KEY_ENV, str(tmp_path / "keys" / "coordinator.pem"))
+    in_process_runs(monkeypatch)
+    root = str(store)
+    sid = Store.open(store).manifest()["partitions"]["1"][0][0]
+    assert run("forget", "--store", root, "--record", f"node-1:{sid}")[0] == 0
+    assert run("forget", "--store", root, "--client", "2")[0] == 0
+    assert run("receipt", "1", "--store", root, "--no-verify")[0] == 0
+    receipt = store / "receipts" / "request-1.json"
+    assert f"node-1:{sid}" in receipt.read_text()  # the control: issued before the request completed
+    code, out, err = run("retrain", "--store", root)
+    assert code == 0, err
+    assert "scrubbed the record names of request(s) #1 (complete" in out and "receipt(s) #1 carried them" in out
+    assert f"`fedforget receipt 1 --store {root}` issues it again without them" in out, out
+    assert not receipt.exists()
+    assert run("receipt", "1", "--store", root, "--no-verify")[0] == 0  # issued again, without the names
+    assert f"node-1:{sid}" not in receipt.read_text()
+    before = files_and_times(store)
+    no_ops = [["forget", "--record", f"node-1:{sid}"], ["forget", "--sample", str(sid)], ["forget", "--client", "2"],
+              ["status"], ["status", "--json"], ["verify"], ["purge"], ["purge", "--check"], ["evaluate"],
+              ["samples", "--client", "1"], ["locate", "--record", f"node-1:{sid}"], ["log", "verify"],
+              ["receipt", "--check", str(receipt)]]
+    for args in no_ops:
+        code, out, err = run(args[0], "--store", root, *args[1:]) if args[0] != "log" else \
+            run("log", "verify", "--store", root)
+        assert code == 0, (args, out, err)
+        assert files_and_times(store) == before, args
+    assert "nothing changed" in run("forget", "--store", root, "--record", f"node-1:{sid}")[1]
+
+
+def test_the_propagation_that_completes_a_request_scrubs_its_names_and_says_so(store, tmp_path, monkeypatch):
+    """Retrained while its node was away, the request completes when `forget --propagate` reaches the node."""
+    from fedforget.unlearning.receipt import KEY_ENV, SECRETS_ENV
+
+    monkeypatch.setenv(SECRETS_ENV, str(tmp_path / "secrets"))
+    monkeypatch.setenv(KEY_ENV, str(tmp_path / "keys" / "coordinator.pem"))
+    in_process_runs(monkeypatch)
+    sid = Store.open(store).manifest()["partitions"]["1"][0][0]
+    assert run("forget", "--store", str(store), "--record", f"node-1:{sid}")[0] == 0
+    ledger = Store.open(store).ledger()
+    try:
+        ledger.finish_retrain(1, [])  # the retrain's record, its node-1 acknowledgement still pending
+    finally:
+        ledger.close()
+    code, out, err = run("forget", "--store", str(store), "--propagate")
+    assert code == 0, err
+    assert "propagated: every request reached the nodes that hold its samples" in out
+    assert "scrubbed the record names of request(s) #1 (complete" in out and "receipts/" not in out  # none issued
+    db = sqlite3.connect(store / "ledger.sqlite")
+    try:
+        assert db.execute("SELECT COUNT(*) FROM record_names").fetchone()[0] == 0
+    finally:
+        db.close()

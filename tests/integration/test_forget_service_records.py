@@ -77,6 +77,50 @@ def test_a_record_is_forgotten_and_its_request_and_receipt_name_it(store, tok):
     assert service_rows(store) == 1 and len(ledger_specs(store)) == 1
 
 
+
+def files_and_times(store) -> dict[str, tuple[bytes, int]]:  # noqa: ANN001
+    return {str(p.relative_to(store)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(store.rglob("*"))
+            if p.is_file()}
+
+
+def log_kinds(store) -> list[str]:  # noqa: ANN001
+    db = sqlite3.connect(store / "ledger.sqlite")
+    try:
+        return [r[0] for r in db.execute("SELECT json_extract(entry, '$.kind') FROM log ORDER BY seq")]
+    finally:
+        db.close()
+
+
+def test_a_no_op_post_logs_who_asked_and_nothing_else_and_its_retry_writes_nothing(store, tok):
+    """A record forgotten by a request that is complete but not yet scrubbed (its retrain ran; the coordinator's
+    scrub comes after it): asking again under a new key records the asker (service.db and one service-no-op
+    entry) and scrubs nothing; the same key again changes no file."""
+    from fedforget.store.acks import record_acks
+
+    c, record = client(store), f"node-1:{sample_of(store, 1)}"
+    asked = c.post("/v1/forget-requests", json={"idempotency_key": "dsr-1", "records": [record]},
+                   headers=bearer(tok["forget:write"]))
+    assert asked.status_code == 201, asked.text
+    assert c.get("/v1/receipts/1", headers=bearer(tok["all"])).status_code == 200
+    ledger = Store.open(store).ledger()
+    try:
+        ledger.finish_retrain(1, [])
+        record_acks(ledger, {1: 1})
+    finally:
+        ledger.close()
+    before, kinds = files_and_times(store), log_kinds(store)
+    again = c.post("/v1/forget-requests", json={"idempotency_key": "dsr-2", "records": [record]},
+                   headers=bearer(tok["forget:write"]))
+    assert again.status_code == 201 and again.json()["no_op"], again.text
+    assert log_kinds(store) == [*kinds, "service-no-op"]
+    after = files_and_times(store)
+    assert {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)} == {"ledger.sqlite",
+                                                                                           SERVICE_DB}
+    retry = c.post("/v1/forget-requests", json={"idempotency_key": "dsr-2", "records": [record]},
+                   headers=bearer(tok["forget:write"]))
+    assert retry.status_code == 200 and retry.json()["id"] == again.json()["id"]
+    assert files_and_times(store) == after
+
 def test_a_body_naming_only_records_is_accepted(store, tok):
     record = f"node-0:{sample_of(store, 0)}"
     response = client(store).post("/v1/forget-requests", json={"idempotency_key": "r", "records": [record]},

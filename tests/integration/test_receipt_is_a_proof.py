@@ -226,7 +226,7 @@ def test_a_store_rolled_back_past_its_newest_receipt_is_refused(trained, tmp_pat
 
 def test_a_receipt_naming_records_goes_with_the_scrub_and_is_issued_again_without_them(issued):
     from fedforget.store.acks import record_acks, request_acks
-    from fedforget.store.purge import complete_purges
+    from fedforget.unlearning.scrub import scrub_complete
 
     store, receipt, record = issued
     path = store.root / "receipts" / "request-1.json"
@@ -239,7 +239,7 @@ def test_a_receipt_naming_records_goes_with_the_scrub_and_is_issued_again_withou
     finally:
         ledger.close()
     assert not pending
-    complete_purges(store)
+    assert scrub_complete(store).receipts == [1]  # what the retrain or propagation that completes it runs
     assert not path.exists()
     code, out, err = invoke(["receipt", "1", "--store", str(store.root), "--no-verify", "--json"])
     assert code == 0, err

@@ -4,6 +4,8 @@ leaves what they registered for training untouched, so the store's next retrain 
 
 from __future__ import annotations
 
+import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -114,7 +116,7 @@ def test_verify_and_receipt_through_the_nodes_once_the_request_reached_them(depl
 
     from flwr.common.config import parse_config_args
 
-    from fedforget.unlearning import verify_federation
+    from fedforget.unlearning import retrain, verify_federation
 
     source, data, state = deployed
     store, nodes = tmp_path / "s", tmp_path / "state"
@@ -135,6 +137,18 @@ def test_verify_and_receipt_through_the_nodes_once_the_request_reached_them(depl
     pending = cli.invoke(app, ["verify", "--store", str(store), "--federation", "fake"])
     assert pending.exit_code == 2 and "#1 (partition(s) 1) have not reached the nodes" in pending.output
 
+    def propagation(federation, run_config, store_dir, console, app=None):  # noqa: ANN001, ANN202
+        config = parse_config_args([run_config])
+        assert federation == "fake" and config["action"] == "propagate"
+        run(Path(store_dir), data, nodes, **{k: v for k, v in config.items() if k not in ("test-data",)})
+        return 0, Path(store_dir) / "flwr-run.log"
+
+    monkeypatch.setattr(retrain, "flwr_run", propagation)
+    suggested = shlex.split(re.search(r"run `(fedforget forget [^`]+)`", pending.output).group(1))
+    propagated = cli.invoke(app, suggested[1:])  # the command as printed
+    assert propagated.exit_code == 0, propagated.output
+    assert "propagated: every request reached the nodes that hold its samples" in propagated.output
+    assert not verify_federation.pending_requests(Store.open(store))
     run(store, data, nodes, action="retrain")
     registered = (nodes / "node1" / REGISTERED).stat().st_ino
     verdict = cli.invoke(app, ["verify", "--store", str(store), "--federation", "fake", "--json"])
