@@ -239,9 +239,9 @@ def federation_from(replies: Mapping[int, tuple[int, Registration]], slices_per_
         if len(bad_slices):
             raise RegistrationRefused(f"{who} put samples in slice {int(bad_slices[0])}, outside "
                                       f"0..{slices_per_client - 1}; {FIX_NODE}")
-        deleted_mask = np.isin(reg.samples, reg.deleted)
         if reg.labels is not None:
-            bad = (reg.labels < -1) | (reg.labels >= num_classes) | ((reg.labels == -1) & ~deleted_mask)
+            gone = _member(np.sort(reg.deleted), reg.samples)
+            bad = (reg.labels < -1) | (reg.labels >= num_classes) | ((reg.labels == -1) & ~gone)
             if bad.any():
                 raise RegistrationRefused(f"{who} sent labels outside the task's classes 0..{num_classes - 1}; "
                                           f"{FIX_NODE}")
@@ -252,9 +252,9 @@ def federation_from(replies: Mapping[int, tuple[int, Registration]], slices_per_
                                           f"{num_classes} classes; {FIX_NODE}")
             fed.class_counts[p] = [int(c) for c in reg.class_counts.tolist()]
         order = np.lexsort((reg.samples, reg.slices))  # by slice, then by id
-        bounds = np.searchsorted(reg.slices[order], np.arange(slices_per_client + 1))
-        ordered = reg.samples[order].tolist()
-        slices[p] = [ordered[bounds[s]:bounds[s + 1]] for s in range(slices_per_client)]
+        ends = np.searchsorted(reg.slices[order], np.arange(slices_per_client + 1))
+        by_slice = reg.samples[order].tolist()
+        slices[p] = [by_slice[ends[s]:ends[s + 1]] for s in range(slices_per_client)]
         fed.nodes[p], fed.names[p], fed.records[p] = node_id, reg.node_name, reg.records
         fed.deleted[p] = set(reg.deleted.tolist())
         fed.reply_bytes += sum(int(a.nbytes) for a in (reg.samples, reg.slices, reg.deleted, reg.labels,
@@ -264,6 +264,14 @@ def federation_from(replies: Mapping[int, tuple[int, Registration]], slices_per_
     return fed
 
 
+def _member(ordered: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Which of ``values`` are in the sorted ``ordered`` (a binary search each: no hash set of either)."""
+    if not len(ordered):
+        return np.zeros(len(values), dtype=bool)
+    at = np.searchsorted(ordered, values).clip(max=len(ordered) - 1)
+    return ordered[at] == values
+
+
 def _check_ids(who: str, reg: Registration, public_ids: np.ndarray | None) -> None:
     """A node's sample ids: in the ledger's range, each once, rows of the public pool for a public node, and
     its deletions among them."""
@@ -271,17 +279,18 @@ def _check_ids(who: str, reg: Registration, public_ids: np.ndarray | None) -> No
     if len(outside):
         raise RegistrationRefused(f"{who} registered sample id {int(outside[0])}, outside the ledger's range "
                                   f"0..{MAX_ID}; {FIX_NODE}")
-    values, counts = np.unique(reg.samples, return_counts=True)
-    if (counts > 1).any():
-        raise RegistrationRefused(f"{who} registered a sample id twice ({_shown(values[counts > 1].tolist())}); "
+    ordered = np.sort(reg.samples)
+    twice = ordered[1:][ordered[1:] == ordered[:-1]]
+    if len(twice):
+        raise RegistrationRefused(f"{who} registered a sample id twice ({_shown(np.unique(twice).tolist())}); "
                                   f"{FIX_NODE}")
     if reg.records == PUBLIC_RECORDS and public_ids is not None:
-        phantom = values[~np.isin(values, public_ids, assume_unique=True)]
+        phantom = ordered[~_member(np.sort(public_ids), ordered)]
         if len(phantom):
             raise RegistrationRefused(f"{who} registered sample id(s) {_shown(phantom.tolist())} that are not rows of "
                                       f"the task's public training set ({len(public_ids)} rows in this run); "
                                       f"{FIX_NODE}")
-    never = np.setdiff1d(reg.deleted, values)
+    never = reg.deleted[~_member(ordered, reg.deleted)]
     if len(never):
         raise RegistrationRefused(f"{who} says it deleted samples it never held ({_shown(never.tolist())}); "
                                   f"{FIX_NODE}")

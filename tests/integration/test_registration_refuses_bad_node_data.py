@@ -18,7 +18,9 @@ from fedforget.federation.control_messages import RegisterQuery
 from fedforget.inprocess import run_in_process
 from fedforget.server_app import NodeDataRefused
 
-from .test_server_app_bad_run_config import flwr_lines  # noqa: F401  (a fixture)
+from . import test_server_app_bad_run_config as one_line
+
+flwr_lines = one_line.flwr_lines  # Flower's log records, the refusal filter removed afterwards
 
 CONFIG = {"task": "digits-mlp", "method": "fedavg", "train-size": 200, "num-rounds": 1, "local-epochs": 1}
 NODES = 2
@@ -67,6 +69,8 @@ BAD_REPLIES = {
     "duplicate id": (_samples(lambda ids: np.concatenate([ids, ids[:1]])), "sample id twice"),
     "slices of another length": (_samples(lambda ids: ids[:-1], slices=False), "samples but"),
     "partition outside the federation": (_info("partition-id", -1), "partition -1"),
+    "a refusal of many lines": (_info("refused", "its data is gone\nTraceback (most recent call last):"),
+                                "refused the run: its data is gone"),
 }
 
 
