@@ -204,7 +204,7 @@ def _int64(arrays: ArrayRecord, key: str, max_values: int | None = None) -> np.n
     array = arrays[key]
     if not isinstance(array, Array):
         raise MalformedMessage(f"{key} is not an array")
-    declared = int(np.prod(array.shape, dtype=np.float64)) if array.shape else 1
+    declared = int(min(np.prod(array.shape, dtype=np.float64), 2.0**63)) if array.shape else 1
     if max_values is not None and len(array.data) > NPY_HEADER_BYTES + 8 * max_values:
         raise TooManyIds(key, max(declared, (len(array.data) - NPY_HEADER_BYTES) // 8), max_values)
     try:

@@ -101,3 +101,21 @@ def test_a_node_registering_more_records_than_the_operator_allows_is_refused(con
     line, store = refused_line(flwr_lines, tmp_path, client_app, **config)
     assert expected in line and "node-" in line and "--run-config" not in line, line
     assert not store.exists()
+
+
+def _contents(root: Path) -> dict[str, bytes]:
+    """Every file of the store but its run lock (a run writes who holds it), by path."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != "run.lock"}
+
+
+def test_a_retrain_refused_at_registration_leaves_the_store_as_it_was(tmp_path, flwr_lines):
+    store = tmp_path / "store"
+    run_in_process({**CONFIG, "store": str(store)}, NODES)
+    before = _contents(store)
+    with pytest.raises(NodeDataRefused):
+        run_in_process({**CONFIG, "store": str(store), "action": "retrain"}, NODES,
+                       client_app=hostile(_samples(lambda ids: np.concatenate([ids, [-5]]))))
+    errors = [r.getMessage() for r in flwr_lines.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "node node-0 (partition 0) registered sample id -5" in errors[0], errors
+    assert _contents(store) == before
