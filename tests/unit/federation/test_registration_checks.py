@@ -143,10 +143,16 @@ def test_ids_that_do_not_fit_the_ledger_are_malformed_never_wrapped(ids, message
 def test_public_rows_are_named_without_reading_a_row():
     from fedforget.core.config import parse_run_config
     from fedforget.tasks.data_access import serving_role
+    from fedforget.tasks.fortunes import FORTUNES_TRAIN_ROWS, fortune_rows
     from fedforget.tasks.registry import load_task_data
+    from fedforget.tasks.text import RT_TRAIN_ROWS, fixed_split, rotten_tomatoes_rows
 
     for task, size in [("digits-mlp", 0), ("digits-mlp", 300), ("digits-mlp-val", 0), ("digits-mlp-perm", 200)]:
         cfg = parse_run_config({"task": task, "train-size": size}, warn=False)
         with serving_role():
             named = public_pool_ids(cfg)
         assert np.array_equal(named, load_task_data(cfg).train.ids.numpy()), task
+    # the text tasks number a row by its place in their fixed training split, whose size is pinned here
+    assert len(fixed_split(len(rotten_tomatoes_rows()[1]), "rt-minilm")[0]) == RT_TRAIN_ROWS
+    assert len(fixed_split(len(fortune_rows()[1]), "fortunes-minilm")[0]) == FORTUNES_TRAIN_ROWS
+    assert public_pool_ids(parse_run_config({"task": "hf", "hf.dataset": "d", "hf.model": "m"}, warn=False)) is None
