@@ -117,8 +117,9 @@ def _shown(ids: Collection[int]) -> str:
 
 def _text(value: object) -> str:
     """A node's text as a refusal quotes it: one line, printable, cut short."""
-    line = str(value).splitlines()[0] if str(value) else ""
-    return "".join(c if c.isprintable() else "?" for c in line[:REFUSAL_CHARS])
+    text = str(value)[:REFUSAL_CHARS]  # cut first: a node's text may be of any length
+    line = text.splitlines()[0] if text else ""
+    return "".join(c if c.isprintable() else "?" for c in line)
 
 
 def _who(reg: Registration) -> str:

@@ -34,6 +34,12 @@ def _info(key: str, value: object) -> Callable[[RecordDict], None]:
     return change
 
 
+def _array(key: str, value: Array) -> Callable[[RecordDict], None]:
+    def change(content: RecordDict) -> None:
+        content["arrays"][key] = value
+    return change
+
+
 def _samples(edit: Callable[[np.ndarray], np.ndarray], slices: bool = True) -> Callable[[RecordDict], None]:
     """Replace the sample ids with ``edit(ids)`` (and give each new id slice 0, unless ``slices`` is False)."""
     def change(content: RecordDict) -> None:
@@ -68,6 +74,8 @@ BAD_REPLIES = {
     "phantom public row": (_samples(lambda ids: np.concatenate([ids, [1_000_000]])), "1000000"),
     "duplicate id": (_samples(lambda ids: np.concatenate([ids, ids[:1]])), "sample id twice"),
     "slices of another length": (_samples(lambda ids: ids[:-1], slices=False), "samples but"),
+    "ids that are no array": (_array("samples", Array(dtype="<i8", shape=(3,), stype="numpy.ndarray", data=b"junk")),
+                              "samples is not a numpy array"),
     "partition outside the federation": (_info("partition-id", -1), "partition -1"),
     "a refusal of many lines": (_info("refused", "its data is gone\nTraceback (most recent call last):"),
                                 "refused the run: its data is gone"),
