@@ -12,6 +12,7 @@ from flwr.supercore import log
 
 from fedforget.core.config import ConfigError, parse_run_config
 from fedforget.federation.node_data import REGISTERED
+from fedforget.federation.registration import RegistrationRefused
 from fedforget.store.lock import LOCK_FILE
 from fedforget.store.store import CLIENTS, resolve_store_path
 from fedforget.strategies import strategy_for
@@ -66,7 +67,14 @@ def quiet_refusals(logger: logging.Logger | None = None) -> None:
     mine[0].refused = True
 
 
+class NodeDataRefused(ConfigError, RunRefused):
+    """What a node registered was refused (:class:`~fedforget.federation.registration.RegistrationRefused`):
+    its one line, naming the node, is already logged."""
+
+
 def refusal_line(exc: ConfigError) -> str:
+    if isinstance(exc, RegistrationRefused):  # the node's problem, not the run config's
+        return f"fedforget: run refused at registration, nothing written: {exc}"
     return (f"fedforget: bad run config: {exc}; fix it in --run-config (keys and values: pyproject.toml "
             "[tool.flwr.app.config]; `fedforget run` checks them before submitting)")
 
@@ -92,6 +100,8 @@ def main(grid: Grid, context: Context) -> None:
             remove_unwritten_store(store_root)
         quiet_refusals()
         log(ERROR, "%s", refusal_line(exc))
+        if isinstance(exc, RegistrationRefused):
+            raise NodeDataRefused(str(exc)) from None
         raise RunConfigRefused(str(exc)) from None
 
 

@@ -140,6 +140,10 @@ class RunConfig(ConfigTable):
     #: a directory of records the server evaluates on (the node data format); "" = the task's test split
     test_data: str = option("")
     round_timeout: float = option(900.0, positive=True)
+    #: the most records one node, and all nodes together, may register: a node past either is refused as the
+    #: replies arrive, before the store exists
+    max_records_per_node: int = option(10_000_000, low=1, high=1_000_000_000)
+    max_records: int = option(10_000_000, low=1, high=1_000_000_000)
     action: str = option("train", choices=ACTIONS)
     #: a from-scratch reference run of `fedforget verify --federation`: nodes with their own records check them
     #: as at a retrain and keep what they registered for training (the real store's next retrain checks it)

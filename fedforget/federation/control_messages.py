@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 
+from fedforget.core.ids import MAX_ID
+
 PARTITION_KEY = "partition-id"  # every reply names the partition it answers for under this key
 
 CONFIG = "config"
@@ -142,6 +144,8 @@ SLICE_KEY, LABELS_KEY, CLASS_COUNTS_KEY, DELETED_ARRAY_KEY = "slice", "labels", 
 #: What a method's planning may ask a node for, beyond its sample ids and their slices.
 NEED_LABELS, NEED_CLASS_COUNTS = "labels", "class-counts"
 KNOWN_NEEDS = (NEED_LABELS, NEED_CLASS_COUNTS)
+#: The most class counts a registration may carry (a task's classes are far fewer).
+MAX_CLASSES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -187,12 +191,40 @@ def register_queries(nodes: Sequence[int], query: RegisterQuery) -> list[Message
     return [Message(query.to_record(), dst_node_id=n, message_type=MessageType.QUERY) for n in nodes]
 
 
-def _int64(arrays: ArrayRecord, key: str) -> np.ndarray:
+#: Bytes a ``.npy`` header may take beside an array's values (numpy writes 128, or a multiple of 64 past it).
+NPY_HEADER_BYTES = 4096
+
+
+class TooManyIds(MalformedMessage):
+    """A registration array holds more values than the server accepts (``count``: how many it holds, or
+    declares when its bytes alone were too many to read)."""
+
+    def __init__(self, key: str, count: int, limit: int) -> None:
+        super().__init__(f"{key} hold {count} values, more than {limit}")
+        self.key, self.count, self.limit = key, count, limit
+
+
+def _int64(arrays: ArrayRecord, key: str, max_values: int | None = None) -> np.ndarray:
+    """``arrays[key]`` as int64 values: integers that fit, at most ``max_values`` of them, checked on the
+    bytes before they are read and on the count before they are widened (bounded memory for any reply)."""
     if key not in arrays:
         raise MalformedMessage(f"no {key}")
-    values = np.asarray(arrays[key].numpy()).ravel()
+    array = arrays[key]
+    if not isinstance(array, Array):
+        raise MalformedMessage(f"{key} is not an array")
+    declared = int(min(np.prod(array.shape, dtype=np.float64), 2.0**63)) if array.shape else 1
+    if max_values is not None and len(array.data) > NPY_HEADER_BYTES + 8 * max_values:
+        raise TooManyIds(key, max(declared, (len(array.data) - NPY_HEADER_BYTES) // 8), max_values)
+    try:
+        values = np.asarray(array.numpy()).ravel()
+    except (ValueError, TypeError, OSError, EOFError) as exc:
+        raise MalformedMessage(f"{key} is not a numpy array ({str(exc)[:100]})") from None
+    if max_values is not None and values.size > max_values:
+        raise TooManyIds(key, int(values.size), max_values)
     if not np.issubdtype(values.dtype, np.integer):
         raise MalformedMessage(f"{key} are {values.dtype}, not integers")
+    if values.size and np.issubdtype(values.dtype, np.unsignedinteger) and int(values.max()) > MAX_ID:
+        raise MalformedMessage(f"{key} hold {int(values.max())}, above 2^63-1")
     return values.astype(np.int64)
 
 
@@ -233,7 +265,9 @@ class Registration:
         return RecordDict({INFO: info, ARRAYS: record})
 
     @classmethod
-    def from_record(cls, content: RecordDict) -> Registration:
+    def from_record(cls, content: RecordDict, max_ids: int | None = None) -> Registration:
+        """The registration in ``content``; :class:`TooManyIds` when an array holds more than ``max_ids``
+        values (checked before it is read)."""
         info = _config(content, INFO)
         partition, num = _int(info, PARTITION_KEY), _int(info, NUM_PARTITIONS_KEY)
         name = info.get(NODE_NAME_KEY)
@@ -248,15 +282,19 @@ class Registration:
         if not isinstance(records, str):
             raise MalformedMessage(f"no {RECORDS_KEY}")
         arrays = required_record(content, ARRAYS, ArrayRecord)
-        samples, slices = _int64(arrays, SAMPLES_KEY), _int64(arrays, SLICE_KEY)  # type: ignore[arg-type]
+        samples = _int64(arrays, SAMPLES_KEY, max_ids)  # type: ignore[arg-type]
+        slices = _int64(arrays, SLICE_KEY, max_ids)  # type: ignore[arg-type]
         if len(samples) != len(slices):
             raise MalformedMessage(f"{len(samples)} samples but {len(slices)} slices")
-        labels = _int64(arrays, LABELS_KEY) if LABELS_KEY in arrays else None  # type: ignore[arg-type]
+        labels = _int64(arrays, LABELS_KEY, max_ids) if LABELS_KEY in arrays else None  # type: ignore[arg-type]
         if labels is not None and len(labels) != len(samples):
             raise MalformedMessage(f"{len(samples)} samples but {len(labels)} labels")
-        counts = _int64(arrays, CLASS_COUNTS_KEY) if CLASS_COUNTS_KEY in arrays else None  # type: ignore[arg-type]
-        return cls(partition, num, name, records, samples, slices,
-                   _int64(arrays, DELETED_ARRAY_KEY), labels, counts)  # type: ignore[arg-type]
+        counts = (_int64(arrays, CLASS_COUNTS_KEY, MAX_CLASSES) if CLASS_COUNTS_KEY in arrays  # type: ignore[arg-type]
+                  else None)
+        deleted = _int64(arrays, DELETED_ARRAY_KEY, max_ids)  # type: ignore[arg-type]
+        if len(deleted) > len(samples):
+            raise MalformedMessage(f"{len(samples)} samples but {len(deleted)} deleted")
+        return cls(partition, num, name, records, samples, slices, deleted, labels, counts)
 
 
 # -- forgetting ------------------------------------------------------------------------------------

@@ -86,6 +86,9 @@ class TaskSpec:
     #: a batch of pixel arrays as the data set stores them -> the model's inputs, by the loader's own code:
     #: what ``predict`` does with ``raw``
     scale_raw: Callable[[np.ndarray], np.ndarray] | None = None
+    #: the sample ids of the public training pool a run uses, from the set's fixed sizes without reading a row
+    #: (what the server holds a public node's registered ids to); None: known only once the data is read
+    train_ids: Callable[[RunConfig], np.ndarray] | None = None
     #: the node-data column of a record's inputs ("": ``text`` for a text task, ``pixels`` for a vision one): a
     #: user task's own name for its column of number lists (``features``)
     input_column: str = ""

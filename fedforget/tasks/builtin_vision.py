@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from fedforget.core.config import RunConfig
 from fedforget.tasks.base import Backbone, TaskData, TaskSpec
 from fedforget.tasks.pretrained import load_pretrained
 from fedforget.tasks.vision_data import (
+    DIGITS_TRAIN_ROWS,
+    FMNIST_TRAIN_ROWS,
     digits_arrays,
     fashion_mnist_data,
     make_examples,
@@ -31,14 +35,27 @@ def digits_task_data(cfg: RunConfig, arrays: tuple[np.ndarray, np.ndarray, np.nd
     )
 
 
+def digits_train_ids(cfg: RunConfig) -> np.ndarray:
+    """The ids of digits' training rows a run uses (as :func:`digits_task_data` numbers them)."""
+    return take_subset(DIGITS_TRAIN_ROWS, cfg.train_size, "digits-train")
+
+
+def fmnist_train_ids(default_train: int) -> Callable[[RunConfig], np.ndarray]:
+    """The ids of Fashion-MNIST's training rows a run uses (as ``fashion_mnist_data`` numbers them)."""
+    return lambda cfg: take_subset(FMNIST_TRAIN_ROWS, cfg.train_size or default_train, "fmnist-train")
+
+
 def _digits_backbone(cfg: RunConfig, seed: int) -> Backbone:
     module, sha = load_pretrained("digits-mlp")
     return Backbone(module, module.feature_dim, ["fc1", "fc2"], sha, "MLP pretrained on MNIST (8x8) by fedforget",
                     project_trained=True)
 
 
+FMNIST_CNN_TRAIN = 12000
+
+
 def _fmnist_data(cfg: RunConfig) -> TaskData:
-    return fashion_mnist_data(cfg, default_train=12000, default_test=2000)
+    return fashion_mnist_data(cfg, default_train=FMNIST_CNN_TRAIN, default_test=2000)
 
 
 def _fmnist_cnn_backbone(cfg: RunConfig, seed: int) -> Backbone:
@@ -56,5 +73,7 @@ def _scale_raw_fmnist(raw: np.ndarray) -> np.ndarray:
     return normalise_fmnist(raw.reshape(len(raw), 28, 28))
 
 
-DIGITS_MLP = TaskSpec("digits-mlp", _digits_data, _digits_backbone, scale_raw=scale_raw_digits, num_classes=10)
-FMNIST_CNN = TaskSpec("fmnist-cnn", _fmnist_data, _fmnist_cnn_backbone, scale_raw=_scale_raw_fmnist, num_classes=10)
+DIGITS_MLP = TaskSpec("digits-mlp", _digits_data, _digits_backbone, scale_raw=scale_raw_digits, num_classes=10,
+                      train_ids=digits_train_ids)
+FMNIST_CNN = TaskSpec("fmnist-cnn", _fmnist_data, _fmnist_cnn_backbone, scale_raw=_scale_raw_fmnist, num_classes=10,
+                      train_ids=fmnist_train_ids(FMNIST_CNN_TRAIN))

@@ -15,7 +15,7 @@ from fedforget.core.config import RunConfig
 from fedforget.core.seeds import derive_seed
 from fedforget.tasks.base import TaskData, TaskSpec
 from fedforget.tasks.builtin_vision import _digits_backbone, scale_raw_digits
-from fedforget.tasks.vision_data import digits_arrays, make_examples
+from fedforget.tasks.vision_data import DIGITS_TRAIN_ROWS, digits_arrays, make_examples
 
 #: Share of the training split held out for validation.
 VALIDATION_SHARE = 0.2
@@ -34,5 +34,10 @@ def _digits_val_data(cfg: RunConfig) -> TaskData:
     return TaskData(train=make_examples(xtr, ytr, train), test=make_examples(xtr, ytr, val), num_classes=10)
 
 
+def validation_train_ids(cfg: RunConfig) -> np.ndarray:
+    """The ids of the rows the clients hold (:func:`validation_rows`' train part of digits' training split)."""
+    return validation_rows(DIGITS_TRAIN_ROWS)[0]
+
+
 DIGITS_MLP_VAL = TaskSpec("digits-mlp-val", _digits_val_data, _digits_backbone, scale_raw=scale_raw_digits,
-                          num_classes=10)
+                          num_classes=10, train_ids=validation_train_ids)

@@ -19,6 +19,7 @@ from torch.nn import functional as F
 from fedforget.core.config import RunConfig
 from fedforget.tasks.assets import AssetMissing, package_dir
 from fedforget.tasks.base import Backbone, TaskData, TaskSpec
+from fedforget.tasks.builtin_vision import fmnist_train_ids
 from fedforget.tasks.vision_data import FMNIST_MEAN, FMNIST_STD, fashion_mnist_data
 
 #: Side length the 28x28 images are resized to inside the backbone. 64 keeps CPU cost low while giving the
@@ -98,4 +99,4 @@ def _backbone(cfg: RunConfig, seed: int) -> Backbone:
 
 
 FMNIST_EFFNET = TaskSpec("fmnist-effnet", _data, _backbone, default_train_size=3000, default_test_size=1000,
-                         num_classes=10)
+                         num_classes=10, train_ids=fmnist_train_ids(3000))

@@ -18,7 +18,7 @@ import torch
 from fedforget.core.config import RunConfig
 from fedforget.tasks.assets import AssetMissing
 from fedforget.tasks.base import Examples, TaskData, TaskSpec
-from fedforget.tasks.text import _backbone, fixed_split, minilm_path, tokenize
+from fedforget.tasks.text import _backbone, fixed_split, minilm_path, split_train_ids, tokenize
 from fedforget.tasks.vision_data import take_subset
 
 FORTUNES_DEFAULT_DIR = "/usr/share/games/fortunes"
@@ -72,5 +72,9 @@ def _encode(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     return tokenize(texts, str(minilm_path()), MAX_LENGTH)
 
 
+#: Rows of the training part of :func:`fixed_split` over the fortunes (15,217 rows): ids are positions there.
+FORTUNES_TRAIN_ROWS = 12174
+
 FORTUNES_MINILM = TaskSpec("fortunes-minilm", _data, _backbone, default_train_size=4000, default_test_size=1000,
-                           encode_text=_encode)
+                           encode_text=_encode,
+                           train_ids=split_train_ids(FORTUNES_TRAIN_ROWS, 4000, "fortunes-minilm-train"))

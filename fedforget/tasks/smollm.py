@@ -28,7 +28,7 @@ from torch import nn
 from fedforget.core.config import RunConfig
 from fedforget.tasks.assets import AssetMissing, cache_dir, package_dir
 from fedforget.tasks.base import Backbone, Examples, TaskData, TaskSpec
-from fedforget.tasks.text import fixed_split, quiet_transformers, rotten_tomatoes_rows
+from fedforget.tasks.text import RT_TRAIN_ROWS, fixed_split, quiet_transformers, rotten_tomatoes_rows, split_train_ids
 from fedforget.tasks.vision_data import take_subset
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -201,7 +201,8 @@ def _as_backbone(module: LastTokenDecoder) -> Backbone:
 
 
 RT_SMOLLM = TaskSpec("rt-smollm", _data, _backbone, default_train_size=2000, default_test_size=500,
-                     encode_text=tokenize, num_classes=2)
+                     encode_text=tokenize, num_classes=2,
+                     train_ids=split_train_ids(RT_TRAIN_ROWS, 2000, "rt-minilm-train"))
 
 
 def _validation_data(cfg: RunConfig) -> TaskData:
@@ -218,5 +219,13 @@ def _validation_data(cfg: RunConfig) -> TaskData:
 
 
 #: Tuning the split methods on the language model without the test split (benchmarks/hosfl_learns_llm.py).
+def _validation_train_ids(cfg: RunConfig) -> np.ndarray:
+    """The ids of the clients' rows of :func:`_validation_data`, named without reading the file."""
+    from fedforget.tasks.digits_validation import validation_rows
+
+    subset = split_train_ids(RT_TRAIN_ROWS, 2000, "rt-minilm-train")(cfg)
+    return np.sort(subset[validation_rows(len(subset))[0]])
+
+
 RT_SMOLLM_VAL = TaskSpec("rt-smollm-val", _validation_data, _backbone, default_train_size=2000,
-                         default_test_size=400, encode_text=tokenize, num_classes=2)
+                         default_test_size=400, encode_text=tokenize, num_classes=2, train_ids=_validation_train_ids)
