@@ -91,10 +91,13 @@ def test_each_applied_request_and_each_no_op_log_who_asked_without_the_body(stor
 def _spec_of(sample: int) -> tuple[str, str]:
     """A spec naming ``sample`` and its body digest, as a writer without the key can compute them."""
     spec = {"samples": [sample], "slices": [], "clients": []}
-    return json.dumps(spec), hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    return json.dumps(spec), hashlib.sha256(canonical.encode()).hexdigest()
 
 
 UNFORGOTTEN = 2  # a sample of partition 0 (the requests below forget partition 1's first)
+SPEC, BODY = _spec_of(UNFORGOTTEN)
+OTHER_SPEC, OTHER_BODY = _spec_of(UNFORGOTTEN + 1)
 EDITS = {
     "asked_by edited": "UPDATE requests SET asked_by = 'someone-else' WHERE id = 1",
     "a row deleted": "DELETE FROM requests WHERE id = 1",
@@ -103,9 +106,9 @@ EDITS = {
     "a request marked a no-op": "UPDATE requests SET no_op = 1 WHERE id = 1",
     # a writer without the key: what the log cannot pin is held by the rows' seals
     "an accepted row inserted": "INSERT INTO requests(idempotency_key, body_sha256, spec, asked_by, accepted_at) "
-                                "VALUES('invented', '{1}', '{0}', 'mallory', 1.0)".format(*_spec_of(UNFORGOTTEN)),
+                                f"VALUES('invented', '{BODY}', '{SPEC}', 'mallory', 1.0)",
     "applied_at edited": "UPDATE requests SET applied_at = 1.0 WHERE id = 1",
-    "an applied row's spec edited": "UPDATE requests SET spec = '{0}' WHERE id = 2".format(_spec_of(UNFORGOTTEN)[0]),
+    "an applied row's spec edited": f"UPDATE requests SET spec = '{SPEC}' WHERE id = 2",
     "the accuracy history edited": "UPDATE accuracy SET accuracy = 0.99",
     "an accuracy point inserted": "INSERT INTO accuracy(plan_id, at, forgotten, last_request, accuracy) "
                                   "VALUES('x', 0, 0, 0, 0.99)",
@@ -179,9 +182,9 @@ def _pending(store):  # noqa: ANN001, ANN202
 
 
 PENDING_EDITS = {
-    "its spec edited": "UPDATE requests SET spec = '{0}'".format(_spec_of(UNFORGOTTEN + 1)[0]),
-    "its spec and body_sha256 edited together": "UPDATE requests SET spec = '{0}', body_sha256 = '{1}'".format(
-        *_spec_of(UNFORGOTTEN + 1)),
+    "its spec edited": f"UPDATE requests SET spec = '{OTHER_SPEC}'",
+    "its spec and body_sha256 edited together":
+        f"UPDATE requests SET spec = '{OTHER_SPEC}', body_sha256 = '{OTHER_BODY}'",
     "its asker edited": "UPDATE requests SET asked_by = 'mallory'",
 }
 
