@@ -38,6 +38,7 @@ from fedforget.store.service_evidence import (
     has_seals,
     make_seal_key,
     request_seal,
+    seal_problems,
     store_log_id,
 )
 from fedforget.unlearning.forget import forget_request, parse_slices
@@ -145,20 +146,13 @@ class RequestsDB:
         return seal
 
     def sealed(self, rid: int) -> bool:
-        """Whether request ``rid`` is as the service wrote it (its seal holds, its spec is its body)."""
-        import hmac
-
+        """Whether request ``rid`` is as the service wrote it (its seal holds, a pending spec is its body)."""
         db = self._connect()
         try:
             row = db.execute(f"SELECT {REQUEST_FIELDS}, seal FROM requests WHERE id=?", (rid,)).fetchone()
         finally:
             db.close()
-        if row is None:
-            return False
-        if row[6] is None and body_digest(json.loads(row[3])) != row[2]:
-            return False
-        return self.key is None or (isinstance(row[-1], str) and
-                                    hmac.compare_digest(row[-1], request_seal(self.key, row[:-1])))
+        return row is not None and not seal_problems([row], [], self.key)
 
     def _connect(self) -> sqlite3.Connection:
         fresh = not self.path.exists()
