@@ -9,6 +9,7 @@ exists, how to train, how to rebuild what a forget invalidated, how to evaluate 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from logging import INFO
 from typing import Any
@@ -130,4 +131,13 @@ def _finish(server: MethodServer, run: ServerRun, built: Built, result: dict[str
     purged = finish_pending_purges(run.store, int(what.get("watermark", 0)))  # built from data forgotten meanwhile
     if purged is not None and purged.files:
         log(INFO, "fedforget: purged %d file(s) built from data forgotten during this run", len(purged.files))
-    log(INFO, "fedforget: %s; serving accuracy %.4f", built.summary or f"{server.cfg.method} done", result["accuracy"])
+    log(INFO, "fedforget: %s; %s", built.summary or f"{server.cfg.method} done", served_line(result, serving))
+
+
+def served_line(result: dict[str, float], serving: dict[str, Any]) -> str:
+    """The closing line's account of what is served: its accuracy, or that nothing is (no valid artifact is
+    left to serve: there is no accuracy to give, never a NaN)."""
+    accuracy = result.get("accuracy")
+    if not serving.get("available") or not isinstance(accuracy, int | float) or not math.isfinite(accuracy):
+        return "nothing is served"
+    return f"serving accuracy {accuracy:.4f}"

@@ -20,6 +20,7 @@ from fedforget.service.gate import COOKIE, SESSION_SECONDS, Gate, Sessions
 from fedforget.service.metrics import Metrics
 from fedforget.service.requests_db import SERVICE_DB, IdempotencyConflict, ServiceRequest, canonical_spec, same_spec
 from fedforget.service.schemas import (
+    ID_EXPECTED,
     ID_LIMIT,
     ForgetBody,
     ForgetRequestList,
@@ -30,6 +31,7 @@ from fedforget.service.schemas import (
     PredictOut,
     Problem,
     digits_only,
+    negative_zero_at,
     url_id,
 )
 from fedforget.service.service import Service, StoreRefused
@@ -60,6 +62,13 @@ def refusals(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": Invalid if code == 422 else Problem, "description": _WHY[code]} for code in sorted(codes)}
 
 
+def json_refusals(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """:func:`refusals` for a route whose answer is not JSON (``/metrics``): its refusals are JSON all the same,
+    and the schema says so (a response model would take the route's media type)."""
+    return {code: {"description": _WHY[code], "content": {"application/json": {"schema": {
+        "$ref": f"#/components/schemas/{'Invalid' if code == 422 else 'Problem'}"}}}} for code in sorted(codes)}
+
+
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
@@ -73,6 +82,32 @@ def known_query(request: Request) -> None:
     if unknown:
         takes = f"it takes {', '.join(sorted(known))}" if known else "it takes none"
         raise HTTPException(422, f"query.{_one_line(unknown[0])[:40]}: unknown query parameter ({takes})")
+    names = [name for name, _ in request.query_params.multi_items()]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:  # a framework would keep one of them (the last); which one the caller meant is not known
+        raise HTTPException(422, f"query.{_one_line(twice[0])[:40]}: given {names.count(twice[0])} times; send each "
+                                 "query parameter once")
+
+
+async def no_negative_zero(request: Request) -> None:
+    """Refuse a body that spells an id ``-0``: Python's JSON parser reads it as 0, and a forget cannot be undone."""
+    where = negative_zero_at(await request.body())
+    if where is not None:
+        raise HTTPException(422, f"body.{where}: {ID_EXPECTED}, got -0 (a negative zero is not an id)")
+
+
+#: a signed receipt's field holding its records' names and opening keys
+OPENINGS = "record_openings"
+#: why a status:read token gets no receipt that carries openings
+WITHHELD = ("the receipt carries record names and their opening keys: read it with a token that also has "
+            "forget:write")
+
+
+def reads_names(request: Request) -> bool:
+    """Whether the caller's token may read raw record names and their openings: they belong to the scope that
+    submits forgets, not to status:read (what a metrics scraper or a dashboard holds)."""
+    token = getattr(request.state, "token", None)
+    return token is not None and "forget:write" in token.scopes
 
 
 def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
@@ -124,23 +159,30 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
                                      f"back this store's own {SERVICE_DB}")
         return state
 
-    def describe(row: ServiceRequest, states: dict[int, dict[str, Any]], receipt: bool) -> ForgetRequestOut:
+    def describe(row: ServiceRequest, states: dict[int, dict[str, Any]], receipt: bool,
+                 names: bool = True) -> ForgetRequestOut:
+        """``names``: the caller may read raw record names and their openings (:func:`reads_names`)."""
         state = ledger_state(row, states)
         out = ForgetRequestOut(
-            id=row.id, idempotency_key=row.idempotency_key, asked_by=row.asked_by, spec=row.spec,
+            id=row.id, idempotency_key=row.idempotency_key, asked_by=row.asked_by,
+            spec=row.spec if names else {k: v for k, v in row.spec.items() if k != "records"},
             ledger_request=row.ledger_request, no_op=row.no_op, state=state["state"], states=state["states"],
             accepted_at=row.accepted_at, applied_at=state["applied_at"], acknowledged_at=state["acknowledged_at"],
             retrained_at=state["retrained_at"],
             receipt_url=f"/v1/receipts/{row.ledger_request}" if state["states"]["purged"] else None,
-            record_openings=[] if row.no_op else state.get("record_openings", []))
+            record_openings=[] if row.no_op or not names else state.get("record_openings", []))
         if receipt and state["states"]["purged"]:
             data, why = service().receipt(int(row.ledger_request))
-            out.receipt, out.receipt_error = (json.loads(data) if data is not None else None), why
+            signed = json.loads(data) if data is not None else None
+            if signed is not None and not names and OPENINGS in signed:
+                signed, why = None, WITHHELD
+            out.receipt, out.receipt_error = signed, why
         return out
 
     @app.post("/v1/forget-requests", status_code=201, response_model=ForgetRequestOut, tags=["forget"],
               responses={200: {"model": ForgetRequestOut, "description": "The key was used before: that request."},
-                         **refusals(409, *BODY_ERRORS, *ERRORS)}, dependencies=[Security(bearer)])
+                         **refusals(409, *BODY_ERRORS, *ERRORS)},
+              dependencies=[Security(bearer), Depends(no_negative_zero)])
     def submit(body: ForgetBody, request: Request, response: Response) -> ForgetRequestOut:
         """Forget samples, records, slices or clients now (scope forget:write); one request per idempotency key."""
         from fedforget.store import StoreError
@@ -165,29 +207,35 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
 
     @app.get("/v1/forget-requests", response_model=ForgetRequestList, tags=["forget"],
              responses=refusals(*ERRORS), dependencies=[Security(bearer)])
-    def list_requests(limit: Annotated[int, Query(ge=1, le=1000), DIGITS] = 100,
+    def list_requests(request: Request, limit: Annotated[int, Query(ge=1, le=1000), DIGITS] = 100,
                       after: Annotated[int, Query(ge=0, lt=ID_LIMIT), URL_ID] = 0) -> ForgetRequestList:
-        """The service's forget requests in id order (scope status:read); page with ``after``."""
+        """The service's forget requests in id order (scope status:read; record names and their openings only with
+        forget:write too); page with ``after``."""
         s = service()
         states = ledger_states(s.store)
-        return ForgetRequestList(requests=[describe(r, states, receipt=False) for r in s.db.list(limit, after)])
+        names = reads_names(request)
+        return ForgetRequestList(requests=[describe(r, states, receipt=False, names=names)
+                                           for r in s.db.list(limit, after)])
 
     @app.get("/v1/forget-requests/{request_id}", response_model=ForgetRequestOut, tags=["forget"],
              responses=refusals(404, *ERRORS), dependencies=[Security(bearer)])
-    def get_request(request_id: Annotated[int, PathParam(ge=0, lt=ID_LIMIT), URL_ID]) -> ForgetRequestOut:
-        """One request: state, timestamps, who asked, and its signed receipt once it is purged."""
+    def get_request(request: Request,
+                    request_id: Annotated[int, PathParam(ge=0, lt=ID_LIMIT), URL_ID]) -> ForgetRequestOut:
+        """One request: state, timestamps, who asked, and its signed receipt once it is purged (a receipt carrying
+        record names and their openings only with forget:write too)."""
         s = service()
         row = s.db.get(request_id)
         if row is None:
             raise HTTPException(404, f"unknown forget request {request_id} (GET /v1/forget-requests lists them)")
-        return describe(row, states_of(s, row), receipt=True)
+        return describe(row, states_of(s, row), receipt=True, names=reads_names(request))
 
     @app.get("/v1/receipts/{ledger_request}", tags=["forget"], dependencies=[Security(bearer)],
              responses={200: {"content": {"application/json": {}}, "description": "The receipt file, byte for byte "
                               "as written (check it with `fedforget receipt --check FILE`)."},
                         **refusals(404, 409, *ERRORS)})
-    def receipt(ledger_request: Annotated[int, PathParam(ge=0, lt=ID_LIMIT), URL_ID]) -> Response:
-        """The signed receipt of a ledger request (issued without `verify` on first use if none was)."""
+    def receipt(request: Request, ledger_request: Annotated[int, PathParam(ge=0, lt=ID_LIMIT), URL_ID]) -> Response:
+        """The signed receipt of a ledger request (issued without `verify` on first use if none was); one that
+        carries record names and their openings only with forget:write too (403 otherwise)."""
         s = service()
         states = ledger_states(s.store)
         if ledger_request not in states:
@@ -197,6 +245,8 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
         data, why = s.receipt(ledger_request)
         if data is None:
             raise HTTPException(503, _one_line(why or "no receipt"))
+        if not reads_names(request) and OPENINGS in json.loads(data):
+            raise HTTPException(403, f"{WITHHELD}; nothing was sent")
         return Response(data, media_type="application/json",
                         headers={"content-disposition": f'attachment; filename="request-{ledger_request}.json"'})
 
@@ -233,7 +283,7 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
         service()
         return Health(status="ok")
 
-    @app.get("/metrics", response_class=PlainTextResponse, tags=["status"], responses=refusals(*ERRORS),
+    @app.get("/metrics", response_class=PlainTextResponse, tags=["status"], responses=json_refusals(*ERRORS),
              dependencies=[Security(bearer)])
     def metrics() -> PlainTextResponse:
         """Prometheus text: requests by route and code, latency histograms, served accuracy, artifacts."""

@@ -127,6 +127,16 @@ class Gate:
                 return route.path
         return None
 
+    def methods_of(self, scope: Scope) -> list[str]:
+        """Every method the request's path takes, over all its routes (one path may have several: GET and POST);
+        empty when no route has that path."""
+        methods: set[str] = set()
+        for route in self.routes:
+            match, _ = route.matches(scope)
+            if match == Match.PARTIAL:
+                methods |= set(getattr(route, "methods", None) or ())
+        return sorted(methods)
+
     def authenticate(self, scope: Scope, method: str) -> Token | str:
         """The caller's live token, or the one line saying why there is none."""
         if self.tokens is None:
@@ -167,6 +177,17 @@ class Gate:
 
     async def _handle(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
                       send: Callable[[Message], Awaitable[None]], method: str, route: str | None) -> None:
+        if route is None:
+            allowed = self.methods_of(scope)
+            if allowed and method == "OPTIONS":
+                await send({"type": "http.response.start", "status": 204,
+                            "headers": [(b"allow", ", ".join([*allowed, "OPTIONS"]).encode())]})
+                await send({"type": "http.response.body", "body": b""})
+                return
+            if allowed:
+                await _json(send, 405, f"{method[:20]} is not a method of this path; it takes {', '.join(allowed)}",
+                            [(b"allow", ", ".join(allowed).encode())])
+                return
         needed = ROUTE_SCOPES.get((method, route or ""))
         state = scope.setdefault("state", {})
         if needed is not None:

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedforget.service.schemas import MAX_TEXT_CHARS
 from fedforget.tasks.registry import TASKS, get_task
 
-MAX_TEXT_CHARS = 10_000
 #: the largest magnitude the model's float32 holds; a value past it would reach the network as inf
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 INPUT_SCALE = "send finite values of the scale of the task's data (pixel values, or the model's scale)"

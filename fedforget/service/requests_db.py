@@ -8,11 +8,15 @@ against every other coordinator by the ledger's own transaction — and finally 
 request it became. A crash between the two leaves a row ``accepted``: the next start applies it, and
 forgetting what is already forgotten is a no-op in the ledger, so it is never applied twice; its link
 is then found from the ledger's ``forgotten`` rows (the request that forgot what it names).
+
+Every row is sealed as it is written (``fedforget.store.service_evidence``: an HMAC under the store's seal key,
+outside the store), so a reservation inserted or edited by a writer without that key is never applied, and the
+store check refuses it. A ``service.db`` written before seals gains its ``seal`` columns and is sealed as it is
+on its first open (after the service's whole check passed).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sqlite3
@@ -24,17 +28,32 @@ from typing import Any
 
 from fedforget.store import Store
 from fedforget.store.ledger import CHUNK, LedgerUsageError
-from fedforget.store.service_evidence import SERVICE_DB, evidence_of, store_body_key
+from fedforget.store.service_evidence import (
+    ACCURACY_COLUMNS,
+    REQUEST_COLUMNS,
+    SERVICE_DB,
+    accuracy_seal,
+    body_digest,
+    evidence_of,
+    has_seals,
+    make_seal_key,
+    request_seal,
+    seal_problems,
+    store_body_key,
+    store_log_id,
+)
 from fedforget.unlearning.forget import forget_request, parse_slices
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests(id INTEGER PRIMARY KEY AUTOINCREMENT, idempotency_key TEXT NOT NULL UNIQUE,
     body_sha256 TEXT NOT NULL, spec TEXT NOT NULL, asked_by TEXT NOT NULL, accepted_at REAL NOT NULL,
-    ledger_request INTEGER, no_op INTEGER NOT NULL DEFAULT 0, applied_at REAL);
+    ledger_request INTEGER, no_op INTEGER NOT NULL DEFAULT 0, applied_at REAL, seal TEXT);
 CREATE INDEX IF NOT EXISTS requests_by_ledger ON requests(ledger_request);
 CREATE TABLE IF NOT EXISTS accuracy(plan_id TEXT PRIMARY KEY, at REAL NOT NULL, forgotten INTEGER NOT NULL,
-    last_request INTEGER NOT NULL, accuracy REAL NOT NULL);
+    last_request INTEGER NOT NULL, accuracy REAL NOT NULL, seal TEXT);
 """
+REQUEST_FIELDS = ", ".join(REQUEST_COLUMNS)
+ACCURACY_FIELDS = ", ".join(ACCURACY_COLUMNS)
 
 
 class IdempotencyConflict(ValueError):
@@ -79,21 +98,62 @@ def same_spec(ledger_spec: Any, spec: dict[str, list[Any]]) -> bool:
                for k in ("samples", "slices", "clients"))
 
 
-def _digest(spec: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
 class RequestsDB:
     """A handle on ``<store>/service.db``; every method opens its own connection (thread-safe)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self.path = Path(store.root) / SERVICE_DB
+        log = store_log_id(Path(store.root))
+        #: None only for a store without a log (the service adopts one before it opens this)
+        self.key, drawn = make_seal_key(log) if log is not None else (None, False)
         db = self._connect()
         try:
             db.executescript(SCHEMA)
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for table in ("requests", "accuracy"):
+                    if not has_seals(db, table):  # written before seals: gains the column
+                        db.execute(f"ALTER TABLE {table} ADD COLUMN seal TEXT")
+                if drawn:  # this store's first key here: seal what the whole check just accepted
+                    self._seal_all(db)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
         finally:
             db.close()
+
+    # -- seals ---------------------------------------------------------------------------------
+    def _seal_all(self, db: sqlite3.Connection) -> None:
+        for (rid,) in db.execute("SELECT id FROM requests").fetchall():
+            self._seal(db, rid)
+        before = None
+        for rowid, *row in db.execute(f"SELECT rowid, {ACCURACY_FIELDS} FROM accuracy ORDER BY rowid").fetchall():
+            before = self._seal_point(db, rowid, row, before)
+
+    def _seal(self, db: sqlite3.Connection, rid: int) -> None:
+        """Seal request ``rid`` as SQLite now holds it (inside the caller's write transaction)."""
+        if self.key is None:
+            return
+        row = db.execute(f"SELECT {REQUEST_FIELDS} FROM requests WHERE id=?", (rid,)).fetchone()
+        db.execute("UPDATE requests SET seal=? WHERE id=?", (request_seal(self.key, row), rid))
+
+    def _seal_point(self, db: sqlite3.Connection, rowid: int, row: list[Any], before: str | None) -> str | None:
+        if self.key is None:
+            return None
+        seal = accuracy_seal(self.key, row, before)
+        db.execute("UPDATE accuracy SET seal=? WHERE rowid=?", (seal, rowid))
+        return seal
+
+    def sealed(self, rid: int) -> bool:
+        """Whether request ``rid`` is as the service wrote it (its seal holds, a pending spec is its body)."""
+        db = self._connect()
+        try:
+            row = db.execute(f"SELECT {REQUEST_FIELDS}, seal FROM requests WHERE id=?", (rid,)).fetchone()
+        finally:
+            db.close()
+        return row is not None and not seal_problems([row], [], self.key)
 
     def _connect(self) -> sqlite3.Connection:
         fresh = not self.path.exists()
@@ -110,7 +170,7 @@ class RequestsDB:
 
         Raises :class:`IdempotencyConflict` when ``key`` named another body, ``LedgerUsageError`` when the
         ledger refuses the ids (the reservation is dropped: nothing is written)."""
-        digest = _digest(spec)
+        digest = body_digest(spec)
         db = self._connect()
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -120,6 +180,7 @@ class RequestsDB:
                     cur = db.execute("INSERT INTO requests(idempotency_key, body_sha256, spec, asked_by, accepted_at) "
                                      "VALUES(?, ?, ?, ?, ?)", (key, digest, json.dumps(spec), asked_by, time.time()))
                     rid = int(cur.lastrowid)
+                    self._seal(db, rid)
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -155,9 +216,14 @@ class RequestsDB:
         kept = {k: v for k, v in spec.items() if k != "records"}
         db = self._connect()
         try:
+            db.execute("BEGIN IMMEDIATE")
             db.execute("UPDATE requests SET ledger_request=?, no_op=?, applied_at=?, spec=? WHERE id=?",
                        (ledger_request, int(result.request is None), time.time(), json.dumps(kept), rid))
+            self._seal(db, rid)
+            db.execute("COMMIT")
         finally:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             db.close()
 
     def via(self, rid: int) -> dict[str, Any]:
@@ -200,7 +266,7 @@ class RequestsDB:
         One the ledger now refuses (its ids unknown) is dropped, as it would have been then."""
         done = []
         for request in self.list(limit=None):
-            if request.ledger_request is None:
+            if request.ledger_request is None and self.sealed(request.id):  # never one a writer without the key made
                 try:
                     self._apply(request.id, request.spec)
                 except LedgerUsageError:
@@ -257,16 +323,26 @@ class RequestsDB:
     def record_accuracy(self, plan_id: str, forgotten: int, last_request: int, accuracy: float) -> None:
         db = self._connect()
         try:
-            db.execute("INSERT OR IGNORE INTO accuracy VALUES(?, ?, ?, ?, ?)",
-                       (plan_id, time.time(), int(forgotten), int(last_request), float(accuracy)))
+            db.execute("BEGIN IMMEDIATE")
+            cur = db.execute(f"INSERT OR IGNORE INTO accuracy({ACCURACY_FIELDS}) VALUES(?, ?, ?, ?, ?)",
+                             (plan_id, time.time(), int(forgotten), int(last_request), float(accuracy)))
+            if cur.rowcount == 1:
+                rowid = int(cur.lastrowid)
+                before = db.execute("SELECT seal FROM accuracy WHERE rowid < ? ORDER BY rowid DESC LIMIT 1",
+                                    (rowid,)).fetchone()
+                row = db.execute(f"SELECT {ACCURACY_FIELDS} FROM accuracy WHERE rowid=?", (rowid,)).fetchone()
+                self._seal_point(db, rowid, list(row), before[0] if before else None)
+            db.execute("COMMIT")
         finally:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             db.close()
 
     def accuracy_history(self) -> list[dict[str, Any]]:
         db = self._connect()
         try:
             rows = db.execute("SELECT at, forgotten, last_request, accuracy, plan_id FROM accuracy "
-                              "ORDER BY at").fetchall()
+                              "ORDER BY rowid").fetchall()
         finally:
             db.close()
         return [{"at": at, "forgotten": f, "last_request": r, "accuracy": a, "plan_id": p} for at, f, r, a, p in rows]

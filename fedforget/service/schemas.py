@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Annotated, Any
 
@@ -12,10 +13,13 @@ from pydantic import (
     StringConstraints,
     ValidationError,
     ValidatorFunctionWrapHandler,
+    WithJsonSchema,
     WrapValidator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
+
+from fedforget.core.record_ids import MAX_RECORD_ID, NODE_NAME
 
 #: at most this many ids (samples + records + slices + clients) in one forget request, inputs in one prediction
 MAX_IDS = 10_000
@@ -26,7 +30,12 @@ ID_EXPECTED = "expected an integer id, 0 <= id < 2**63 (a JSON number: not a boo
 SLICE_EXPECTED = "expected a slice 'PARTITION:SLICE', two ids 0 <= id < 2**63 in ASCII digits (e.g. '3:1')"
 RECORD_EXPECTED = "expected a record 'NODE:RECORD_ID' (a string, e.g. 'node-0:17')"
 #: a node name (64) + ':' + a record id (fedforget.core.record_ids.MAX_RECORD_ID)
-MAX_RECORD_CHARS = 64 + 1 + 256
+MAX_RECORD_CHARS = 64 + 1 + MAX_RECORD_ID
+#: what the schema says of a record (the validator, :func:`fedforget.core.record_ids.parse_record`, holds more:
+#: a record id of printable characters)
+RECORD_PATTERN = f"^{NODE_NAME.pattern}:.{{1,{MAX_RECORD_ID}}}$"
+#: longest text ``predict`` takes for a text task
+MAX_TEXT_CHARS = 10_000
 _DIGITS = re.compile(r"[0-9]{1,19}")
 
 
@@ -81,10 +90,34 @@ def url_id(value: Any, handler: ValidatorFunctionWrapHandler) -> int:
                                   {"got": _shown(value)}) from None
 
 
+class _NegativeZero(int):
+    """The JSON literal ``-0``, which Python reads as 0."""
+
+
+def negative_zero_at(body: bytes) -> str | None:
+    """Where a JSON body spells an integer ``-0`` (``samples.0``), or None. Python's parser reads it as 0, so an id
+    field would take it as id 0; a forget cannot be undone, so it is refused, never read as an id."""
+    if b"-0" not in body:
+        return None
+    try:
+        parsed = json.loads(body, parse_int=lambda t: _NegativeZero(0) if t.startswith("-") and int(t) == 0 else int(t))
+    except (ValueError, RecursionError):
+        return None  # not JSON: the route says why
+    stack: list[tuple[str, Any]] = [("", parsed)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, _NegativeZero):
+            return where or "body"
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        stack += [(f"{where}.{k}" if where else str(k), v) for k, v in reversed(list(items))]
+    return None
+
+
 ID = Annotated[int, Field(strict=True, ge=0, lt=ID_LIMIT), WrapValidator(_strict_id)]
 SLICE = Annotated[str, StringConstraints(min_length=3, max_length=39, pattern=r"^[0-9]{1,19}:[0-9]{1,19}$"),
                   WrapValidator(_strict_slice)]
-RECORD = Annotated[str, StringConstraints(min_length=3, max_length=MAX_RECORD_CHARS), WrapValidator(_strict_record)]
+RECORD = Annotated[str, StringConstraints(min_length=3, max_length=MAX_RECORD_CHARS, pattern=RECORD_PATTERN),
+                   WrapValidator(_strict_record)]
 KEY = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")]
 
 
@@ -147,11 +180,22 @@ class ForgetRequestList(BaseModel):
     requests: list[ForgetRequestOut]
 
 
+_NUMBERS = {"type": "array", "items": {"type": "number"}}
+#: one ``predict`` input as the schema shows it; read by :func:`fedforget.service.inputs.model_inputs`, which
+#: refuses with one line what the task does not take (a shape, a non-finite number, a text for a vision task)
+PREDICT_INPUT = Annotated[Any, WithJsonSchema({
+    "anyOf": [{"type": "string", "maxLength": MAX_TEXT_CHARS, "description": "One text (text tasks)."},
+              {**_NUMBERS, "description": "Pixel values, flat (vision tasks)."},
+              {"type": "array", "items": _NUMBERS, "description": "Pixel values as rows (H x W)."},
+              {"type": "array", "items": {"type": "array", "items": _NUMBERS},
+               "description": "Pixel values as channels of rows (C x H x W)."}]})]
+
+
 class PredictBody(BaseModel):
     """Inputs in the task's own form: pixel arrays for vision tasks, strings for text tasks."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    inputs: list[Any] = Field(min_length=1, max_length=MAX_INPUTS)
+    inputs: list[PREDICT_INPUT] = Field(min_length=1, max_length=MAX_INPUTS)
     raw: bool = Field(False, description="Vision: pixel values as the data set stores them (digits 0..16, "
                                          "Fashion-MNIST 0..255) instead of the model's scale.")
 

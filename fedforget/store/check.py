@@ -208,7 +208,7 @@ def service_problems(store: Store, log: Any) -> list[str]:
     caller's read transaction on the ledger."""
     from fedforget.store.service_evidence import evidence_problems
 
-    return evidence_problems(store.root, log.vias, log.started if log.adopted else None)
+    return evidence_problems(store.root, log.vias, log.started if log.adopted else None, log.log_id)
 
 
 def trusted_key() -> Callable[[bytes], bool] | None:

@@ -10,6 +10,10 @@ ledger file is replaced, and keeps the log's replay; then it asks cheap question
   (hashed again only when their ``stat`` changed);
 - something committed but the log gained no entry: every honest write appends one in its own transaction, so
   the commit was made behind the ledger's back, and the whole check runs (and names the edit);
+- entries of another writer than the coordinator (a ServerApp run, or anyone else without the key) appended: the
+  whole check runs, once for all the entries one check finds (a training run's many, or one forged entry beside a
+  hand edit in place of an old row, which the entries themselves would not show); the checks after it read only
+  what is appended later;
 - else the new entries are checked (``fedforget.store.log_follow``: they continue the chain, their heads are
   signed, each row they wrote is in its table, each logged table holds as many rows as the log left in it),
   and what the log does not cover: the new requests' forgotten rows (each in the unit the manifest puts its
@@ -21,8 +25,8 @@ ledger file is replaced, and keeps the log's replay; then it asks cheap question
   (``fedforget.store.service_evidence``), linear in its rows, once per change.
 
 What this does not re-read per request is what no new entry wrote: a hand edit in place of an old row made in
-the same moment as an honest commit is found by the next full check (every CLI command, and the service's next
-start); SQLite's page check and the sample index likewise.
+the same moment as an honest commit of the coordinator is found by the next full check (every CLI command, and
+the service's next start); SQLite's page check and the sample index likewise.
 """
 
 from __future__ import annotations
@@ -250,20 +254,21 @@ class StoreWatch:
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:  # a cell edited by hand
             out.problems.append(f"{LEDGER} holds a malformed record ({type(exc).__name__}: {str(exc)[:200]})")
         if unlogged:
-            return self._full()  # committed without a log entry: the whole check names the edit
+            return self._full()  # committed without a log entry, or by another writer: the whole check
         if not out.ok:
             self._seen, self._log = None, None  # a refusal is re-checked whole next time
         return out
 
     def _check_appended(self, ledger: Ledger, seen: Seen, version: int, out: StoreCheck) -> bool:
-        """Check what the log gained since ``seen`` (False: it gained nothing, though the file changed)."""
+        """Check what the log gained since ``seen``. False: the whole check must run instead (the log gained
+        nothing though the file changed, or an entry of another writer than the coordinator)."""
         from fedforget.store.log_follow import follow
         from fedforget.store.log_record import record_problems
 
         db, log = ledger.db, self._log
         assert log is not None
         rows = db.execute("SELECT seq, entry, leaf FROM log WHERE seq >= ? ORDER BY seq", (log.size,)).fetchall()
-        if not rows:
+        if not rows or not all(_by_coordinator(entry) for _seq, entry, _leaf in rows):
             return False
         self.runs["changes"] += 1
         touched = follow(db, log, rows, self._trusted(), out.problems)
@@ -401,6 +406,16 @@ class StoreWatch:
             return int(self._db.execute("PRAGMA data_version").fetchone()[0])
         except sqlite3.Error:
             return None
+
+
+def _by_coordinator(entry: str) -> bool:
+    """Whether a log entry says the coordinator wrote it (the heads it must be under are checked by
+    ``log_follow``: an entry claiming the coordinator without its signed head is refused there)."""
+    try:
+        parsed = json.loads(entry)
+    except ValueError:
+        return False
+    return isinstance(parsed, dict) and parsed.get("writer") == "coordinator"
 
 
 def _served(ledger: Ledger) -> dict[str, str]:

@@ -247,3 +247,59 @@ def test_the_running_apps_openapi_schema_is_the_checked_in_one(store, tok):
     served = client(store).get("/openapi.json").json()
     assert schema_text(served) == SCHEMA_FILE.read_text(encoding="utf-8"), \
         "regenerate it: python -m fedforget.service.openapi --write"
+
+
+def test_record_names_and_openings_are_read_only_with_the_forget_scope(store, tok):
+    """A status:read token (what Prometheus scrapes with) sees every request's state, never a raw record name or
+    its opening key: those belong to the scope that submits forgets."""
+    c = client(store)
+    record = f"node-1:{sample_of(store, 1)}"
+    made = c.post("/v1/forget-requests", json={"idempotency_key": "r", "records": [record]},
+                  headers=bearer(tok["forget:write"]))
+    assert made.status_code == 201, made.text
+    [opening] = made.json()["record_openings"]
+    rid, ledger_request = made.json()["id"], made.json()["ledger_request"]
+    reads = {"list": "/v1/forget-requests", "one": f"/v1/forget-requests/{rid}",
+             "receipt": f"/v1/receipts/{ledger_request}"}
+    for name, path in reads.items():
+        seen = c.get(path, headers=bearer(tok["status:read"]))
+        assert record not in seen.text and opening["key"] not in seen.text, (name, seen.text[:300])
+        assert seen.status_code == (403 if name == "receipt" else 200), (name, seen.text)
+    refused = c.get(reads["receipt"], headers=bearer(tok["status:read"])).json()["detail"]
+    assert "forget:write" in refused and "\n" not in refused
+    one = c.get(reads["one"], headers=bearer(tok["status:read"])).json()
+    assert one["state"] == "purged" and one["receipt"] is None and "forget:write" in one["receipt_error"]
+    # negative control: a token holding the forget scope too reads them
+    both = c.get(reads["one"], headers=bearer(tok["all"])).json()
+    assert [o["record"] for o in both["record_openings"]] == [record]
+    assert both["receipt"]["record_openings"][0]["key"] == opening["key"]
+    assert c.get(reads["receipt"], headers=bearer(tok["all"])).status_code == 200
+
+
+def test_options_answers_every_method_of_the_path_and_another_method_is_405_naming_them(store):
+    c = client(store)
+    both = c.options("/v1/forget-requests")
+    assert (both.status_code, both.headers["allow"]) == (204, "GET, POST, OPTIONS")
+    assert c.options("/v1/forget-requests/1").headers["allow"] == "GET, OPTIONS"
+    wrong = c.delete("/v1/forget-requests")
+    assert (wrong.status_code, wrong.headers["allow"]) == (405, "GET, POST")
+    assert "it takes GET, POST" in wrong.json()["detail"] and "\n" not in wrong.text
+    assert c.options("/nowhere").status_code == 404  # negative control: no such path
+
+
+def test_the_schema_says_what_the_service_sends(store, tok):
+    import re
+
+    c = client(store)
+    schema = c.get("/openapi.json").json()
+    sent = c.get("/metrics")  # no token: the refusal is JSON, as every route's
+    assert sent.status_code == 401 and sent.headers["content-type"] == "application/json" and sent.json()["detail"]
+    metrics = schema["paths"]["/metrics"]["get"]["responses"]
+    assert list(metrics["200"]["content"]) == ["text/plain"]
+    assert all(list(r["content"]) == ["application/json"] for code, r in metrics.items() if code != "200"), metrics
+    body = schema["components"]["schemas"]
+    pattern = body["ForgetBody"]["properties"]["records"]["items"]["pattern"]
+    assert re.fullmatch(pattern, "node-1:MRN-00017") and not re.fullmatch(pattern, "node-1") \
+        and not re.fullmatch(pattern, ":17")
+    item = body["PredictBody"]["properties"]["inputs"]["items"]
+    assert {k.get("type") for k in item["anyOf"]} == {"string", "array"}, item

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ import pytest
 
 from fedforget.launch import free_port
 from fedforget.service.app import create_app
-from fedforget.service.requests_db import SERVICE_DB, RequestsDB
+from fedforget.service.requests_db import RequestsDB
 from fedforget.store import Store
 from fedforget.unlearning.forget import forget_request
 
@@ -100,13 +99,15 @@ def test_one_idempotency_key_from_many_callers_at_once_is_one_request(store):
 
 
 def _reserve(store, key: str, spec: dict) -> None:  # noqa: ANN001
-    """A row as a crash right after the reservation leaves it: accepted, never applied or answered."""
-    RequestsDB(Store.open(store))
-    db = sqlite3.connect(store / SERVICE_DB)
-    db.execute("INSERT INTO requests(idempotency_key, body_sha256, spec, asked_by, accepted_at) VALUES(?, ?, ?, ?, ?)",
-               (key, "x", json.dumps(spec), "crm", time.time()))
-    db.commit()
-    db.close()
+    """A row as a crash right after the reservation leaves it: accepted (and sealed), never applied or answered."""
+    db = RequestsDB(Store.open(store))
+
+    def crash(*_args: object) -> None:
+        raise KeyboardInterrupt
+
+    db._apply, db._drop = crash, lambda _rid: None
+    with pytest.raises(KeyboardInterrupt):
+        db.submit(spec, key, "crm")
 
 
 def test_a_request_a_crash_left_accepted_is_applied_once_at_the_next_start(store):

@@ -161,3 +161,31 @@ def test_the_same_body_with_each_key_once_is_accepted_so_the_refusal_is_not_vacu
     response = client(store).post("/v1/forget-requests", content='{"idempotency_key": "k", "samples": [6]}',
                                   headers={**bearer(tok["forget:write"]), "content-type": "application/json"})
     assert response.status_code == 201, response.text
+
+
+@pytest.mark.parametrize("field", ["samples", "clients"])
+def test_a_negative_zero_id_is_422_and_forgets_nothing(store, tok, field):
+    """Python's JSON parser reads ``-0`` as 0: an id spelt so is refused, never read as id 0."""
+    before = written(store)
+    response = client(store).post("/v1/forget-requests", content=f'{{"idempotency_key": "k", "{field}": [1, -0]}}',
+                                  headers={**bearer(tok["forget:write"]), "content-type": "application/json"})
+    detail = one_line_422(response)
+    assert detail.startswith(f"body.{field}.1: expected an integer id, 0 <= id < 2**63") and "-0" in detail, detail
+    assert written(store) == before
+
+
+def test_a_negative_zero_pixel_is_a_number_so_the_refusal_is_only_of_ids(store, tok):
+    row = ", ".join(["-0"] + ["0"] * 63)
+    response = client(store).post("/v1/predict", content=f'{{"inputs": [[{row}]]}}',
+                                  headers={**bearer(tok["predict"]), "content-type": "application/json"})
+    assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize(("query", "name"), [("after=1&after=0", "after"), ("limit=5&limit=1", "limit"),
+                                             ("limit=5&after=0&limit=5", "limit")])
+def test_a_query_parameter_given_twice_is_422_naming_it(store, tok, query, name):
+    """A framework keeps one of the values (the last); which one the caller meant is not known."""
+    response = client(store).get(f"/v1/forget-requests?{query}", headers=bearer(tok["status:read"]))
+    assert one_line_422(response).startswith(f"query.{name}: given 2 times"), response.text
+    once = client(store).get(f"/v1/forget-requests?{name}=1", headers=bearer(tok["status:read"]))
+    assert once.status_code == 200, once.text  # negative control

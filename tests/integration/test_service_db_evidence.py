@@ -88,12 +88,30 @@ def test_each_applied_request_and_each_no_op_log_who_asked_without_the_body(stor
     assert http.get("/v1/status", headers=bearer(tok["all"])).status_code == 200
 
 
+def _spec_of(sample: int) -> tuple[str, str]:
+    """A spec naming ``sample`` and its body digest, as a writer without the key can compute them."""
+    spec = {"samples": [sample], "slices": [], "clients": []}
+    canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    return json.dumps(spec), hashlib.sha256(canonical.encode()).hexdigest()
+
+
+UNFORGOTTEN = 2  # a sample of partition 0 (the requests below forget partition 1's first)
+SPEC, BODY = _spec_of(UNFORGOTTEN)
+OTHER_SPEC, OTHER_BODY = _spec_of(UNFORGOTTEN + 1)
 EDITS = {
     "asked_by edited": "UPDATE requests SET asked_by = 'someone-else' WHERE id = 1",
     "a row deleted": "DELETE FROM requests WHERE id = 1",
     "an idempotency key changed": "UPDATE requests SET idempotency_key = 'other' WHERE id = 2",
     "a no-op relinked to another ledger request": "UPDATE requests SET ledger_request = 99 WHERE id = 2",
     "a request marked a no-op": "UPDATE requests SET no_op = 1 WHERE id = 1",
+    # a writer without the key: what the log cannot pin is held by the rows' seals
+    "an accepted row inserted": "INSERT INTO requests(idempotency_key, body_sha256, spec, asked_by, accepted_at) "
+                                f"VALUES('invented', '{BODY}', '{SPEC}', 'mallory', 1.0)",
+    "applied_at edited": "UPDATE requests SET applied_at = 1.0 WHERE id = 1",
+    "an applied row's spec edited": f"UPDATE requests SET spec = '{SPEC}' WHERE id = 2",
+    "the accuracy history edited": "UPDATE accuracy SET accuracy = 0.99",
+    "an accuracy point inserted": "INSERT INTO accuracy(plan_id, at, forgotten, last_request, accuracy) "
+                                  "VALUES('x', 0, 0, 0, 0.99)",
 }
 
 
@@ -146,3 +164,78 @@ def test_a_request_that_fails_after_its_forget_committed_keeps_its_row_and_is_ap
     applied = db.get(row.id)
     assert applied.ledger_request is not None and applied.no_op
     assert check_store(Store.open(store)).ok
+
+
+def _pending(store):  # noqa: ANN001, ANN202
+    """A reservation a crash left pending (its forget never committed), as the service wrote it."""
+    from fedforget.service.requests_db import RequestsDB, canonical_spec
+
+    db = RequestsDB(Store.open(store))
+
+    def crash(*_args):  # noqa: ANN202
+        raise KeyboardInterrupt
+
+    db._apply, db._drop = crash, lambda _rid: None
+    with pytest.raises(KeyboardInterrupt):
+        db.submit(canonical_spec([UNFORGOTTEN], [], []), "k-pending", "alice")
+    return RequestsDB(Store.open(store))
+
+
+PENDING_EDITS = {
+    "its spec edited": f"UPDATE requests SET spec = '{OTHER_SPEC}'",
+    "its spec and body_sha256 edited together":
+        f"UPDATE requests SET spec = '{OTHER_SPEC}', body_sha256 = '{OTHER_BODY}'",
+    "its asker edited": "UPDATE requests SET asked_by = 'mallory'",
+}
+
+
+@pytest.mark.parametrize("edit", sorted(PENDING_EDITS))
+def test_a_pending_reservation_edited_by_a_writer_without_the_key_is_refused_and_never_applied(store, edit):
+    db = _pending(store)
+    assert check_store(Store.open(store)).ok  # negative control: the crash's own pending row passes
+    _edit(store, PENDING_EDITS[edit])
+    problems = check_store(Store.open(store)).problems
+    assert any(SERVICE_DB in p for p in problems), problems
+    before = len(_log(store))
+    assert db.recover() == [] and len(_log(store)) == before, "an edited reservation was applied"
+
+
+def test_an_inserted_reservation_is_never_applied_and_the_log_never_records_its_caller(store):
+    _applied(store)
+    _edit(store, EDITS["an accepted row inserted"])
+    from fedforget.service.requests_db import RequestsDB
+
+    assert RequestsDB(Store.open(store)).recover() == []
+    assert "mallory" not in json.dumps(_log(store))
+
+
+def test_the_crashs_own_reservation_is_applied_on_recovery(store):
+    db = _pending(store)
+    [row] = db.list()
+    assert db.recover() == [row.id] and db.get(row.id).ledger_request is not None
+    assert check_store(Store.open(store)).ok
+
+
+def test_a_service_db_written_before_seals_is_sealed_on_its_first_open_and_held_to_them_after(store):
+    """An existing service.db opens: it gains its seal columns and is sealed as it is (after the whole check), as a
+    log adopts a store; an edit after that is refused. Dropping the seals while the key is kept is refused too."""
+    from fedforget.service.requests_db import RequestsDB
+    from fedforget.store.log import log_id
+    from fedforget.store.service_evidence import seal_key_path
+
+    _, tok, _ = _applied(store)
+    ledger = Store.open(store).ledger()
+    try:
+        key = seal_key_path(log_id(ledger.db))
+    finally:
+        ledger.close()
+    for table in ("requests", "accuracy"):
+        _edit(store, f"ALTER TABLE {table} DROP COLUMN seal")
+    assert any(SERVICE_DB in p for p in check_store(Store.open(store)).problems), "seals dropped, key kept"
+    key.unlink()  # as written before seals: no key, no seal column
+    assert check_store(Store.open(store)).ok
+    assert client(store).get("/v1/status", headers=bearer(tok["all"])).status_code == 200
+    assert key.is_file() and check_store(Store.open(store)).ok and _status(store) == 0
+    assert [r.id for r in RequestsDB(Store.open(store)).list()] == [1, 2]
+    _edit(store, EDITS["applied_at edited"])
+    assert any(SERVICE_DB in p for p in check_store(Store.open(store)).problems)

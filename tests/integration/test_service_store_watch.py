@@ -42,6 +42,21 @@ def _sql(store: Store, statement: str, *args: object) -> None:
         db.close()
 
 
+def forge_run_entry(store: Store, kind: str = "artifact") -> None:
+    """What a writer without the key (a ServerApp run) can append: a well-formed entry of writer ``run``, under no
+    signed head, declaring an innocent kind and writing no row."""
+    from fedforget.store.log import LogWriter, without_head_signer
+
+    db = sqlite3.connect(store.root / "ledger.sqlite", isolation_level=None)
+    try:
+        with without_head_signer():
+            db.execute("BEGIN IMMEDIATE")
+            LogWriter(db).append(kind, {}, [])
+            db.execute("COMMIT")
+    finally:
+        db.close()
+
+
 def _watched(store: Store) -> StoreWatch:
     watch = StoreWatch(store)
     assert watch.check().ok
@@ -168,6 +183,48 @@ def test_an_old_row_edited_in_place_beside_an_honest_forget_is_refused_by_the_ch
     forget_request(store, samples=[7])
     assert not check_store(Store.open(store.root)).ok, "control: the full check refuses it"
     assert not watch.check().ok, edit
+
+
+@pytest.mark.parametrize("edit", sorted(OLD_ROW_EDITS))
+def test_an_edit_beside_an_entry_of_a_writer_without_the_key_is_refused_by_a_whole_check(store, edit):
+    """A writer without the key appends an empty entry beside a hand edit: the check by changes would read only the
+    entry; an entry of another writer than the coordinator makes the check whole, so the edit is named."""
+    forget_request(store, samples=[5])
+    watch = _watched(store)
+    _sql(store, OLD_ROW_EDITS[edit])
+    forge_run_entry(store)
+    result = watch.check()
+    assert not result.ok, edit
+    assert watch.runs["full"] == 2 and watch.runs["changes"] == 0, watch.runs
+
+
+def test_entries_of_a_writer_without_the_key_cost_one_whole_check_per_run_of_them(store):
+    """The negative control: the same entries without an edit pass; several appended between two checks make one
+    whole check, and the checks after it are cheap again until another writer appends."""
+    watch = _watched(store)
+    forge_run_entry(store)
+    forge_run_entry(store, "retrain")
+    assert watch.check().ok and watch.runs == {"full": 2, "changes": 0, "files": 0}
+    assert watch.check().ok and watch.runs["files"] == 1
+    forget_request(store, samples=[5])  # the coordinator's own entry: checked by changes
+    assert watch.check().ok and watch.runs == {"full": 2, "changes": 1, "files": 1}
+
+
+def test_the_service_goes_unhealthy_when_an_entry_of_a_writer_without_the_key_hides_an_edit(store, monkeypatch,
+                                                                                               tmp_path):
+    monkeypatch.setenv("FEDFORGET_SECRETS", str(tmp_path / "secrets"))
+    token = tokens(store.root)["all"]
+    http = TestClient(create_app(store.root))
+    assert http.post("/v1/forget-requests", headers=bearer(token),
+                     json={"idempotency_key": "a", "samples": [5]}).status_code == 201
+    assert http.get("/healthz").status_code == 200
+    _sql(store, OLD_ROW_EDITS["an artifact's sha256 edited"])
+    forge_run_entry(store)
+    sick = http.get("/healthz")
+    assert sick.status_code == 503 and "\n" not in sick.text, sick.text
+    assert "the store is not what it claims" in sick.json()["detail"]
+    refused = http.post("/v1/forget-requests", headers=bearer(token), json={"idempotency_key": "b", "samples": [7]})
+    assert refused.status_code == 503, refused.text
 
 
 def _commit_misplaced_request(store: Store) -> None:
