@@ -106,6 +106,18 @@ def local_address(federation: str, flwr_home: Path) -> str | None:
     return address if address in (":local:", ":local-in-memory:") else None
 
 
+def default_connection(flwr_home: Path) -> str | None:
+    """The connection ``flwr run`` takes when given none: ``[superlink] default`` of ``flwr_home/config.toml``."""
+    import tomllib
+
+    try:
+        config = tomllib.loads((flwr_home / "config.toml").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    default = (config.get("superlink") or {}).get("default")
+    return default if isinstance(default, str) and default else None
+
+
 def healthy(http_port: int, timeout: float = 0.4) -> bool:
     import httpx
 

@@ -10,7 +10,9 @@ config the app would then run differs from the stored one.
 
 from __future__ import annotations
 
+import os
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +44,7 @@ def store_app(store: Store) -> Path | None:
 
 def declared_keys(folder: Path) -> set[str]:
     """The run-config keys the app's ``[tool.flwr.app.config]`` declares (flattened like Flower's)."""
-    from flwr.common.config import flatten_dict
-
-    try:
-        data = tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read {folder / 'pyproject.toml'} ({exc})") from None
-    return set(flatten_dict(data.get("tool", {}).get("flwr", {}).get("app", {}).get("config", {})))
+    return set(declared_config(folder))
 
 
 def app_run_config(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
@@ -67,3 +63,98 @@ def app_run_config(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"declare {', '.join(needed)} in [tool.flwr.app.config] of {folder / 'pyproject.toml'}: "
                           "the coordinator sets them when it submits the app")
     return kept
+
+
+@dataclass(frozen=True)
+class AppToRun:
+    """The Flower app ``fedforget run`` submits: its directory, ``publisher/name`` and version, and whether it
+    is fedforget's own."""
+
+    folder: Path
+    name: str
+    version: str
+    own: bool
+
+    def describe(self) -> str:
+        what = "fedforget's own app" if self.own else "the Flower app"
+        return f"{what} {self.name} {self.version} in {self.folder}"
+
+
+def app_to_run(given: str | None, cwd: Path) -> AppToRun:
+    """``given`` (a Flower app's directory, else :class:`ConfigError`), else ``cwd`` when it holds a Flower app
+    (``pyproject.toml`` with ``[tool.flwr.app]``), else fedforget's own app (:func:`app_dir`)."""
+    from fedforget.unlearning.flwr_runner import app_dir
+
+    own = app_dir().resolve()
+    own_name = (read_app_project(own) or {}).get("name")
+    if given:
+        folder = Path(os.path.expanduser(given)).resolve()
+        if read_app_project(folder) is None:
+            raise ConfigError(f"{folder} is not a Flower app (no pyproject.toml with [tool.flwr.app]); give the "
+                              "directory of your app, or leave APP out to run the one in the current directory")
+    else:
+        folder = cwd.resolve() if read_app_project(cwd) is not None else own
+    project = read_app_project(folder) or {}
+    return AppToRun(folder, project.get("name", ""), project.get("version", ""), project.get("name") == own_name)
+
+
+def declared_config(folder: Path) -> dict[str, Any]:
+    """The app's ``[tool.flwr.app.config]``, flattened like Flower's."""
+    from flwr.common.config import flatten_dict
+
+    try:
+        data = tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read {folder / 'pyproject.toml'} ({exc})") from None
+    return flatten_dict(data.get("tool", {}).get("flwr", {}).get("app", {}).get("config", {}))
+
+
+def anchored(folder: Path, value: str) -> str:
+    """``value``, a path of the app's run config, made absolute against the app's directory."""
+    path = Path(os.path.expanduser(value))
+    return str(path if path.is_absolute() else folder / path)
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """What ``fedforget run`` submits: the app, the store (absolute), the checked run config and the connection."""
+
+    app: AppToRun
+    store: str
+    run_config: str
+    federation: str
+
+
+def plan_run(given_app: str | None, store: str, federation: str, run_config: str, cwd: Path) -> PlannedRun:
+    """``fedforget run``'s app, store, run config and connection; :class:`ConfigError` (one line) for anything
+    Flower or the ServerApp would refuse. A user app's relative paths (its ``store``, ``test-data``) are its
+    directory's, passed absolute; fedforget's own app keeps ``--store`` from the current directory."""
+    from fedforget.unlearning.retrain import toml_value
+    from fedforget.unlearning.run_config import check_run_config, parse_flwr_run_config
+
+    if "store=" in run_config.replace(" ", ""):
+        raise ConfigError("pass the store with --store, not inside --run-config")
+    target = app_to_run(given_app, cwd)
+    connection = federation or default_federation()
+    if target.own:
+        return PlannedRun(target, str((cwd / os.path.expanduser(store or "runs/latest")).resolve()),
+                          check_run_config(run_config), connection)
+    pyproject = str(target.folder / "pyproject.toml")
+    declared = declared_config(target.folder)
+    if "store" not in declared:
+        raise ConfigError(f"declare store in [tool.flwr.app.config] of {pyproject}: `fedforget run` sets it")
+    overrides = parse_flwr_run_config(check_run_config(run_config, declared, pyproject))
+    test_data = str(overrides.get("test-data", declared.get("test-data", "")))
+    if test_data:
+        overrides["test-data"] = anchored(target.folder, test_data)
+    text = " ".join(f"{k}={toml_value(v)}" for k, v in overrides.items())
+    where = str(cwd / os.path.expanduser(store)) if store else anchored(target.folder, str(declared["store"]))
+    return PlannedRun(target, str(Path(where).resolve()), text, connection)
+
+
+def default_federation() -> str:
+    """``$FLWR_HOME``'s default connection (Flower's, for ``flwr run`` given none), else ``local-simulation``."""
+    from fedforget.local_superlink import default_connection
+
+    home = Path(os.environ.get("FLWR_HOME") or Path.home() / ".flwr")
+    return default_connection(home) or "local-simulation"
