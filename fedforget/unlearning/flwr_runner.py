@@ -55,14 +55,19 @@ def strip_ansi(text: str) -> str:
 
 
 def app_dir() -> Path:
-    """The Flower app to submit: ``FEDFORGET_HOME``, else this source checkout, else the app manifest an
-    installed wheel carries (its FAB holds only the manifest; the ServerApp and ClientApp then import the
-    installed package, as Flower's runtime dependency installation is off)."""
+    """The Flower app to submit: ``FEDFORGET_HOME``, else fedforget's own (:func:`own_app_dir`)."""
     home = os.environ.get("FEDFORGET_HOME")
+    if home and (Path(home) / "pyproject.toml").is_file():
+        return Path(home)
+    return own_app_dir()
+
+
+def own_app_dir() -> Path:
+    """fedforget's own Flower app: this source checkout, else the app manifest an installed wheel carries (its
+    FAB holds only the manifest; the ServerApp and ClientApp then import the installed package, as Flower's
+    runtime dependency installation is off)."""
     package = Path(fedforget.__file__).resolve().parent
-    candidates = [Path(home)] if home else []
-    candidates += [package.parent, package / "flower_app"]
-    for path in candidates:
+    for path in (package.parent, package / "flower_app"):
         if (path / "pyproject.toml").is_file():
             return path
     raise FileNotFoundError("cannot find the fedforget app (pyproject.toml); reinstall fedforget or set "

@@ -82,18 +82,17 @@ class AppToRun:
 
 def app_to_run(given: str | None, cwd: Path) -> AppToRun:
     """``given`` (a Flower app's directory, else :class:`ConfigError`), else ``cwd`` when it holds a Flower app
-    (``pyproject.toml`` with ``[tool.flwr.app]``), else fedforget's own app (:func:`app_dir`)."""
-    from fedforget.unlearning.flwr_runner import app_dir
+    (``pyproject.toml`` with ``[tool.flwr.app]``), else ``FEDFORGET_HOME``'s or fedforget's own (:func:`app_dir`)."""
+    from fedforget.unlearning.flwr_runner import app_dir, own_app_dir
 
-    own = app_dir().resolve()
-    own_name = (read_app_project(own) or {}).get("name")
+    own_name = (read_app_project(own_app_dir()) or {}).get("name")
     if given:
         folder = Path(os.path.expanduser(given)).resolve()
         if read_app_project(folder) is None:
             raise ConfigError(f"{folder} is not a Flower app (no pyproject.toml with [tool.flwr.app]); give the "
                               "directory of your app, or leave APP out to run the one in the current directory")
     else:
-        folder = cwd.resolve() if read_app_project(cwd) is not None else own
+        folder = cwd.resolve() if read_app_project(cwd) is not None else app_dir().resolve()
     project = read_app_project(folder) or {}
     return AppToRun(folder, project.get("name", ""), project.get("version", ""), project.get("name") == own_name)
 

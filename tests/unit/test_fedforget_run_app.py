@@ -40,7 +40,8 @@ def app(tmp_path: Path) -> Path:
     return Path(shutil.copytree(EXAMPLE, tmp_path / "userapp", ignore=shutil.ignore_patterns("runs", "__pycache__")))
 
 
-def test_the_app_in_the_current_directory_is_run_with_its_paths_made_absolute(app):
+def test_the_app_in_the_current_directory_is_run_with_its_paths_made_absolute(app, monkeypatch):
+    monkeypatch.setenv("FEDFORGET_HOME", str(app))  # what the app's env.sh sets: still the app, not fedforget's
     planned = plan_run(None, "", "fake", "num-rounds=1 test-data='data/server'", app)
     assert (planned.app.folder, planned.app.name, planned.app.own) == (app, "example/tabular-mlp", False)
     assert planned.store == str(app / "runs" / "tabular-mlp")  # the app's declared store, from its directory
