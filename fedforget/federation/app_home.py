@@ -70,7 +70,9 @@ def check_app_directory(grid: Grid, cfg: RunConfig) -> None:
         return
     what, value = relative[0]
     holds = f"holds {held['name']}" if held else "holds no Flower app"
+    absolute = ("make it absolute" if what.endswith("simulation_data") else
+                "give an absolute path (`fedforget run` from the app's directory passes its paths absolute)")
     raise ConfigError(f"{what}={value!r} is relative to the app's directory, but the SuperLink's {where} {base} "
-                      f"{holds}, not {app} (the SuperLink was started from another environment); give an absolute "
-                      "path, run the app with `fedforget run` from its directory, or start its SuperLink with "
-                      "FEDFORGET_HOME set to the app's directory (docs/your-app.md)")
+                      f"{holds}, not {app} (the SuperLink was started from another environment): start the app's "
+                      f"own SuperLink with FEDFORGET_HOME set to its directory (its env.sh), or {absolute} "
+                      "(docs/your-app.md)")

@@ -9,7 +9,7 @@ another run holds or that is damaged, the server's test data); it is logged as o
 :class:`DropRefusedTraceback` drops Flower's records of it. Anything else keeps its traceback.
 
 How a script learns that the run failed: Flower marks it failed (``flwr ls <connection> --run-id N --format
-json``: status ``finished:failed``, the line in its details), but ``flwr run --stream`` exits 0 whatever the
+json``: status ``finished:failed``, the reason in ``status-details``), but ``flwr run --stream`` exits 0 whatever the
 run's status (flwr/cli/log.py never asks); ``fedforget run`` exits 1 with the line.
 """
 
