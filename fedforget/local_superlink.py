@@ -207,6 +207,21 @@ def listeners() -> list[Listener]:
     return out
 
 
+def running_home(http_port: int) -> Path | None:
+    """The directory a running SuperLink on ``http_port`` takes relative run-config paths from: its
+    ``FEDFORGET_HOME``, else its working directory (None: none runs there, or it cannot be read)."""
+    import psutil
+
+    for pid in superlinks_on(http_port, listeners()):
+        try:
+            proc = psutil.Process(pid)
+            home = proc.environ().get("FEDFORGET_HOME")
+            return Path(home) if home else Path(proc.cwd())
+        except psutil.Error:
+            return None
+    return None
+
+
 def stop(flwr_home: Path) -> int:
     """Stop this checkout's SuperLink (and its children: simulation, Ray); 0 also when none runs."""
     from fedforget.process_tree import kill_tree

@@ -657,13 +657,16 @@ def run(
     run_config: RunConfigOpt = "",
 ) -> None:
     """Train through `flwr run` with a progress bar, then print where the store is."""
+    import os
     from pathlib import Path
 
+    from fedforget.local_superlink import ports_env
     from fedforget.unlearning.flwr_runner import refusal_in_log
-    from fedforget.unlearning.user_app import plan_run
+    from fedforget.unlearning.user_app import check_local_superlink, plan_run
 
     try:
         planned = plan_run(app_path, store, federation, run_config, Path.cwd())
+        check_local_superlink(planned, {**os.environ, **ports_env()})
     except ValueError as exc:
         fail(str(exc))
     existing = resolve_store_path(planned.store)

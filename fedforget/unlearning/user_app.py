@@ -157,3 +157,27 @@ def default_federation() -> str:
 
     home = Path(os.environ.get("FLWR_HOME") or Path.home() / ".flwr")
     return default_connection(home) or "local-simulation"
+
+
+def check_local_superlink(planned: PlannedRun, env: dict[str, str]) -> None:
+    """:class:`ConfigError` (one line) when ``planned`` goes to a managed local SuperLink that already runs with
+    another directory as its home: the app's relative paths (its task's ``simulation_data``) would be refused
+    there (:mod:`fedforget.federation.app_home`). One that is not running is started with the app's directory."""
+    from fedforget.local_superlink import FLOWER_DEFAULT, HTTP_ENV, healthy, local_address, running_home
+
+    if planned.app.own:
+        return
+    flwr_home = Path(env.get("FLWR_HOME") or Path.home() / ".flwr")
+    if local_address(planned.federation, flwr_home) is None:
+        return
+    port = int(env.get(HTTP_ENV) or FLOWER_DEFAULT[0])
+    if not healthy(port):
+        return
+    home = running_home(port)
+    held = read_app_project(home) if home is not None else None
+    if home is None or (held is not None and held["name"] == planned.app.name):
+        return
+    raise ConfigError(f"the local SuperLink of connection {planned.federation!r} (127.0.0.1:{port}) runs with "
+                      f"{home} as its home, not {planned.app.folder}, so it would refuse this app's relative paths; "
+                      "stop it (`python -m fedforget.local_superlink stop`) and run again, or give the app a Flower "
+                      "home of its own (source its env.sh)")

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,50 @@ def test_a_refused_run_exits_1_with_the_refusal_line_and_the_app_it_ran(app, tmp
     assert f"running the Flower app example/tabular-mlp 1.0.0 in {app}" in proc.stdout
     submitted = json.loads((tmp_path / "args.json").read_text())
     assert submitted["argv"][:3] == ["run", str(app), "fake"] and submitted["home"] == str(app)
+
+
+FAKE_SUPERLINK = f"""#!{sys.executable}
+import http.server, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+
+
+@pytest.mark.parametrize("home_holds", ["fedforget's checkout", "the app"])
+def test_a_running_local_superlink_with_another_home_is_refused_before_flower_starts(app, tmp_path, home_holds):
+    """A managed local SuperLink already up with fedforget's checkout as its FEDFORGET_HOME would refuse the app's
+    relative simulation_data after a minute of Ray start-up: `fedforget run` says so first, in one line."""
+    from fedforget.launch import free_port
+    from fedforget.local_superlink import healthy
+    from fedforget.process_tree import kill_tree
+    from fedforget.unlearning.user_app import check_local_superlink
+
+    flwr_home = tmp_path / "flwr-home"
+    flwr_home.mkdir()
+    (flwr_home / "config.toml").write_text('[superlink]\ndefault = "local"\n[superlink.local]\naddress = ":local:"\n')
+    script = tmp_path / "bin" / "flower-superlink"
+    script.parent.mkdir()
+    script.write_text(FAKE_SUPERLINK, encoding="utf-8")
+    script.chmod(0o755)
+    port = free_port()
+    home = REPO if home_holds == "fedforget's checkout" else app
+    proc = subprocess.Popen([str(script), "--port", str(port)], env={**os.environ, "FEDFORGET_HOME": str(home)})
+    try:
+        for _ in range(100):
+            if healthy(port):
+                break
+            time.sleep(0.1)
+        env = {"FLWR_HOME": str(flwr_home), "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port)}
+        planned = plan_run(None, "", "local", "", app)
+        if home_holds == "the app":
+            check_local_superlink(planned, env)
+            return
+        with pytest.raises(ConfigError, match=rf"127.0.0.1:{port}\) runs with {REPO} as its home, not {app}"):
+            check_local_superlink(planned, env)
+    finally:
+        kill_tree(proc.pid)
