@@ -662,7 +662,7 @@ def run(
 
     from fedforget.local_superlink import ports_env
     from fedforget.unlearning.flwr_runner import refusal_in_log
-    from fedforget.unlearning.user_app import check_local_superlink, plan_run
+    from fedforget.unlearning.run_app import check_local_superlink, plan_run
 
     try:
         planned = plan_run(app_path, store, federation, run_config, Path.cwd())

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fedforget.core.config import ConfigError
-from fedforget.unlearning.user_app import plan_run
+from fedforget.unlearning.run_app import plan_run
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "tabular-mlp"
@@ -103,7 +103,7 @@ def test_a_running_local_superlink_with_another_home_is_refused_before_flower_st
     from fedforget.launch import free_port
     from fedforget.local_superlink import healthy
     from fedforget.process_tree import kill_tree
-    from fedforget.unlearning.user_app import check_local_superlink
+    from fedforget.unlearning.run_app import check_local_superlink
 
     flwr_home = tmp_path / "flwr-home"
     flwr_home.mkdir()
