@@ -34,7 +34,7 @@ from fedforget.core.config import (
 from fedforget.core.config_keys import ConfigTable
 from fedforget.federation.refusal import refusals, refusals_logged
 from fedforget.federation.round_hooks import HOOKS, default_hook, in_round, overridden, running
-from fedforget.federation.run_action import remove_unwritten_store, run_action
+from fedforget.federation.run_action import RunLockRefused, remove_unwritten_store, run_action
 from fedforget.store.store import Store, StoreError, resolve_store_path
 
 #: metrics.jsonl values a training row reports per round, as Flower's aggregated train MetricRecord
@@ -176,9 +176,9 @@ class MethodStrategy(Strategy):
         try:
             with running(self):
                 run_action(grid, cfg)
-        except refusals():
-            if fresh:  # refused before it trained: take back the directory its lock made
-                remove_unwritten_store(store_root)
+        except refusals() as exc:
+            if fresh and not isinstance(exc, RunLockRefused):  # refused before it trained: take back the directory
+                remove_unwritten_store(store_root)  # its lock made (a lock refused is another run's)
             raise
         if action == "propagate":
             return Result()
