@@ -1,5 +1,6 @@
 """What a Flower user imports to run fedforget in an app of their own: a task of their own model and data
-(:class:`Task`), and fedforget's ClientApp (``from fedforget.client import app``).
+(:class:`Task`), and fedforget's ClientApp: the app's ``client_app.py`` holds ``from fedforget.client import app``
+and ``__all__ = ["app"]`` (Flower's check of ``[tool.flwr.app.components]`` reads the module without importing it).
 
     # mlpapp/task.py
     TASK = Task(name="tabular-mlp", backbone=make_mlp, feature_dim=32, lora_targets=["fc1", "fc2"], num_classes=10)

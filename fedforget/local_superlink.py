@@ -106,6 +106,18 @@ def local_address(federation: str, flwr_home: Path) -> str | None:
     return address if address in (":local:", ":local-in-memory:") else None
 
 
+def default_connection(flwr_home: Path) -> str | None:
+    """The connection ``flwr run`` takes when given none: ``[superlink] default`` of ``flwr_home/config.toml``."""
+    import tomllib
+
+    try:
+        config = tomllib.loads((flwr_home / "config.toml").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    default = (config.get("superlink") or {}).get("default")
+    return default if isinstance(default, str) and default else None
+
+
 def healthy(http_port: int, timeout: float = 0.4) -> bool:
     import httpx
 
@@ -193,6 +205,21 @@ def listeners() -> list[Listener]:
         except psutil.Error:
             continue
     return out
+
+
+def running_home(http_port: int) -> Path | None:
+    """The directory a running SuperLink on ``http_port`` takes relative run-config paths from: its
+    ``FEDFORGET_HOME``, else its working directory (None: none runs there, or it cannot be read)."""
+    import psutil
+
+    for pid in superlinks_on(http_port, listeners()):
+        try:
+            proc = psutil.Process(pid)
+            home = proc.environ().get("FEDFORGET_HOME")
+            return Path(home) if home else Path(proc.cwd())
+        except psutil.Error:
+            return None
+    return None
 
 
 def stop(flwr_home: Path) -> int:

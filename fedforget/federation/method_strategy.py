@@ -32,8 +32,9 @@ from fedforget.core.config import (
     rename_flat_keys,
 )
 from fedforget.core.config_keys import ConfigTable
+from fedforget.federation.refusal import refusals, refusals_logged
 from fedforget.federation.round_hooks import HOOKS, default_hook, in_round, overridden, running
-from fedforget.federation.run_action import run_action
+from fedforget.federation.run_action import RunLockRefused, remove_unwritten_store, run_action
 from fedforget.store.store import Store, StoreError, resolve_store_path
 
 #: metrics.jsonl values a training row reports per round, as Flower's aggregated train MetricRecord
@@ -84,12 +85,13 @@ class MethodStrategy(Strategy):
     def from_run_config(cls, run_config: Mapping[str, object]) -> MethodStrategy:
         """The strategy a Flower run config (``context.run_config``, dotted keys) stands for: what fedforget's
         own ServerApp builds. Its ``method`` must be this class's variant."""
-        raw = rename_flat_keys(run_config, warn=False)  # the ServerApp has already said so
-        if raw.get("method", cls.variant) != cls.variant:
-            raise ConfigError(f"run-config method={raw['method']!r} is not {cls.__name__}'s {cls.variant!r}")
-        strategy = cls.__new__(cls)
-        strategy._raw = {**raw, "method": cls.variant}
-        strategy.config = parse_run_config(strategy._raw)
+        with refusals_logged():
+            raw = rename_flat_keys(run_config, warn=False)  # the ServerApp has already said so
+            if raw.get("method", cls.variant) != cls.variant:
+                raise ConfigError(f"run-config method={raw['method']!r} is not {cls.__name__}'s {cls.variant!r}")
+            strategy = cls.__new__(cls)
+            strategy._raw = {**raw, "method": cls.variant}
+            strategy.config = parse_run_config(strategy._raw)
         return strategy
 
     def __init_subclass__(cls, **kwargs: object) -> None:
@@ -147,6 +149,13 @@ class MethodStrategy(Strategy):
         (:attr:`rounds_key`), ``timeout`` the round timeout. ``train_config`` and ``evaluate_config`` must be
         empty: the method's messages carry their own. ``evaluate_fn`` is called once, on what is served.
         """
+        with refusals_logged():
+            return self._start(grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config,
+                               evaluate_fn, action)
+
+    def _start(self, grid: Grid, initial_arrays: ArrayRecord | None, num_rounds: int | None, timeout: float | None,
+               train_config: ConfigRecord | None, evaluate_config: ConfigRecord | None,
+               evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None, action: str) -> Result:
         if initial_arrays is not None and len(initial_arrays):
             raise ConfigError(f"{type(self).__name__} seeds its modules from `seed` so that a retrain rebuilds "
                               "them; pass no initial_arrays")
@@ -163,8 +172,14 @@ class MethodStrategy(Strategy):
         self.summary()
         store_root = resolve_store_path(cfg.store)
         rows_before = _metrics_rows(store_root) if action != "train" else 0
-        with running(self):
-            run_action(grid, cfg)
+        fresh = action == "train" and not store_root.exists()
+        try:
+            with running(self):
+                run_action(grid, cfg)
+        except refusals() as exc:
+            if fresh and not isinstance(exc, RunLockRefused):  # refused before it trained: take back the directory
+                remove_unwritten_store(store_root)  # its lock made (a lock refused is another run's)
+            raise
         if action == "propagate":
             return Result()
         return served_result(Store.open(store_root), rows_before, evaluate_fn)

@@ -54,6 +54,8 @@ class RegistrationRefused(ConfigError):
     """What a node registered is wrong: the run is refused before anything is written; the message names the
     node and what is wrong with what it sent."""
 
+    refused_as = "run refused at registration, nothing written"
+
 
 @dataclass(frozen=True)
 class RecordBounds:

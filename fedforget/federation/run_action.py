@@ -7,15 +7,18 @@ ServerApp gets exactly what ``flwr run`` of fedforget's app gets."""
 from __future__ import annotations
 
 from contextlib import ExitStack
+from pathlib import Path
 
 from flwr.serverapp import Grid
 
 from fedforget.core.config import RunConfig
 from fedforget.core.method import method_entry, resolve
+from fedforget.federation.app_home import check_app_directory
 from fedforget.federation.messaging import ReliableGrid
-from fedforget.store.lock import store_run_lock
+from fedforget.federation.node_data import REGISTERED
+from fedforget.store.lock import LOCK_FILE, store_run_lock
 from fedforget.store.log import without_head_signer
-from fedforget.store.store import StoreError, resolve_store_path
+from fedforget.store.store import CLIENTS, StoreError, resolve_store_path
 from fedforget.tasks.data_access import serving_role
 
 
@@ -33,7 +36,9 @@ def run_action(grid: Grid, cfg: RunConfig) -> None:
     """``cfg.action`` (train, retrain or propagate) of ``cfg.method`` on the nodes ``grid`` reaches.
 
     Raises :class:`RunLockRefused` when another live run holds the store's lock, and
-    :class:`~fedforget.core.config.ConfigError` for a config this federation cannot run."""
+    :class:`~fedforget.core.config.ConfigError` for a config this federation cannot run, or whose relative
+    paths would not be the app's (:mod:`fedforget.federation.app_home`)."""
+    check_app_directory(grid, cfg)  # a relative path means the app's directory, or the run is refused
     with ExitStack() as held:
         held.enter_context(serving_role())  # the server never reads a client's training rows
         held.enter_context(without_head_signer())  # nor holds the coordinator's key: its entries wait
@@ -47,3 +52,21 @@ def run_action(grid: Grid, cfg: RunConfig) -> None:
             run_propagation(reliable(grid), cfg)
             return
         resolve(method_entry(cfg.method).driver)(reliable(grid), cfg)
+
+
+def remove_unwritten_store(root: Path) -> None:
+    """Take back the directory a refused training run made for its lock, when that is all it holds besides
+    what simulated nodes registered in it (their state dirs live under the store in simulation)."""
+    if not root.is_dir() or not {p.name for p in root.iterdir()} <= {LOCK_FILE, CLIENTS}:
+        return
+    clients = root / CLIENTS
+    states = list(clients.iterdir()) if clients.is_dir() else []
+    if any(not d.is_dir() or {f.name for f in d.iterdir()} - {REGISTERED} for d in states):
+        return
+    for d in states:
+        (d / REGISTERED).unlink(missing_ok=True)
+        d.rmdir()
+    if clients.is_dir():
+        clients.rmdir()
+    (root / LOCK_FILE).unlink(missing_ok=True)
+    root.rmdir()

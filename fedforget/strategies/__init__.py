@@ -19,6 +19,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
+from fedforget.federation.refusal import refusals_logged
 from fedforget.methods.chains.strategy import S3T, SISA, FedCIO, FedSGT
 from fedforget.methods.fedavg.strategy import FedAvgLoRA
 from fedforget.methods.fedshard.strategy import FedShard
@@ -40,10 +41,11 @@ def strategy_for(run_config: Mapping[str, object]) -> MethodStrategy:
     """The strategy a Flower run config names with ``method`` (its other keys as its parameters)."""
     from fedforget.core.config import ConfigError, declared_defaults
 
-    variant = str(run_config.get("method", declared_defaults()["method"]))
-    if variant not in BY_VARIANT:
-        raise ConfigError(f"run-config 'method'={variant!r} is not one of {', '.join(BY_VARIANT)}")
-    return BY_VARIANT[variant].from_run_config(run_config)
+    with refusals_logged():  # a refusal is one line in the run's log, not Flower's traceback
+        variant = str(run_config.get("method", declared_defaults()["method"]))
+        if variant not in BY_VARIANT:
+            raise ConfigError(f"run-config 'method'={variant!r} is not one of {', '.join(BY_VARIANT)}")
+        return BY_VARIANT[variant].from_run_config(run_config)
 
 
 def start_from_context(strategy: MethodStrategy, grid: Grid, context: Context) -> Result:
@@ -52,11 +54,12 @@ def start_from_context(strategy: MethodStrategy, grid: Grid, context: Context) -
     ``Context``, so a ServerApp passes it here."""
     from fedforget.core.config import ConfigError, parse_run_config
 
-    nodes = parse_run_config(dict(context.run_config), warn=False)
-    differ = sorted(k for k, v in strategy.config.to_dict().items()
-                    if k != "action" and nodes.to_dict().get(k) != v)
-    if differ:  # the ClientApp reads the app's run config: a key set only in code would split the federation
-        raise ConfigError(f"{type(strategy).__name__} sets {', '.join(differ)} to values the app's run config "
-                          "(which the nodes read) does not hold; set them in [tool.flwr.app.config] or build the "
-                          f"strategy with {type(strategy).__name__}.from_run_config(context.run_config)")
-    return strategy.start(grid=grid, action=nodes.action)
+    with refusals_logged():  # a refusal is one line in the run's log, not Flower's traceback
+        nodes = parse_run_config(dict(context.run_config), warn=False)
+        differ = sorted(k for k, v in strategy.config.to_dict().items()
+                        if k != "action" and nodes.to_dict().get(k) != v)
+        if differ:  # the ClientApp reads the app's run config: a key set only in code would split the federation
+            raise ConfigError(f"{type(strategy).__name__} sets {', '.join(differ)} to values the app's run config "
+                              "(which the nodes read) does not hold; set them in [tool.flwr.app.config] or build "
+                              f"the strategy with {type(strategy).__name__}.from_run_config(context.run_config)")
+        return strategy.start(grid=grid, action=nodes.action)

@@ -683,21 +683,30 @@ resolve(SERVICE_COMMANDS)(app)
 
 @app.command()
 def run(
-    store: StoreOpt = "runs/latest",
-    federation: FederationOpt = "local-simulation",
+    app_path: Annotated[str | None, typer.Argument(
+        metavar="[APP]", help="The Flower app to run (its directory); default: the current directory when it "
+        "is one, else fedforget's own app.", show_default=False)] = None,
+    store: Annotated[str, typer.Option("--store", help="Store directory; default: the app's run-config store "
+                                       "(fedforget's own app: runs/latest).", show_default=False)] = "",
+    federation: Annotated[str, typer.Option(help="SuperLink connection in $FLWR_HOME/config.toml; default: its "
+                                            "default connection.", envvar="FEDFORGET_FEDERATION",
+                                            show_default=False)] = "",
     run_config: RunConfigOpt = "",
 ) -> None:
     """Train through `flwr run` with a progress bar, then print where the store is."""
-    if "store=" in run_config.replace(" ", ""):
-        fail("pass the store with --store, not inside --run-config")
-    from fedforget.unlearning.run_config import check_run_config
+    import os
+    from pathlib import Path
+
+    from fedforget.local_superlink import ports_env
+    from fedforget.unlearning.flwr_runner import refusal_in_log
+    from fedforget.unlearning.run_app import check_local_superlink, plan_run
 
     try:
-        run_config = check_run_config(run_config)
+        planned = plan_run(app_path, store, federation, run_config, Path.cwd())
+        check_local_superlink(planned, {**os.environ, **ports_env()})
     except ValueError as exc:
         fail(str(exc))
-    store = from_cwd(store)
-    existing = resolve_store_path(store)
+    existing = resolve_store_path(planned.store)
     if (existing / "ledger.sqlite").is_file():
         ledger = Store(existing).ledger()
         try:
@@ -705,13 +714,18 @@ def run(
                 fail(f"{existing} holds forget requests; pick a new --store (or `fedforget retrain` this one)")
         finally:
             ledger.close()
-    code, log_path = flwr_run(federation, run_config, store, console)
+    console.print(f"running {escape(planned.app.describe())} on {escape(planned.federation)}, "
+                  f"store {escape(planned.store)}")
+    code, log_path = flwr_run(planned.federation, planned.run_config, planned.store, console,
+                              app=planned.app.folder, home=None if planned.app.own else planned.app.folder)
     try:
-        info = store_status(Store.open(store))
+        info = store_status(Store.open(planned.store))
     except StoreError:
         info = None
     if code != 0 or info is None or not info["serving"]:
-        fail(f"the Flower run did not finish (flwr exit code {code}); its log is {log_path}", code=1)
+        reason = refusal_in_log(log_path)
+        fail(f"{reason}; its log is {log_path}" if reason else
+             f"the Flower run did not finish (flwr exit code {code}); its log is {log_path}", code=1)
     console.print(f"[bold green]done[/]: accuracy {info['accuracy']:.4f}; store written to [bold]{info['store']}[/]")
 
 

@@ -55,14 +55,19 @@ def strip_ansi(text: str) -> str:
 
 
 def app_dir() -> Path:
-    """The Flower app to submit: ``FEDFORGET_HOME``, else this source checkout, else the app manifest an
-    installed wheel carries (its FAB holds only the manifest; the ServerApp and ClientApp then import the
-    installed package, as Flower's runtime dependency installation is off)."""
+    """The Flower app to submit: ``FEDFORGET_HOME``, else fedforget's own (:func:`own_app_dir`)."""
     home = os.environ.get("FEDFORGET_HOME")
+    if home and (Path(home) / "pyproject.toml").is_file():
+        return Path(home)
+    return own_app_dir()
+
+
+def own_app_dir() -> Path:
+    """fedforget's own Flower app: this source checkout, else the app manifest an installed wheel carries (its
+    FAB holds only the manifest; the ServerApp and ClientApp then import the installed package, as Flower's
+    runtime dependency installation is off)."""
     package = Path(fedforget.__file__).resolve().parent
-    candidates = [Path(home)] if home else []
-    candidates += [package.parent, package / "flower_app"]
-    for path in candidates:
+    for path in (package.parent, package / "flower_app"):
         if (path / "pyproject.toml").is_file():
             return path
     raise FileNotFoundError("cannot find the fedforget app (pyproject.toml); reinstall fedforget or set "
@@ -124,10 +129,11 @@ def stop_run(proc: subprocess.Popen, run_id: int | None, federation: str, env: d
 
 
 def flwr_run(federation: str, run_config: str, store: str, console: Console,
-             app: Path | None = None) -> tuple[int, Path]:
+             app: Path | None = None, home: Path | None = None) -> tuple[int, Path]:
     """Run the app on ``federation`` with ``run_config`` + ``store``; return (exit code, log path). ``app``:
     the Flower app to submit (the one that trained the store: :mod:`fedforget.unlearning.user_app`), else
-    fedforget's own (:func:`app_dir`).
+    fedforget's own (:func:`app_dir`). ``home``: the ``FEDFORGET_HOME`` a SuperLink started for the run gets
+    (the app's directory, which its relative paths mean: :mod:`fedforget.federation.app_home`).
 
     Everything it prints (the command line, the progress bar, error lines) goes to ``console``: a command
     whose stdout is JSON passes a console on stderr. SIGTERM/SIGINT stop the run and exit 128 + signal
@@ -143,6 +149,8 @@ def flwr_run(federation: str, run_config: str, store: str, console: Console,
 
     # this checkout's own local SuperLink (its ports recorded in $FLWR_HOME), never another checkout's
     env = {**os.environ, **ports_env(), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "NO_COLOR": "1"}
+    if home is not None:
+        env["FEDFORGET_HOME"] = str(home)
     console.print(f"[dim]$ {' '.join(shlex.quote(c) for c in cmd)}[/]")
     from fedforget.local_superlink import ensure_started
 
@@ -175,6 +183,20 @@ def flwr_run(federation: str, run_config: str, store: str, console: Console,
         fail(f"interrupted ({interrupted}): {outcome}; nothing half-done is served; its log is {log_path}",
              code=128 + interrupted.signum)
     return code, log_path
+
+
+#: A refusal line the ServerApp logged (fedforget.federation.refusal), as ``flwr run --stream`` prints it.
+REFUSAL_LINE = re.compile(r"ERROR\s*:\s*(fedforget: .*\S)")
+
+
+def refusal_in_log(log_path: Path) -> str | None:
+    """The first refusal line of a run's log (without its ``fedforget:``), None if the run logged none."""
+    try:
+        text = log_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    found = REFUSAL_LINE.search(text)
+    return found[1].removeprefix("fedforget: ") if found else None
 
 
 @functools.cache

@@ -4,6 +4,7 @@ instead of after starting a SuperLink run."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from fedforget.core.config import RENAMED, ConfigError, parse_run_config, warn_renamed
 from fedforget.inprocess import default_run_config
@@ -45,14 +46,22 @@ def parse_flwr_run_config(text: str) -> dict[str, object]:
     return parsed
 
 
-def check_run_config(text: str) -> str:
+def check_run_config(text: str, app_config: Mapping[str, object] | None = None, declared_in: str = "") -> str:
     """Raise :class:`ConfigError` (one line) for an unknown key or a bad value; return the text to submit
-    (flat names of grouped keys renamed to the grouped keys, which ``flwr run`` alone accepts)."""
+    (flat names of grouped keys renamed to the grouped keys, which ``flwr run`` alone accepts). ``app_config``:
+    a user app's ``[tool.flwr.app.config]`` (from ``declared_in``), which the overrides go on top of and which
+    must declare every key they set (Flower refuses any other, without naming it)."""
     overrides = parse_flwr_run_config(text)
     for key, value in overrides.items():
         if isinstance(value, dict):
             raise ConfigError(f"run-config {key!r} must be a plain value, not a table")
-    cfg = parse_run_config({**default_run_config(), **overrides}, warn=False)  # a refusal stays one line
+    if app_config is not None:
+        undeclared = sorted(k for k in overrides if RENAMED.get(k, k) not in app_config)
+        if undeclared:
+            raise ConfigError(f"run-config {undeclared[0]!r} is not declared in [tool.flwr.app.config] of "
+                              f"{declared_in or 'the app'}; declare it there (Flower refuses a key the app does "
+                              "not declare)")
+    cfg = parse_run_config({**default_run_config(), **(app_config or {}), **overrides}, warn=False)  # one line
     method = method_entry(cfg.method)
     if method.submit_check:  # what the ServerApp would refuse only once it has the task's data
         resolve(method.submit_check)(cfg)

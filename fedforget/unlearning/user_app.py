@@ -10,7 +10,9 @@ config the app would then run differs from the stored one.
 
 from __future__ import annotations
 
+import os
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +44,7 @@ def store_app(store: Store) -> Path | None:
 
 def declared_keys(folder: Path) -> set[str]:
     """The run-config keys the app's ``[tool.flwr.app.config]`` declares (flattened like Flower's)."""
-    from flwr.common.config import flatten_dict
-
-    try:
-        data = tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read {folder / 'pyproject.toml'} ({exc})") from None
-    return set(flatten_dict(data.get("tool", {}).get("flwr", {}).get("app", {}).get("config", {})))
+    return set(declared_config(folder))
 
 
 def app_run_config(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
@@ -67,3 +63,53 @@ def app_run_config(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"declare {', '.join(needed)} in [tool.flwr.app.config] of {folder / 'pyproject.toml'}: "
                           "the coordinator sets them when it submits the app")
     return kept
+
+
+@dataclass(frozen=True)
+class AppToRun:
+    """The Flower app ``fedforget run`` submits: its directory, ``publisher/name`` and version, and whether it
+    is fedforget's own."""
+
+    folder: Path
+    name: str
+    version: str
+    own: bool
+
+    def describe(self) -> str:
+        what = "fedforget's own app" if self.own else "the Flower app"
+        return f"{what} {self.name} {self.version} in {self.folder}"
+
+
+def app_to_run(given: str | None, cwd: Path) -> AppToRun:
+    """``given`` (a Flower app's directory, else :class:`ConfigError`), else ``cwd`` when it holds a Flower app
+    (``pyproject.toml`` with ``[tool.flwr.app]``), else ``FEDFORGET_HOME``'s or fedforget's own (:func:`app_dir`)."""
+    from fedforget.unlearning.flwr_runner import app_dir, own_app_dir
+
+    own_name = (read_app_project(own_app_dir()) or {}).get("name")
+    if given:
+        folder = Path(os.path.expanduser(given)).resolve()
+        if read_app_project(folder) is None:
+            raise ConfigError(f"{folder} is not a Flower app (no pyproject.toml with [tool.flwr.app]); give the "
+                              "directory of your app, or leave APP out to run the one in the current directory")
+    else:
+        folder = cwd.resolve() if read_app_project(cwd) is not None else app_dir().resolve()
+    project = read_app_project(folder) or {}
+    return AppToRun(folder, project.get("name", ""), project.get("version", ""), project.get("name") == own_name)
+
+
+def declared_config(folder: Path) -> dict[str, Any]:
+    """The app's ``[tool.flwr.app.config]``, flattened like Flower's."""
+    from flwr.common.config import flatten_dict
+
+    try:
+        data = tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read {folder / 'pyproject.toml'} ({exc})") from None
+    return flatten_dict(data.get("tool", {}).get("flwr", {}).get("app", {}).get("config", {}))
+
+
+def anchored(folder: Path, value: str) -> str:
+    """``value``, a path of the app's run config, made absolute against the app's directory."""
+    path = Path(os.path.expanduser(value))
+    return str(path if path.is_absolute() else folder / path)
+

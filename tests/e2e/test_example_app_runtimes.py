@@ -1,12 +1,13 @@
-"""The example Flower app (examples/tabular-mlp) run as a Flower user runs it, `flwr run` from its directory, on
-the simulation engine and on a loopback deployment; then the coordinator's commands on its store submit that
-same app: forget a record and retrain (both runtimes), and on the simulation engine a receipt that verifies
-through the nodes (exact)."""
+"""The example Flower app (examples/tabular-mlp) run as a Flower user runs it from a copy outside the checkout:
+`fedforget run` in its directory on the simulation engine, `flwr run` on a loopback deployment; then the
+coordinator's commands on its store submit that same app: forget a record and retrain (both runtimes), and on
+the simulation engine a receipt that verifies through the nodes (exact)."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -33,16 +34,25 @@ def copy_app(folder: Path) -> Path:
 
 def user_flwr_run(fed: FlowerHome, app: Path, run_config: str = "") -> object:
     """``flwr run . <connection> --stream`` from the app's directory, relative paths taken from it."""
-    import subprocess
-
     cmd = ["flwr", "run", ".", fed.connection, "--stream", "--run-config", f"{SHORT} {run_config}".strip()]
     return subprocess.run(cmd, env={**fed.env, "FEDFORGET_HOME": str(app)}, cwd=app, capture_output=True,
                           text=True, timeout=600, check=False)
 
 
-def forget_and_retrain(fed: FlowerHome, app: Path, store: Path) -> dict[str, str]:
+def user_fedforget_run(fed: FlowerHome, app: Path) -> subprocess.CompletedProcess:
+    """``fedforget run`` from the app's directory, in a user's shell: nothing of the checkout's environment."""
+    return subprocess.run(["fedforget", "run", "--federation", fed.connection, "--run-config", SHORT],
+                          env={**user_shell(fed), "COLUMNS": "300"}, cwd=app, capture_output=True, text=True,
+                          timeout=900, check=False)
+
+
+def user_shell(fed: FlowerHome) -> dict[str, str]:
+    return {k: v for k, v in fed.env.items() if k not in ("FEDFORGET_HOME", "PYTHONPATH")}
+
+
+def forget_and_retrain(fed: FlowerHome, app: Path, store: Path, env: dict[str, str] | None = None) -> dict[str, str]:
     """Forget RECORD and retrain through the app that trained the store; the coordinator's environment."""
-    env = {**fed.env, "FEDFORGET_HOME": str(app)}
+    env = env or {**fed.env, "FEDFORGET_HOME": str(app)}
     fedforget_cli(env, "forget", "--store", str(store), "--record", RECORD)
     retrained = json.loads(fedforget_cli(env, "retrain", "--store", str(store), "--federation", fed.connection,
                                          "--json").stdout)
@@ -51,12 +61,17 @@ def forget_and_retrain(fed: FlowerHome, app: Path, store: Path) -> dict[str, str
 
 
 def test_the_example_on_the_simulation_engine_then_forget_retrain_verify_receipt(tmp_path):
+    """`fedforget run` in the app's directory runs that app (not fedforget's own) into its declared store, in a
+    shell without the checkout's FEDFORGET_HOME; the coordinator's commands then work on it from that shell."""
     app = copy_app(tmp_path / "tabular-mlp")
     with simulation_federation(tmp_path / "flwr-home", NODES) as fed:
         store = app / "runs" / "tabular-mlp"
-        manifest = finished_store(user_flwr_run(fed, app), store).manifest()
+        run = user_fedforget_run(fed, app)
+        assert f"running the Flower app example/tabular-mlp 1.0.0 in {app}" in run.stdout, run.stdout[-3000:]
+        manifest = finished_store(run, store).manifest()
         assert manifest["task"] == "tabular_mlp.task:TASK" and manifest["app"]["name"] == "example/tabular-mlp"
-        env = forget_and_retrain(fed, app, store)
+        assert not (app / "runs" / "latest").exists()
+        env = forget_and_retrain(fed, app, store, env=user_shell(fed))
         # the receipt runs verify through the nodes into the certificate: a reference trained by the app
         receipt = fedforget_cli(env, "receipt", "--store", str(store), "1", "--federation", fed.connection, "--json")
         verdict = json.loads(receipt.stdout)["verify"]
