@@ -9,21 +9,21 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedforget.core.config import ConfigError, parse_run_config
-from fedforget.federation.registration import RegistrationRefused
 from fedforget.federation.refusal import (
     DropRefusedTraceback,
     RunRefused,
     log_refusal,
     quiet_refusals,
 )
+from fedforget.federation.registration import RegistrationRefused
 from fedforget.federation.run_action import remove_unwritten_store
 from fedforget.strategies import strategy_for
 from fedforget.strategies.run_action import RunLockRefused
 
 app = ServerApp()
 
-__all__ = ["DropRefusedTraceback", "NodeDataRefused", "RunConfigRefused", "RunRefused", "StoreLockRefused", "app", "main",
-           "quiet_refusals", "refusal_line", "remove_unwritten_store"]
+__all__ = ["DropRefusedTraceback", "NodeDataRefused", "RunConfigRefused", "RunRefused", "StoreLockRefused", "app",
+           "main", "quiet_refusals", "refusal_line", "remove_unwritten_store"]
 
 
 class StoreLockRefused(RunRefused):
