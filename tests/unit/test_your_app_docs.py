@@ -26,18 +26,29 @@ def client_app_snippet(page: Path) -> str:
 
 
 def flower_check(module_text: str, folder: Path) -> tuple[bool, str | None]:
-    """Flower's check of ``clientapp = "tabular_mlp.client_app:app"`` (what `flwr run` runs on the app)."""
+    """Flower's check of ``clientapp = "tabular_mlp.client_app:app"`` (what `flwr run` runs on the app), in a
+    folder of its own; the modules and path entries the check adds are taken back, so that a later test in this
+    process imports the example's real package."""
     import sys
 
     from flwr.supercore import object_ref
 
-    for name in [m for m in sys.modules if m == "tabular_mlp" or m.startswith("tabular_mlp.")]:
-        del sys.modules[name]  # found in this folder, not where an earlier check found it
+    def ours(name: str) -> bool:
+        return name == "tabular_mlp" or name.startswith("tabular_mlp.")
+
+    saved_modules = {m: sys.modules.pop(m) for m in [m for m in sys.modules if ours(m)]}
+    saved_path = list(sys.path)
     package = folder / "tabular_mlp"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("", encoding="utf-8")
     (package / "client_app.py").write_text(module_text, encoding="utf-8")
-    return object_ref.validate("tabular_mlp.client_app:app", check_module=True, project_dir=folder)
+    try:
+        return object_ref.validate("tabular_mlp.client_app:app", check_module=True, project_dir=folder)
+    finally:
+        for name in [m for m in sys.modules if ours(m)]:
+            del sys.modules[name]
+        sys.modules.update(saved_modules)
+        sys.path[:] = saved_path
 
 
 @pytest.mark.parametrize("page", ["your-app.md", "strategies.md"])
