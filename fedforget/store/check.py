@@ -198,9 +198,25 @@ def _check_ledger(store: Store, ledger: Ledger, manifest: dict[str, Any] | None,
     if manifest is not None:
         out.problems += index_problems(db, manifest)
     problems, out.log = ledger_log_check(store, db)
+    if manifest is not None and manifest.get("store-id") is not None:
+        problems = lost_log_problems(db) + problems
     out.problems += problems  # after the checks that name what an edit broke
     if out.log is not None:
         out.problems += service_problems(store, out.log)
+
+
+def lost_log_problems(db: sqlite3.Connection) -> list[str]:
+    """A store whose manifest says it was created with a log (its ``store-id``) must still hold that log: one
+    adopted over its tables (or none) would vouch for whatever they were edited to."""
+    from fedforget.store.log import has_log
+
+    if not has_log(db):
+        return ["the ledger lost the log it was created with (its manifest has a store id): the tables it covered "
+                "can no longer be checked"]
+    if db.execute("SELECT 1 FROM log_state WHERE key='adopted'").fetchone() is not None:
+        return ["the ledger's log adopted the store's tables, but the store was created with a log (its manifest "
+                "has a store id): the log it was created with was replaced"]
+    return []
 
 
 def service_problems(store: Store, log: Any) -> list[str]:
@@ -246,12 +262,17 @@ def ledger_log_check(store: Store, db: sqlite3.Connection) -> tuple[list[str], A
     sizes = ({recorded} if recorded else set()) | ({receipt["size"]} if receipt else set())
     problems, log = log_problems(db, trusted_key(), extra_sizes=sizes)
     problems += record_problems(store.root, log.log_id, log.size, log.roots, has_log=True)
-    if receipt is not None and not problems and (receipt.get("log") != log.log_id or
-                                                 log.roots.get(receipt["size"]) != receipt["root"]):
-        why = (" of another log" if receipt.get("log") != log.log_id else "" if log.size < receipt["size"] else
-               f" whose first {receipt['size']} give another root")
+    if receipt is not None and not problems and receipt.get("log") != log.log_id:
+        problems.append("the store's newest receipt was issued under another log than the ledger's (a receipt of "
+                        "another store, or the log was replaced)")
+    elif receipt is not None and not problems and log.roots.get(receipt["size"]) != receipt["root"]:
+        why = "" if log.size < receipt["size"] else f" whose first {receipt['size']} give another root"
         problems.append(f"{ROLLED_BACK_PAST_RECEIPT}: the receipt's head signed {receipt['size']} entries, the "
                         f"ledger's log holds {log.size}{why}")
+    if not problems:
+        from fedforget.store.check_receipts import receipt_problems
+
+        problems += receipt_problems(store.root, db, log)
     return problems, None if problems else log
 
 

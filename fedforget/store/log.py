@@ -98,11 +98,26 @@ def without_head_signer() -> Iterator[None]:
         _signer = held
 
 
+#: meta keys the log keeps in clear: the clients' acknowledgements (partitions and request numbers, nothing
+#: computed on data), so that the check can tell an entry that lowers or drops one from one that adds to them.
+CLEAR_META = frozenset({"acks"})
+
+
 def logged_row(table: str, values: Sequence[Any]) -> list[Any]:
-    """A row as the log keeps it. A meta value is kept as its sha256: some are values forgetting must erase
-    (an audit's measurements on forgotten samples, a leaving client's update angle), which an append-only log
-    must never hold; the digest still pins the value the table holds."""
-    if table == "meta" and len(values) == 2 and isinstance(values[1], str):
+    """A row as the log keeps it. A meta value is kept as its sha256 (but those of :data:`CLEAR_META`): some
+    are values forgetting must erase (an audit's measurements on forgotten samples, a leaving client's update
+    angle), which an append-only log must never hold; the digest still pins the value the table holds."""
+    if table == "meta" and len(values) == 2 and isinstance(values[1], str) and values[0] not in CLEAR_META:
+        return [values[0], DIGEST_PREFIX + hashlib.sha256(values[1].encode("utf-8")).hexdigest()]
+    return list(values)
+
+
+def compared_row(table: str, values: Sequence[Any], logged: bool = False) -> list[Any]:
+    """A row as the check compares the log with the tables: every meta value as its sha256. A ``logged`` row
+    (as an entry holds it) already holds the digest, but for the values the log keeps in clear
+    (:data:`CLEAR_META`; a log written before it kept any in clear holds their digest too)."""
+    if table == "meta" and len(values) == 2 and isinstance(values[1], str) and \
+            not (logged and values[1].startswith(DIGEST_PREFIX)):
         return [values[0], DIGEST_PREFIX + hashlib.sha256(values[1].encode("utf-8")).hexdigest()]
     return list(values)
 

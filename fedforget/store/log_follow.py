@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fedforget.store.log import COORDINATOR_KINDS, _quoted, head_digest, logged_row, logged_tables
+from fedforget.store.log import COORDINATOR_KINDS, _quoted, compared_row, head_digest, logged_tables
 from fedforget.store.log_check import Replay, _row_key, check_head_run, check_state, replay, shown_row
 
 
@@ -190,7 +190,7 @@ def _check_touched(db: sqlite3.Connection, log: Replay, layout: Layout, touched:
                                 f"columns: {shown_row(key)}")
                 return
             found = db.execute(info.lookup, [values[i] for i in keys])
-            have = sum(1 for row in found if _row_key(logged_row(table, row)) == key)
+            have = sum(1 for row in found if _row_key(compared_row(table, row)) == key)
             want = expected.get(key, 0)
             if want < 0:
                 problems.append(f"the ledger's log deleted a row of {table} it never wrote (it was edited by hand "
