@@ -32,18 +32,17 @@ def forget_entry(db: sqlite3.Connection, request: int) -> tuple[int, str, str] |
     judged by the rows it wrote, not the kind it declares (None: the request predates the log, and the log's
     genesis entry adopted it). Raises :class:`UnloggedRequest` for a request neither inserted nor adopted."""
     for seq, text, leaf in db.execute(
-            "SELECT seq, entry, leaf FROM log WHERE CASE WHEN json_valid(entry) THEN "
-            "json_extract(entry, '$.request') = ? OR seq = 0 END ORDER BY seq", (request,)):
-        try:
-            entry = json.loads(text)
-        except ValueError:
-            continue
-        if not _inserts(entry, request):
-            continue
-        if int(seq) == 0:
-            return None
-        if entry.get("writer") == "coordinator":
+            "SELECT seq, entry, leaf FROM log WHERE seq > 0 AND CASE WHEN json_valid(entry) THEN "
+            "json_extract(entry, '$.request') = ? END ORDER BY seq", (request,)):
+        entry = json.loads(text)
+        if entry.get("writer") == "coordinator" and _inserts(entry, request):
             return int(seq), str(text), str(leaf)
+    genesis = db.execute("SELECT entry FROM log WHERE seq = 0").fetchone()  # an adopted store's: its rows
+    try:
+        if genesis is not None and _inserts(json.loads(genesis[0]), request):
+            return None
+    except ValueError:
+        pass
     raise UnloggedRequest(f"request {request} has no entry in the ledger's log that the coordinator wrote, and the "
                           "log did not adopt it: the store is not what it claims")
 

@@ -477,7 +477,8 @@ def test_a_run_without_the_key_cannot_take_back_a_forget(store, signed, edit):
     assert_refused(store, signed.unforgotten)
 
 
-def test_a_retracted_forget_is_refused_by_verify_log_verify_and_log_sign_and_no_receipt_is_signed(store, signed):
+def test_a_retracted_forget_is_refused_by_verify_log_verify_and_log_sign_and_no_receipt_is_signed(store, signed,
+                                                                                             tmp_path):
     run_entry("artifact", *RETRACT, *INVENT)(store)
     before = digest(store)
     for argv in (["verify", "--store", str(store)], ["log", "sign", "--store", str(store)],
@@ -488,6 +489,16 @@ def test_a_retracted_forget_is_refused_by_verify_log_verify_and_log_sign_and_no_
     code, out, err = invoke(["log", "verify", "--store", str(store)])
     assert code == 1 and "removes forget request #1" in err, (out[-500:], err[-2000:])
     assert digest(store) == before
+    export = tmp_path / "log.jsonl"  # the third party's copy: the log as the store holds it, with the key alone
+    db = connect(store)
+    try:
+        from fedforget.unlearning.log_verify import export_bytes, store_log
+
+        export.write_bytes(export_bytes(store_log(db)))
+    finally:
+        db.close()
+    code, out, err = invoke(["log", "verify", "--log", str(export)])
+    assert code == 1 and "log NOT valid" in err and "removes forget request #1" in err, (out[-500:], err[-2000:])
 
 
 def readopted_at_a_new_path(path: Path) -> None:
@@ -563,3 +574,21 @@ def test_a_receipt_of_another_log_in_the_store_is_named_as_such(signed, tmp_path
     shutil.copy2(other / "receipts" / "request-1.json", path / "receipts" / "request-9.json")
     code, _, err = invoke(["status", "--store", str(path)])
     assert code == 1 and "issued under another log" in err and "rolled back" not in err, err
+
+
+@pytest.mark.parametrize("edit", [p for p in RUN_ENTRIES if p.id != "scrub-record-names"])
+def test_the_services_check_of_what_was_appended_refuses_a_run_entry_that_takes_a_forget_back(store, edit):
+    """The forget service checks only the entries appended since its last check: they are held to the same
+    rules (a scrub edits no logged table: the service's whole check finds it)."""
+    from fedforget.store import Store
+    from fedforget.store.check_changes import StoreWatch
+
+    watch = StoreWatch(Store.open(store))
+    try:
+        assert watch.check().ok
+        edit(store)
+        result = watch.check()
+        assert watch.runs["changes"] == 1 and not result.ok, (watch.runs, result.problems)
+        assert "written without the coordinator's key" in result.summary(), result.summary()
+    finally:
+        watch.close()
