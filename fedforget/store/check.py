@@ -262,10 +262,8 @@ def ledger_log_check(store: Store, db: sqlite3.Connection) -> tuple[list[str], A
     sizes = ({recorded} if recorded else set()) | ({receipt["size"]} if receipt else set())
     problems, log = log_problems(db, trusted_key(), extra_sizes=sizes)
     problems += record_problems(store.root, log.log_id, log.size, log.roots, has_log=True)
-    if receipt is not None and not problems and receipt.get("log") != log.log_id:
-        problems.append("the store's newest receipt was issued under another log than the ledger's (a receipt of "
-                        "another store, or the log was replaced)")
-    elif receipt is not None and not problems and log.roots.get(receipt["size"]) != receipt["root"]:
+    if receipt is not None and not problems and receipt.get("log") == log.log_id and \
+            log.roots.get(receipt["size"]) != receipt["root"]:  # one of another log is named below
         why = "" if log.size < receipt["size"] else f" whose first {receipt['size']} give another root"
         problems.append(f"{ROLLED_BACK_PAST_RECEIPT}: the receipt's head signed {receipt['size']} entries, the "
                         f"ledger's log holds {log.size}{why}")

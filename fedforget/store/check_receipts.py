@@ -91,13 +91,13 @@ def receipt_problems(root: Path, db: sqlite3.Connection, log: Replay | None) -> 
         held = request_digests(db, request)
         if not held:
             return [f"{where} certifies forget request #{request}, which the ledger no longer holds"]
+        problem = _log_problem(where, request, body.get(LOG_FIELD), db, log)
+        if problem:
+            return [problem]
         digest = body.get(DIGEST_FIELD)
         signed = digest.get("request") if isinstance(digest, dict) else None
         if signed is not None and signed not in held:
             return [f"{where} certifies forget request #{request} as another row than the ledger holds"]
-        problem = _log_problem(where, request, body.get(LOG_FIELD), db, log)
-        if problem:
-            return [problem]
     return []
 
 

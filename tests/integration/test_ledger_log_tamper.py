@@ -571,7 +571,7 @@ def test_a_receipt_of_another_log_in_the_store_is_named_as_such(signed, tmp_path
     code, _, err = invoke(["receipt", "1", "--store", str(other), "--no-verify"])
     assert code == 0, err
     path = place(signed, tmp_path / "store")
-    shutil.copy2(other / "receipts" / "request-1.json", path / "receipts" / "request-9.json")
+    shutil.copy2(other / "receipts" / "request-1.json", path / "receipts" / "request-1.json")
     code, _, err = invoke(["status", "--store", str(path)])
     assert code == 1 and "issued under another log" in err and "rolled back" not in err, err
 
@@ -592,3 +592,36 @@ def test_the_services_check_of_what_was_appended_refuses_a_run_entry_that_takes_
         assert "written without the coordinator's key" in result.summary(), result.summary()
     finally:
         watch.close()
+
+
+def receipt_edit(change: Callable[[dict], None], name: str = "request-1.json") -> Callable[[Path], None]:
+    """The store's receipt of request 1 rewritten (no signature is needed to leave a file in a store)."""
+    def edit(path: Path) -> None:
+        source = path / "receipts" / "request-1.json"
+        body = json.loads(source.read_text())
+        change(body)
+        source.unlink()
+        (path / "receipts" / name).write_text(json.dumps(body, indent=2, sort_keys=True) + "\n")
+    return edit
+
+
+def _set(*keys: str, value: Any) -> Callable[[dict], None]:
+    def change(body: dict) -> None:
+        for key in keys[:-1]:
+            body = body[key]
+        body[keys[-1]] = value
+    return change
+
+
+@pytest.mark.parametrize("edit", [
+    pytest.param(receipt_edit(_set("ledger_digest", "request", value="0" * 64)), id="another-request-row"),
+    pytest.param(receipt_edit(_set("log", "entry", value=None)), id="says-it-predates-the-log"),
+    pytest.param(receipt_edit(_set("log", "entry", value=1)), id="another-entry"),
+    pytest.param(receipt_edit(_set("log", "head", "log", value="f" * 64)), id="another-log"),
+    pytest.param(receipt_edit(lambda body: None, name="request-2.json"), id="filed-under-another-request"),
+    pytest.param(receipt_edit(_set("request", "id", value=9), name="request-9.json"), id="a-request-the-ledger-lacks"),
+])
+def test_a_receipt_in_the_store_that_the_ledger_does_not_bear_out_is_refused(store, signed, edit):
+    edit(store)
+    code, _, err = invoke(["status", "--store", str(store)])
+    assert code == 1 and "receipts/request-" in err and len(err.strip().splitlines()) == 1, err
