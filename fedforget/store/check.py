@@ -20,6 +20,9 @@ edit must never break, checked from the files alone: every command that opens a 
   file is caught even though the bytes match the sha256;
 - the stored backbone copy's bytes match the sha256 recorded when training wrote it;
 - every artifact the ledger records is an artifact of the plan, stored on disk;
+- the ledger keeps the log the store was created with (a manifest with a ``store-id``: never one adopted
+  again over its tables), and every receipt in ``receipts/`` is borne out by the ledger and its log
+  (``fedforget.store.check_receipts``);
 - ``service.db``, when the forget service made one, says who asked for each request what the ledger's log
   recorded (``fedforget.store.service_evidence``);
 - ``metrics.jsonl`` is UTF-8 text.

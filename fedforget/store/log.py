@@ -10,6 +10,9 @@ sample index, which the fingerprinted manifest and the logged requests determine
 raw record names that forgetting scrubs. Replaying the entries therefore rebuilds every logged table, row for
 row (``fedforget.store.log_check``).
 
+An entry's ``writer`` is ``coordinator`` when this process holds the key (and signs a head right after it),
+else ``run``; what a ``run`` entry may change is held by ``fedforget.store.log_rules``, judged by its rows.
+
 An entry is canonical JSON (sorted keys, no spaces) holding ``prev``, the leaf hash of the entry before it
 (a hash chain), and the log's heads are RFC 9162 Merkle roots (``fedforget.store.merkle``): a head signed
 with the coordinator's receipt key commits to every entry under it, and an inclusion proof shows one entry

@@ -11,9 +11,13 @@
   the log's back, a table dropped or added, differs; SQLite's ``sqlite_sequence`` (no trigger can watch it)
   holds, for each AUTOINCREMENT table, the highest id the log ever inserted (the ledger never deletes those
   rows but to empty the store for a new run, which empties ``sqlite_sequence`` and starts a new log);
+- every entry no coordinator head covers (a run's, whatever kind it declares) only adds to the ledger: it
+  takes back no forget request, purge, acknowledgement or record name (``fedforget.store.log_rules``), and
+  only an adopting genesis entry holds rows;
 - ``log_state`` holds what the log derives, byte for byte: the frontier of its leaves, and the adoption
   marker exactly when the genesis entry adopted a store;
-- raw record names kept for a request open to the commitments its logged spec holds.
+- raw record names kept for a request open to the commitments its logged spec holds, and only a coordinator's
+  ``scrub`` entry deleted any.
 
 Cost: linear in the log (the logged tables are small: artifacts, lineage, requests, purges, meta), never in
 the sample index, which :mod:`fedforget.store.index_check` compares with the fingerprinted manifest.

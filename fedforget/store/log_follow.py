@@ -6,6 +6,8 @@ later commit by itself:
 
 - the new entries continue the chain the replay ended (position, ``prev``, stored leaf hash, canonical bytes)
   and are folded into its frontier, which must be the stored frontier;
+- each new entry no coordinator head covers only adds to the ledger (``fedforget.store.log_rules``, applied
+  by the replay itself);
 - every head written since has the root of the entries under it and a signature that holds, each new entry the
   coordinator wrote is followed by its head, and every new coordinator entry is under a signed head;
 - ``log_state`` and ``sqlite_sequence`` (a few rows) are what the log gives;
