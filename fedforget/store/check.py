@@ -122,6 +122,9 @@ def check_store(store: Store) -> StoreCheck:
     """Every invariant above; problems are one-line strings, never exceptions."""
     out = StoreCheck()
     manifest = _check_manifest(store, out)
+    if manifest is not None and manifest.get("store-id") is not None and _log_dropped(store):
+        out.problems += lost_log_problems(None)  # before opening it: opening would add the missing tables
+        return out
     try:
         ledger = store.ledger()
     except StoreError as exc:
@@ -208,12 +211,28 @@ def _check_ledger(store: Store, ledger: Ledger, manifest: dict[str, Any] | None,
         out.problems += service_problems(store, out.log)
 
 
-def lost_log_problems(db: sqlite3.Connection) -> list[str]:
+def _log_dropped(store: Store) -> bool:
+    """Whether the ledger file lacks the log's tables (read-only: nothing is created to find out)."""
+    try:
+        db = sqlite3.connect(f"{(store.root / LEDGER).absolute().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return False
+    try:
+        have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.DatabaseError:
+        return False  # not a ledger: the check says what
+    finally:
+        db.close()
+    return "requests" in have and not {"log", "log_heads", "log_state"} <= have
+
+
+def lost_log_problems(db: sqlite3.Connection | None) -> list[str]:
     """A store whose manifest says it was created with a log (its ``store-id``) must still hold that log: one
-    adopted over its tables (or none) would vouch for whatever they were edited to."""
+    adopted over its tables (or none) would vouch for whatever they were edited to (``db`` None: its tables are
+    gone)."""
     from fedforget.store.log import has_log
 
-    if not has_log(db):
+    if db is None or not has_log(db):
         return ["the ledger lost the log it was created with (its manifest has a store id): the tables it covered "
                 "can no longer be checked"]
     if db.execute("SELECT 1 FROM log_state WHERE key='adopted'").fetchone() is not None:
