@@ -20,6 +20,9 @@ edit must never break, checked from the files alone: every command that opens a 
   file is caught even though the bytes match the sha256;
 - the stored backbone copy's bytes match the sha256 recorded when training wrote it;
 - every artifact the ledger records is an artifact of the plan, stored on disk;
+- the ledger keeps the log the store was created with (a manifest with a ``store-id``: never one adopted
+  again over its tables), and every receipt in ``receipts/`` is borne out by the ledger and its log
+  (``fedforget.store.check_receipts``);
 - ``service.db``, when the forget service made one, says who asked for each request what the ledger's log
   recorded (``fedforget.store.service_evidence``);
 - ``metrics.jsonl`` is UTF-8 text.
@@ -119,6 +122,9 @@ def check_store(store: Store) -> StoreCheck:
     """Every invariant above; problems are one-line strings, never exceptions."""
     out = StoreCheck()
     manifest = _check_manifest(store, out)
+    if manifest is not None and manifest.get("store-id") is not None and _log_dropped(store):
+        out.problems += lost_log_problems(None)  # before opening it: opening would add the missing tables
+        return out
     try:
         ledger = store.ledger()
     except StoreError as exc:
@@ -198,9 +204,41 @@ def _check_ledger(store: Store, ledger: Ledger, manifest: dict[str, Any] | None,
     if manifest is not None:
         out.problems += index_problems(db, manifest)
     problems, out.log = ledger_log_check(store, db)
+    if manifest is not None and manifest.get("store-id") is not None:
+        problems = lost_log_problems(db) + problems
     out.problems += problems  # after the checks that name what an edit broke
     if out.log is not None:
         out.problems += service_problems(store, out.log)
+
+
+def _log_dropped(store: Store) -> bool:
+    """Whether the ledger file lacks the log's tables (read-only: nothing is created to find out)."""
+    try:
+        db = sqlite3.connect(f"{(store.root / LEDGER).absolute().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return False
+    try:
+        have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.DatabaseError:
+        return False  # not a ledger: the check says what
+    finally:
+        db.close()
+    return "requests" in have and not {"log", "log_heads", "log_state"} <= have
+
+
+def lost_log_problems(db: sqlite3.Connection | None) -> list[str]:
+    """A store whose manifest says it was created with a log (its ``store-id``) must still hold that log: one
+    adopted over its tables (or none) would vouch for whatever they were edited to (``db`` None: its tables are
+    gone)."""
+    from fedforget.store.log import has_log
+
+    if db is None or not has_log(db):
+        return ["the ledger lost the log it was created with (its manifest has a store id): the tables it covered "
+                "can no longer be checked"]
+    if db.execute("SELECT 1 FROM log_state WHERE key='adopted'").fetchone() is not None:
+        return ["the ledger's log adopted the store's tables, but the store was created with a log (its manifest "
+                "has a store id): the log it was created with was replaced"]
+    return []
 
 
 def service_problems(store: Store, log: Any) -> list[str]:
@@ -246,12 +284,15 @@ def ledger_log_check(store: Store, db: sqlite3.Connection) -> tuple[list[str], A
     sizes = ({recorded} if recorded else set()) | ({receipt["size"]} if receipt else set())
     problems, log = log_problems(db, trusted_key(), extra_sizes=sizes)
     problems += record_problems(store.root, log.log_id, log.size, log.roots, has_log=True)
-    if receipt is not None and not problems and (receipt.get("log") != log.log_id or
-                                                 log.roots.get(receipt["size"]) != receipt["root"]):
-        why = (" of another log" if receipt.get("log") != log.log_id else "" if log.size < receipt["size"] else
-               f" whose first {receipt['size']} give another root")
+    if receipt is not None and not problems and receipt.get("log") == log.log_id and \
+            log.roots.get(receipt["size"]) != receipt["root"]:  # one of another log is named below
+        why = "" if log.size < receipt["size"] else f" whose first {receipt['size']} give another root"
         problems.append(f"{ROLLED_BACK_PAST_RECEIPT}: the receipt's head signed {receipt['size']} entries, the "
                         f"ledger's log holds {log.size}{why}")
+    if not problems:
+        from fedforget.store.check_receipts import receipt_problems
+
+        problems += receipt_problems(store.root, db, log)
     return problems, None if problems else log
 
 

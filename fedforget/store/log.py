@@ -10,6 +10,9 @@ sample index, which the fingerprinted manifest and the logged requests determine
 raw record names that forgetting scrubs. Replaying the entries therefore rebuilds every logged table, row for
 row (``fedforget.store.log_check``).
 
+An entry's ``writer`` is ``coordinator`` when this process holds the key (and signs a head right after it),
+else ``run``; what a ``run`` entry may change is held by ``fedforget.store.log_rules``, judged by its rows.
+
 An entry is canonical JSON (sorted keys, no spaces) holding ``prev``, the leaf hash of the entry before it
 (a hash chain), and the log's heads are RFC 9162 Merkle roots (``fedforget.store.merkle``): a head signed
 with the coordinator's receipt key commits to every entry under it, and an inclusion proof shows one entry
@@ -47,7 +50,7 @@ CREATE TABLE IF NOT EXISTS log_state(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 UNLOGGED = frozenset({"samples", "units", "forgotten", "log", "log_heads", "log_state", "record_names"})
 #: Entries only the coordinator writes: each must be under a head signed by the coordinator's key, which it
 #: signs in the same transaction. Everything else (a training run's artifacts) may wait for the next head.
-COORDINATOR_KINDS = frozenset({"forget", "receipt", "sign", "service-no-op"})
+COORDINATOR_KINDS = frozenset({"forget", "receipt", "scrub", "sign", "service-no-op"})
 #: Entries appended even when their transaction wrote no logged row: what happened is the entry itself.
 EVENT_KINDS = frozenset({"receipt", "sign", "scrub", "samples", "service-no-op"})
 FUNCTION = "fedforget_logged"
@@ -98,11 +101,26 @@ def without_head_signer() -> Iterator[None]:
         _signer = held
 
 
+#: meta keys the log keeps in clear: the clients' acknowledgements (partitions and request numbers, nothing
+#: computed on data), so that the check can tell an entry that lowers or drops one from one that adds to them.
+CLEAR_META = frozenset({"acks"})
+
+
 def logged_row(table: str, values: Sequence[Any]) -> list[Any]:
-    """A row as the log keeps it. A meta value is kept as its sha256: some are values forgetting must erase
-    (an audit's measurements on forgotten samples, a leaving client's update angle), which an append-only log
-    must never hold; the digest still pins the value the table holds."""
-    if table == "meta" and len(values) == 2 and isinstance(values[1], str):
+    """A row as the log keeps it. A meta value is kept as its sha256 (but those of :data:`CLEAR_META`): some
+    are values forgetting must erase (an audit's measurements on forgotten samples, a leaving client's update
+    angle), which an append-only log must never hold; the digest still pins the value the table holds."""
+    if table == "meta" and len(values) == 2 and isinstance(values[1], str) and values[0] not in CLEAR_META:
+        return [values[0], DIGEST_PREFIX + hashlib.sha256(values[1].encode("utf-8")).hexdigest()]
+    return list(values)
+
+
+def compared_row(table: str, values: Sequence[Any], logged: bool = False) -> list[Any]:
+    """A row as the check compares the log with the tables: every meta value as its sha256. A ``logged`` row
+    (as an entry holds it) already holds the digest, but for the values the log keeps in clear
+    (:data:`CLEAR_META`; a log written before it kept any in clear holds their digest too)."""
+    if table == "meta" and len(values) == 2 and isinstance(values[1], str) and \
+            not (logged and values[1].startswith(DIGEST_PREFIX)):
         return [values[0], DIGEST_PREFIX + hashlib.sha256(values[1].encode("utf-8")).hexdigest()]
     return list(values)
 

@@ -11,9 +11,13 @@
   the log's back, a table dropped or added, differs; SQLite's ``sqlite_sequence`` (no trigger can watch it)
   holds, for each AUTOINCREMENT table, the highest id the log ever inserted (the ledger never deletes those
   rows but to empty the store for a new run, which empties ``sqlite_sequence`` and starts a new log);
+- every entry no coordinator head covers (a run's, whatever kind it declares) only adds to the ledger: it
+  takes back no forget request, purge, acknowledgement or record name (``fedforget.store.log_rules``), and
+  only an adopting genesis entry holds rows;
 - ``log_state`` holds what the log derives, byte for byte: the frontier of its leaves, and the adoption
   marker exactly when the genesis entry adopted a store;
-- raw record names kept for a request open to the commitments its logged spec holds.
+- raw record names kept for a request open to the commitments its logged spec holds, and only a coordinator's
+  ``scrub`` entry deleted any.
 
 Cost: linear in the log (the logged tables are small: artifacts, lineage, requests, purges, meta), never in
 the sample index, which :mod:`fedforget.store.index_check` compares with the fingerprinted manifest.
@@ -35,11 +39,12 @@ from fedforget.store.log import (
     _quoted,
     adopted_marker,
     canonical,
+    compared_row,
     frontier_text,
     head_digest,
-    logged_row,
     logged_tables,
 )
+from fedforget.store.log_rules import is_coordinator, run_entry_problem
 from fedforget.store.merkle import Frontier, leaf_hash
 
 #: A problem quotes at most this much of a row.
@@ -62,8 +67,10 @@ class Replay:
     adopted: bool = False
     #: request id → the record commitments its forget entry logged
     commitments: dict[int, set[str]] = field(default_factory=dict)
-    #: requests whose raw record names a logged scrub deleted
+    #: requests whose raw record names a coordinator's logged scrub deleted
     scrubbed: set[int] = field(default_factory=set)
+    #: request id → the position of the entry that inserted its row (0: adopted by the genesis entry)
+    requested: dict[int, int] = field(default_factory=dict)
     #: head sizes the coordinator signed: one after each entry it wrote (a genesis shares its transaction's head)
     signed_sizes: set[int] = field(default_factory=set)
     #: table → column index → the highest integer the log ever inserted there
@@ -121,12 +128,24 @@ def replay(rows: Iterable[tuple[int, str, str]], head_sizes: set[int], problems:
             problems.append(f"the ledger's log entry {seq} starts a second log")
             return out
         out.kinds[seq] = str(entry.get("kind"))
-        if entry.get("writer") == "coordinator" and seq:
+        coordinator = is_coordinator(entry)
+        if coordinator and seq:
             out.signed_sizes.add(seq + 1)
-        for item in entry.get("rows") or []:
+        rows = entry.get("rows") or []
+        if not _well_formed(rows):
+            problems.append(f"the ledger's log entry {seq} holds a malformed row")
+            return out
+        if seq and not coordinator:
+            problem = run_entry_problem(seq, entry, rows)
+            if problem:
+                problems.append(problem)
+                return out
+        elif not seq and rows and not out.adopted:
+            problems.append("the ledger's log begins with rows its genesis entry says it did not adopt")
+            return out
+        for table, op, values in rows:
             try:
-                table, op, values = item
-                key, step = _row_key(values), 1 if op == "+" else -1
+                key, step = _row_key(compared_row(str(table), values, logged=True)), 1 if op == "+" else -1
                 out.tables.setdefault(str(table), Counter())[key] += step
                 out.totals[str(table)] += step
                 sums = out.sums.setdefault(str(table), Counter())
@@ -137,6 +156,8 @@ def replay(rows: Iterable[tuple[int, str, str]], head_sizes: set[int], problems:
                     out.touched.setdefault(str(table), set()).add(key)
                 if op == "+":
                     _note_highest(out.highest.setdefault(str(table), {}), values)
+                    if table == "requests" and values and isinstance(values[0], int):
+                        out.requested.setdefault(values[0], seq)
             except (TypeError, ValueError):
                 problems.append(f"the ledger's log entry {seq} holds a malformed row")
                 return out
@@ -144,7 +165,7 @@ def replay(rows: Iterable[tuple[int, str, str]], head_sizes: set[int], problems:
             via = entry["via"]
             named = via.get("service-request") if isinstance(via, dict) else None
             out.vias.setdefault(named, []).append((seq, str(entry.get("kind")), entry.get("request"), via))
-        if entry.get("kind") == "scrub" and isinstance(entry.get("requests"), list):
+        if entry.get("kind") == "scrub" and coordinator and isinstance(entry.get("requests"), list):
             out.scrubbed.update(int(r) for r in entry["requests"] if isinstance(r, int))
         for request, made in _commitments(entry.get("rows") or []).items():
             out.commitments.setdefault(request, set()).update(made)
@@ -154,6 +175,13 @@ def replay(rows: Iterable[tuple[int, str, str]], head_sizes: set[int], problems:
         if out.size in head_sizes:
             out.roots[out.size] = out.frontier.root().hex()
     return out
+
+
+def _well_formed(rows: Any) -> bool:
+    """An entry's rows are ``[table, "+" | "-", [values]]`` of scalar values."""
+    return isinstance(rows, list) and all(
+        isinstance(r, list) and len(r) == 3 and isinstance(r[0], str) and r[1] in ("+", "-") and
+        isinstance(r[2], list) and not any(isinstance(v, list | dict) for v in r[2]) for r in rows)
 
 
 def _note_highest(highest: dict[int, int], values: list[Any]) -> None:
@@ -180,7 +208,7 @@ def compare_tables(db: sqlite3.Connection, expected: dict[str, Counter], problem
     tables = logged_tables(db)
     for table in tables:
         want = {k: n for k, n in expected.get(table, Counter()).items() if n}
-        have = Counter(_row_key(logged_row(table, row)) for row in db.execute(f"SELECT * FROM {_quoted(table)}"))
+        have = Counter(_row_key(compared_row(table, row)) for row in db.execute(f"SELECT * FROM {_quoted(table)}"))
         if have == want:
             continue
         extra = sorted(shown_row(k) for k in have if have[k] > want.get(k, 0))

@@ -6,6 +6,8 @@ later commit by itself:
 
 - the new entries continue the chain the replay ended (position, ``prev``, stored leaf hash, canonical bytes)
   and are folded into its frontier, which must be the stored frontier;
+- each new entry no coordinator head covers only adds to the ledger (``fedforget.store.log_rules``, applied
+  by the replay itself);
 - every head written since has the root of the entries under it and a signature that holds, each new entry the
   coordinator wrote is followed by its head, and every new coordinator entry is under a signed head;
 - ``log_state`` and ``sqlite_sequence`` (a few rows) are what the log gives;
@@ -28,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fedforget.store.log import COORDINATOR_KINDS, _quoted, head_digest, logged_row, logged_tables
+from fedforget.store.log import COORDINATOR_KINDS, _quoted, compared_row, head_digest, logged_tables
 from fedforget.store.log_check import Replay, _row_key, check_head_run, check_state, replay, shown_row
 
 
@@ -190,7 +192,7 @@ def _check_touched(db: sqlite3.Connection, log: Replay, layout: Layout, touched:
                                 f"columns: {shown_row(key)}")
                 return
             found = db.execute(info.lookup, [values[i] for i in keys])
-            have = sum(1 for row in found if _row_key(logged_row(table, row)) == key)
+            have = sum(1 for row in found if _row_key(compared_row(table, row)) == key)
             want = expected.get(key, 0)
             if want < 0:
                 problems.append(f"the ledger's log deleted a row of {table} it never wrote (it was edited by hand "

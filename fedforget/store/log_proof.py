@@ -9,6 +9,7 @@ root), so the log cannot have been rewritten or cut back under the receipt witho
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -22,14 +23,35 @@ LOG_FIELD = "log"
 ROLLED_BACK_PAST_RECEIPT = "the ledger's log was rolled back past a receipt"
 
 
+class UnloggedRequest(ValueError):
+    """A request the ledger holds that no coordinator entry of its log inserted and its genesis did not adopt."""
+
+
 def forget_entry(db: sqlite3.Connection, request: int) -> tuple[int, str, str] | None:
-    """``(seq, entry text, leaf hex)`` of the log entry that recorded request ``request`` (None: the request
-    predates the log: an adopted store holds it in its genesis entry)."""
-    row = db.execute(
-        "SELECT seq, entry, leaf FROM log WHERE CASE WHEN json_valid(entry) THEN "
-        "json_extract(entry, '$.kind') = 'forget' AND json_extract(entry, '$.request') = ? END "
-        "ORDER BY seq LIMIT 1", (request,)).fetchone()
-    return None if row is None else (int(row[0]), str(row[1]), str(row[2]))
+    """``(seq, entry text, leaf hex)`` of the coordinator's log entry that inserted request ``request``'s row,
+    judged by the rows it wrote, not the kind it declares (None: the request predates the log, and the log's
+    genesis entry adopted it). Raises :class:`UnloggedRequest` for a request neither inserted nor adopted."""
+    for seq, text, leaf in db.execute(
+            "SELECT seq, entry, leaf FROM log WHERE seq > 0 AND CASE WHEN json_valid(entry) THEN "
+            "json_extract(entry, '$.request') = ? END ORDER BY seq", (request,)):
+        entry = json.loads(text)
+        if entry.get("writer") == "coordinator" and _inserts(entry, request):
+            return int(seq), str(text), str(leaf)
+    genesis = db.execute("SELECT entry FROM log WHERE seq = 0").fetchone()  # an adopted store's: its rows
+    try:
+        if genesis is not None and _inserts(json.loads(genesis[0]), request):
+            return None
+    except ValueError:
+        pass
+    raise UnloggedRequest(f"request {request} has no entry in the ledger's log that the coordinator wrote, and the "
+                          "log did not adopt it: the store is not what it claims")
+
+
+def _inserts(entry: Any, request: int) -> bool:
+    rows = entry.get("rows") if isinstance(entry, dict) else None
+    return isinstance(rows, list) and any(
+        isinstance(r, list) and len(r) == 3 and r[0] == "requests" and r[1] == "+" and isinstance(r[2], list)
+        and r[2][:1] == [request] for r in rows)
 
 
 def log_section(db: sqlite3.Connection, request: int) -> dict[str, Any] | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import sqlite3
 import stat
 from pathlib import Path
@@ -42,6 +43,10 @@ IDENTITY_FIELDS = ("task", "method", "config", "seed", "num-partitions", "partit
 #: Identity fields a store has only since nodes register what they hold (and key their own records' sample
 #: ids): pinned when present, so a store written before them keeps its identity.
 REGISTERED_FIELDS = ("nodes", "class-counts", "record-ids")
+#: Identity fields a store has from its creation since its ledger keeps a log: ``store-id`` (random) says the
+#: store was created with a log, which may then never be adopted again, and names the store wherever it lies
+#: (``fedforget.store.log_record``).
+CREATED_FIELDS = ("store-id",)
 #: A safetensors header larger than this is not one of ours (the header length is read from the file).
 MAX_HEADER_BYTES = 16 * 2**20
 #: No artifact is larger (the largest real one, a full project-trained backbone copy, is a few hundred MB): a file
@@ -153,7 +158,8 @@ class Store:
             (root / sub).mkdir(exist_ok=True, mode=0o700)
         os.chmod(root, 0o700)
         store = cls(root)
-        atomic_write_json(root / MANIFEST, {"format-version": FORMAT_VERSION, **manifest})
+        atomic_write_json(root / MANIFEST, {"format-version": FORMAT_VERSION, "store-id": secrets.token_hex(16),
+                                            **manifest})
         atomic_write_bytes(root / METRICS, b"")
         return store
 
@@ -227,7 +233,7 @@ class Store:
         ledger = self.ledger()
         try:  # the ledger first: a run killed before the file is written leaves the file its "before" digest names
             with ledger.transaction("manifest"):
-                if any(k in fields for k in (*IDENTITY_FIELDS, *REGISTERED_FIELDS)):
+                if any(k in fields for k in (*IDENTITY_FIELDS, *REGISTERED_FIELDS, *CREATED_FIELDS)):
                     ledger.set_meta_in("manifest-identity", self.manifest_identity(data))
                 ledger.set_meta_in(MANIFEST_DIGEST, [self.manifest_digest(data), before])
         finally:
@@ -244,7 +250,7 @@ class Store:
     def manifest_identity(manifest: dict[str, Any]) -> str:
         """The sha256 of the manifest's identity fields (canonical JSON), as the ledger records it."""
         identity = {k: manifest.get(k) for k in IDENTITY_FIELDS}
-        identity.update({k: manifest[k] for k in REGISTERED_FIELDS if k in manifest})
+        identity.update({k: manifest[k] for k in (*REGISTERED_FIELDS, *CREATED_FIELDS) if k in manifest})
         return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
 
     def append_metrics(self, record: dict[str, Any]) -> None:

@@ -88,8 +88,10 @@ def verify(
                                                       "(repeat).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Check a log with the public key alone: entries chained, every head's root and signature, and each
-    receipt's signature, inclusion proof and head against the log (exit 1 with one line when a proof fails)."""
+    """Check a log with the public key alone: entries chained, what each entry written without the key changes,
+    every head's root and signature, and each receipt's signature, inclusion proof and head against the log (exit
+    1 with one line when a proof fails). With --store, the store's tables, files and receipts are checked against
+    its log too (the check every command runs); with --log, the log alone."""
     from fedforget.unlearning.log_verify import LogInputError, LogProofError, read_export, read_store, verify_log
     from fedforget.unlearning.receipt import ReceiptKeyError, load_public_key
 
@@ -113,18 +115,43 @@ def verify(
         fail(f"log NOT valid: {exc}", code=BROKEN_STORE_EXIT)
     except OSError as exc:
         fail(f"cannot read {log!r} as a log export: {exc.strerror or exc}")
+    if store:
+        _check_store_against_log(Path(from_cwd(store)))
+    checked_what = STORE_CHECKED if store else LOG_ALONE
     if as_json:
-        emit(checked.to_json(), True)
+        emit({**checked.to_json(), "checked": "log and store" if store else "log"}, True)
         return
     unsigned = checked.entries - checked.signed
     console.print("[bold green]valid[/]: " + escape(
         f"log {str(checked.log)[:16]}…: {checked.entries} entries chained, {checked.heads} signed head(s) hold"
-        + (f"; {unsigned} newest entries under no head yet" if unsigned else "")), soft_wrap=True, highlight=False)
+        + (f"; {unsigned} newest entries under no head yet" if unsigned else "") + f"; {checked_what}"),
+        soft_wrap=True, highlight=False)
     for r in checked.receipts:
         where = (f"its forget entry #{r['entry']} is in the log" if r["entry"] is not None else
                  "its request predates the log")
         console.print(escape(f" receipt {r['receipt']} (request #{r['request']}): {where}; its head of "
                              f"{r['head_size']} entries is this log's"), soft_wrap=True, highlight=False)
+
+
+#: What ``log verify`` says it checked.
+LOG_ALONE = "checked the log alone, not any store's tables (--store S checks a store against its log)"
+STORE_CHECKED = "the store's tables, files and receipts agree with it"
+
+
+def _check_store_against_log(root: Path) -> None:
+    """The store check every command runs, read-only (nothing is adopted or written): exit 1 in one line when the
+    store is not what its log says."""
+    from fedforget.store import Store, StoreError
+    from fedforget.store.check import check_store
+
+    try:
+        result = check_store(Store.open(root))
+    except StoreError as exc:
+        fail(str(exc))
+    if result.unreadable:
+        fail(result.summary())
+    if not result.ok:
+        fail(result.summary(), code=BROKEN_STORE_EXIT)
 
 
 @log_app.command()

@@ -241,6 +241,10 @@ def verify_log(log: LogCopy, public: bytes | frozenset[bytes],
         newest = max(newest, head["size"])
     if newest == 0:
         raise LogProofError("no head of the log is signed: nothing in it is vouched for by the key")
+    unsigned = sorted(done.signed_sizes - {h["size"] for h in log.heads})
+    if unsigned:
+        raise LogProofError(f"the log's entry {unsigned[0] - 1} says the coordinator wrote it, but no head the "
+                            "coordinator signed follows it")
     late = [seq for seq, kind in done.kinds.items() if kind in COORDINATOR_KINDS and seq >= newest]
     if late:
         raise LogProofError(f"the log's entry {late[0]} ({done.kinds[late[0]]}) is under no signed head")
@@ -254,18 +258,12 @@ def verify_log(log: LogCopy, public: bytes | frozenset[bytes],
         if done.roots.get(got["size"]) != got["root"]:
             raise LogProofError(f"the log's first {got['size']} entries are not the ones receipt {name}'s head "
                                 "signed: the log was rewritten")
-        if got["entry"] is None and (seq := _forget_entry(log, request, got["size"])) is not None:
-            raise LogProofError(f"receipt {name} says its request predates the log, but the log's entry {seq} "
-                                "recorded it")
+        inserted = done.requested.get(request)
+        if got["entry"] is None and inserted != 0:
+            raise LogProofError(f"receipt {name} says its request predates the log, but " + (
+                "the log never recorded it" if inserted is None else f"the log's entry {inserted} recorded it"))
+        if got["entry"] is not None and got["entry"] != inserted:
+            raise LogProofError(f"receipt {name} proves entry {got['entry']}, but the entry that recorded request "
+                                f"#{request} is " + ("none" if inserted is None else str(inserted)))
         out.append({"receipt": name, "request": request, "entry": got["entry"], "head_size": got["size"]})
     return Checked(done.log_id, done.size, len(log.heads), newest, out)
-
-
-def _forget_entry(log: LogCopy, request: int, size: int) -> int | None:
-    """The position of the forget entry of ``request`` among the first ``size`` entries (None: there is none)."""
-    for seq, text, _ in log.entries[:size]:
-        if '"kind":"forget"' in text:
-            entry = json.loads(text)
-            if entry.get("kind") == "forget" and entry.get("request") == request:
-                return seq
-    return None

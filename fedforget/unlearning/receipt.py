@@ -335,8 +335,13 @@ def sign_head(store: Store, request: int) -> None:
     if head_signer() is None:  # the CLI and the service act as the coordinator before they open a store
         raise RuntimeError("receipts are issued by the coordinator: call "
                            "fedforget.unlearning.log_signer.act_as_coordinator() first")
+    from fedforget.store.log import has_log
+    from fedforget.store.log_proof import forget_entry
+
     ledger = store.ledger()
     try:
+        if has_log(ledger.db) and ledger.db.execute("SELECT 1 FROM requests WHERE id=?", (request,)).fetchone():
+            forget_entry(ledger.db, request)  # a request no coordinator entry inserted is refused before signing
         with ledger.transaction("receipt", request=request):
             pass
     finally:

@@ -11,24 +11,15 @@ while neither happened.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
-from collections.abc import Iterable
 from typing import Any
 
+from fedforget.store.check_receipts import request_digests
+from fedforget.store.check_receipts import rows_digest as _digest
 from fedforget.store.ledger import Ledger
 
 DIGEST_FIELD = "ledger_digest"
-
-
-def _digest(rows: Iterable[Any]) -> tuple[str, int]:
-    """sha256 over one canonical JSON line per row (streamed: a request may forget millions of samples)."""
-    h, count = hashlib.sha256(), 0
-    for row in rows:
-        h.update(json.dumps(list(row), separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n")
-        count += 1
-    return h.hexdigest(), count
 
 
 def _has_table(db: sqlite3.Connection, name: str) -> bool:
@@ -65,7 +56,7 @@ def compare_ledger(ledger: Ledger, body: dict[str, Any]) -> dict[str, Any]:
     differs = []
     if not ledger.db.execute("SELECT 1 FROM requests WHERE id=?", (request,)).fetchone():
         differs.append(f"request #{request} is not in the ledger")
-    elif now["request"] != signed.get("request") and _as_named(ledger, request) != signed.get("request"):
+    elif signed.get("request") not in request_digests(ledger.db, request):
         differs.append(f"request #{request}'s row")
     for part in ("forgotten", "purged"):
         if now[part] != signed.get(part):
@@ -77,19 +68,3 @@ def compare_ledger(ledger: Ledger, body: dict[str, Any]) -> dict[str, Any]:
         if serving == "differs":
             differs.append("the serving plan (no request or retrain since the receipt)")
     return {"digest": True, "differs": differs, "serving": serving}
-
-
-def _as_named(ledger: Ledger, request: int) -> str | None:
-    """The digest of the request's row with its record names in its spec, as a receipt issued before the ledger
-    kept commitments saw it (while the names are kept)."""
-    from fedforget.store.record_commitments import names_of
-
-    names = names_of(ledger.db, request)
-    if not names:
-        return None
-    row = ledger.db.execute("SELECT id, at, kind, spec, samples, units, invalidated FROM requests WHERE id=?",
-                            (request,)).fetchone()
-    spec = json.loads(row[3])
-    spec["records"] = names
-    digest, _ = _digest([(*row[:3], json.dumps(spec), *row[4:])])
-    return digest

@@ -104,12 +104,23 @@ def invoke(argv: list[str]) -> tuple[int, str, str]:
 
 
 def as_written_before_the_log(root: Path) -> None:
-    """Make a store look as stores written before the ledger's log did: no log tables, no record names."""
+    """Make a store look as stores written before the ledger's log did: no log tables, no record names, no
+    store id in its manifest (the ledger's pins of the manifest follow)."""
+    import json
     import sqlite3
 
+    from fedforget.store.store import MANIFEST_DIGEST
+
+    manifest = json.loads((root / "manifest.json").read_text())
+    manifest.pop("store-id", None)
+    (root / "manifest.json").write_text(json.dumps(manifest))
     with sqlite3.connect(root / "ledger.sqlite") as db:
         for table in ("log", "log_heads", "log_state", "record_names"):
             db.execute(f"DROP TABLE IF EXISTS {table}")
+        db.execute("UPDATE meta SET value=? WHERE key='manifest-identity'",
+                   (json.dumps(Store.manifest_identity(manifest)),))
+        db.execute("UPDATE meta SET value=? WHERE key=?", (json.dumps([Store.manifest_digest(manifest)]),
+                                                         MANIFEST_DIGEST))
 
 
 def retrain_in_process(store: Store, num_nodes: int = 3) -> None:

@@ -419,3 +419,202 @@ def test_an_adopted_store_whose_adoption_marker_is_edited_is_refused(signed, tmp
     finally:
         db.close()
     assert_refused(path, signed.unforgotten)
+
+
+# -- a writer without the key: entries appended as a run appends them ------------------------------------------
+def run_entry(kind: str, *statements: str, **fields: Any) -> Callable[[Path], None]:
+    """One log entry appended through the ledger's own writer, as a ServerApp run appends it (writer ``run``,
+    its ``prev`` and leaf computed, no key): ``statements`` are its changes (logged tables through the log's
+    triggers; the unlogged ones, ``forgotten`` and ``record_names``, edited to match), ``kind`` what it declares."""
+    def edit(path: Path) -> None:
+        from fedforget.store.ledger import Ledger
+        from fedforget.store.log import without_head_signer
+
+        with without_head_signer():
+            ledger = Ledger(path / LEDGER, create=False)
+            try:
+                with ledger.transaction(kind, **fields) as db:
+                    for statement in statements:
+                        db.execute(statement)
+            finally:
+                ledger.close()
+    return edit
+
+
+def lower_acks(path: Path) -> None:
+    """The clients' acknowledgements rewritten by a run so that partition 1 never confirmed request 1."""
+    db = connect(path)
+    try:
+        acks = json.loads(db.execute("SELECT value FROM meta WHERE key='acks'").fetchone()[0])
+    finally:
+        db.close()
+    assert acks["1"]["up_to_request"] >= 1, acks
+    acks["1"] = {**acks["1"], "up_to_request": 0, "copies_up_to_request": 0}
+    run_entry("acks", f"UPDATE meta SET value='{json.dumps(acks, sort_keys=True)}' WHERE key='acks'")(path)
+
+
+RETRACT = ("DELETE FROM requests WHERE id=1", "DELETE FROM forgotten WHERE request=1")
+INVENT = ("INSERT INTO requests(id, at, kind, spec, samples, units, invalidated, latency_ms) "
+          "SELECT 5, at, kind, spec, 0, '[]', '[]', 0 FROM requests WHERE id=1",)
+RUN_ENTRIES = [
+    *[pytest.param(run_entry(kind, *RETRACT), id=f"retract-a-forget-as-{kind}") for kind in ("artifact", "retrain",
+                                                                                           "forget")],
+    pytest.param(run_entry("artifact", *INVENT), id="invent-a-request-as-artifact"),
+    pytest.param(run_entry("artifact", "UPDATE requests SET units='[]' WHERE id=1"), id="alter-a-request"),
+    pytest.param(run_entry("purge", "DELETE FROM purged WHERE request=1"), id="drop-a-purge"),
+    pytest.param(lower_acks, id="lower-an-acknowledgement"),
+    pytest.param(run_entry("artifact", "DELETE FROM meta WHERE key='acks'"), id="drop-the-acknowledgements"),
+    pytest.param(run_entry("scrub", "DELETE FROM record_names WHERE request=2", requests=[2]),
+                 id="scrub-record-names"),
+]
+
+
+@pytest.mark.parametrize("edit", RUN_ENTRIES)
+def test_a_run_without_the_key_cannot_take_back_a_forget(store, signed, edit):
+    """What a run appends is judged by what it changes: removing, altering or inventing a request, a purge, an
+    acknowledgement or a record name is refused by every command, whatever kind the entry declares."""
+    edit(store)
+    assert_refused(store, signed.unforgotten)
+
+
+def test_a_retracted_forget_is_refused_by_verify_log_verify_and_log_sign_and_no_receipt_is_signed(store, signed,
+                                                                                             tmp_path):
+    run_entry("artifact", *RETRACT, *INVENT)(store)
+    before = digest(store)
+    for argv in (["verify", "--store", str(store)], ["log", "sign", "--store", str(store)],
+                 ["receipt", "5", "--store", str(store), "--no-verify"]):
+        code, _, err = invoke(argv)
+        assert code == 1 and "without the coordinator's key" in err and len(err.strip().splitlines()) == 1, \
+            (argv, err[-2000:])
+    code, out, err = invoke(["log", "verify", "--store", str(store)])
+    assert code == 1 and "removes forget request #1" in err, (out[-500:], err[-2000:])
+    assert digest(store) == before
+    export = tmp_path / "log.jsonl"  # the third party's copy: the log as the store holds it, with the key alone
+    db = connect(store)
+    try:
+        from fedforget.unlearning.log_verify import export_bytes, store_log
+
+        export.write_bytes(export_bytes(store_log(db)))
+    finally:
+        db.close()
+    code, out, err = invoke(["log", "verify", "--log", str(export)])
+    assert code == 1 and "log NOT valid" in err and "removes forget request #1" in err, (out[-500:], err[-2000:])
+
+
+def readopted_at_a_new_path(path: Path) -> None:
+    """The log dropped with a request deleted behind it, sqlite_sequence fixed, receipts/ and service.db gone: the
+    first command at a new path would adopt a fresh log over the falsified tables."""
+    db = connect(path)
+    try:
+        for table in ("log", "log_heads", "log_state"):
+            db.execute(f"DROP TABLE {table}")
+        db.execute("DELETE FROM requests WHERE id=2")
+        db.execute("DELETE FROM forgotten WHERE request=2")
+        db.execute("DELETE FROM record_names WHERE request=2")
+        db.execute("UPDATE sqlite_sequence SET seq=1 WHERE name='requests'")
+    finally:
+        db.close()
+    shutil.rmtree(path / "receipts", ignore_errors=True)
+    (path / "service.db").unlink(missing_ok=True)
+
+
+def test_a_log_adopted_again_over_edited_tables_at_a_new_path_is_refused(signed, tmp_path):
+    path = place(signed, tmp_path / "moved", record=False)  # never signed at this path
+    readopted_at_a_new_path(path)
+    assert_refused(path, signed.unforgotten)
+    assert "lost the log it was created with" in invoke(["status", "--store", str(path)])[2]
+
+
+def test_a_store_at_a_new_path_with_another_log_than_its_signed_ones_is_refused(signed, tmp_path):
+    """The coordinator's outside record follows the store's identity, not its path: a store moved away whose log
+    was started over (its manifest's log marker kept) is refused where it lies now."""
+    from fedforget.store.log import LogWriter, logged_row, logged_tables, without_head_signer
+
+    path = place(signed, tmp_path / "moved", record=False)
+    db = connect(path)
+    try:  # every request gone, then a fresh log as a training run starts one: the tables as a run's entry
+        for table in ("requests", "forgotten", "record_names", "purged", "log", "log_heads", "log_state"):
+            db.execute(f"DELETE FROM {table}")
+        db.execute("DELETE FROM sqlite_sequence WHERE name='requests'")
+        rows = [[t, "+", logged_row(t, r)] for t in logged_tables(db) for r in db.execute(f'SELECT * FROM "{t}"')]
+        with without_head_signer():
+            writer = LogWriter(db)
+            writer.append("genesis", {"nonce": "0" * 32, "adopted": False}, [])
+            writer.append("artifact", {}, rows)
+    finally:
+        db.close()
+    code, _, err = invoke(["status", "--store", str(path)])
+    assert code == 1 and "not one the coordinator signed for this store" in err, err
+
+
+def test_log_verify_says_what_it_checked_and_checks_the_store_with_store(store, signed, tmp_path):
+    export = tmp_path / "log.jsonl"
+    assert invoke(["log", "export", "--store", str(store), "--out", str(export)])[0] == 0
+    code, out, err = invoke(["log", "verify", "--log", str(export)])
+    assert code == 0 and "checked the log alone" in out, (out, err)
+    code, out, err = invoke(["log", "verify", "--store", str(store)])
+    assert code == 0 and "the store's tables, files and receipts agree with it" in out, (out, err)
+    update_cell("artifacts", "valid")(store)
+    code, out, err = invoke(["log", "verify", "--store", str(store)])
+    assert code == 1 and err.strip().splitlines() == [err.strip()] and "not what it claims" in err, (out, err)
+
+
+def test_a_receipt_of_another_log_in_the_store_is_named_as_such(signed, tmp_path):
+    other = as_old_store(signed, tmp_path / "other")  # adopts a log of its own at its first command
+    code, _, err = invoke(["receipt", "1", "--store", str(other), "--no-verify"])
+    assert code == 0, err
+    path = place(signed, tmp_path / "store")
+    shutil.copy2(other / "receipts" / "request-1.json", path / "receipts" / "request-1.json")
+    code, _, err = invoke(["status", "--store", str(path)])
+    assert code == 1 and "issued under another log" in err and "rolled back" not in err, err
+
+
+@pytest.mark.parametrize("edit", [p for p in RUN_ENTRIES if p.id != "scrub-record-names"])
+def test_the_services_check_of_what_was_appended_refuses_a_run_entry_that_takes_a_forget_back(store, edit):
+    """The forget service checks only the entries appended since its last check: they are held to the same
+    rules (a scrub edits no logged table: the service's whole check finds it)."""
+    from fedforget.store import Store
+    from fedforget.store.check_changes import StoreWatch
+
+    watch = StoreWatch(Store.open(store))
+    try:
+        assert watch.check().ok
+        edit(store)
+        result = watch.check()
+        assert watch.runs["changes"] == 1 and not result.ok, (watch.runs, result.problems)
+        assert "written without the coordinator's key" in result.summary(), result.summary()
+    finally:
+        watch.close()
+
+
+def receipt_edit(change: Callable[[dict], None], name: str = "request-1.json") -> Callable[[Path], None]:
+    """The store's receipt of request 1 rewritten (no signature is needed to leave a file in a store)."""
+    def edit(path: Path) -> None:
+        source = path / "receipts" / "request-1.json"
+        body = json.loads(source.read_text())
+        change(body)
+        source.unlink()
+        (path / "receipts" / name).write_text(json.dumps(body, indent=2, sort_keys=True) + "\n")
+    return edit
+
+
+def _set(*keys: str, value: Any) -> Callable[[dict], None]:
+    def change(body: dict) -> None:
+        for key in keys[:-1]:
+            body = body[key]
+        body[keys[-1]] = value
+    return change
+
+
+@pytest.mark.parametrize("edit", [
+    pytest.param(receipt_edit(_set("ledger_digest", "request", value="0" * 64)), id="another-request-row"),
+    pytest.param(receipt_edit(_set("log", "entry", value=None)), id="says-it-predates-the-log"),
+    pytest.param(receipt_edit(_set("log", "entry", value=1)), id="another-entry"),
+    pytest.param(receipt_edit(_set("log", "head", "log", value="f" * 64)), id="another-log"),
+    pytest.param(receipt_edit(lambda body: None, name="request-2.json"), id="filed-under-another-request"),
+    pytest.param(receipt_edit(_set("request", "id", value=9), name="request-9.json"), id="a-request-the-ledger-lacks"),
+])
+def test_a_receipt_in_the_store_that_the_ledger_does_not_bear_out_is_refused(store, signed, edit):
+    edit(store)
+    code, _, err = invoke(["status", "--store", str(store)])
+    assert code == 1 and "receipts/request-" in err and len(err.strip().splitlines()) == 1, err
