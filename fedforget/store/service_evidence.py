@@ -33,6 +33,7 @@ ledger is read, so every ``via`` the read sees names a reserved row and every li
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -71,7 +72,17 @@ def evidence_of(rid: int, key: str, body_sha256: str, asked_by: str, accepted_at
 
 def store_body_key(store_root: Path) -> str | None:
     """The record key ``body-sha256`` is keyed with in the store at ``store_root`` (None: unkeyed, or no
-    readable manifest, which the store's own checks report)."""
+    readable manifest, which the store's own checks report). The service asks once per request and per check:
+    the manifest is read again only when its file changed."""
+    try:
+        st = (Path(store_root) / "manifest.json").stat()
+    except OSError:
+        return None
+    return _manifest_body_key(str(store_root), st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _manifest_body_key(store_root: str, _ino: int, _size: int, _mtime_ns: int) -> str | None:
     from fedforget.core.record_ids import store_record_key
     from fedforget.store.store import Store, StoreError
 
