@@ -1,5 +1,7 @@
 """The whole forget flow through real Flower runtimes: train with `flwr run`, forget with the CLI,
-`fedforget retrain` through Flower (clients delete the data in their own state dirs), verify exact."""
+`fedforget retrain` through Flower (clients delete the data in their own state dirs), verify exact. The same
+FedSGT flow on a loopback deployment is tests/e2e/test_verify_through_federation.py's (its nodes hold their own
+records, and its reference trains through them too)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import json
 
 import pytest
 
-from fedforget.launch import loopback_deployment, simulation_federation
+from fedforget.launch import simulation_federation
 from fedforget.store import Store
 from fedforget.store.tombstones import load_tombstones
 
@@ -51,11 +53,6 @@ def test_forget_retrain_verify_on_the_simulation_engine(tmp_path):
     store = tmp_path / "s"
     with simulation_federation(tmp_path / "flwr-home", NODES) as fed:
         _flow(fed, store, lambda p: store / "clients" / str(p))
-
-
-def test_forget_retrain_verify_on_the_loopback_deployment(tmp_path):
-    with loopback_deployment(tmp_path / "deploy", NODES) as fed:
-        _flow(fed, tmp_path / "s", lambda p: tmp_path / "deploy" / "deploy" / f"node{p}")
 
 
 def test_fedshard_leaver_retrains_its_path_exactly_on_the_simulation_engine(tmp_path):
