@@ -64,7 +64,7 @@ up() {
 # Start SuperNode $1 (partition $1, state dir $DIR/node$1, Runtime API port NODE_PORT_BASE+$1) in its own
 # session; a restart reuses the partition, state dir and key, and the SuperLink gives it a new node id.
 start_supernode() {
-  local i=$1 node_tls=(--insecure) auth=() own=""
+  local i=$1 port=${2:-$((NODE_PORT_BASE + $1))} node_tls=(--insecure) auth=() own=""
   [ "$TLS" = 1 ] && node_tls=(--root-certificates "$DIR/certs/ca.crt")
   [ "$AUTH" = 1 ] && auth=(--auth-supernode-private-key "$DIR/keys/supernode-$i")
   mkdir -p -m 700 "$DIR/node$i"
@@ -73,7 +73,7 @@ start_supernode() {
     own=" data-dir=\"$(cd "$DATA/node-$i" && pwd)\" node-name=\"node-$i\""
   fi
   FLWR_HOME="$DIR/home-node$i" setsid flower-supernode "${node_tls[@]}" "${auth[@]}" --superlink "127.0.0.1:$PORT" \
-    --host 127.0.0.1 --port $((NODE_PORT_BASE + i)) \
+    --host 127.0.0.1 --port "$port" \
     --node-config "partition-id=$i num-partitions=$NODES state-dir=\"$DIR/node$i\"$own" \
     >>"$DIR/supernode$i.log" 2>&1 < /dev/null &
   echo $! > "$DIR/supernode$i.pid"
@@ -82,12 +82,14 @@ start_supernode() {
 # How many SuperNode activations the SuperLink has logged (a restarted SuperNode counts again).
 activated() { grep -c "Fleet.ActivateNode\] Activated" "$DIR/superlink.log" 2>/dev/null || true; }
 
-# Wait (up to 120 s) until the SuperLink has logged at least $1 activations.
+# Wait (up to 120 s) until the SuperLink has logged at least $1 activations; with a pid file $2, stop waiting
+# as soon as that process has exited.
 wait_activated() {
   local n
   for _ in $(seq 1 600); do
     n=$(activated)
     [ "${n:-0}" -ge "$1" ] && return 0
+    [ -n "${2:-}" ] && ! alive "$2" && return 1
     sleep 0.2
   done
   return 1
@@ -103,15 +105,26 @@ kill_node() {
   echo "deploy: supernode $1 killed"
 }
 
-# Start SuperNode $1 again (after kill-node) and wait until the SuperLink has activated it.
+# Start SuperNode $1 again (after kill-node) and wait until the SuperLink has activated it. The port its dead
+# predecessor served on may have been taken since (an outgoing connection's ephemeral port, a socket not yet
+# released): a SuperNode that exits at start is started again on a port the kernel hands out free.
 restart_node() {
   [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -lt "$NODES" ] || { echo "deploy: no supernode $1" >&2; exit 2; }
   if alive "$DIR/supernode$1.pid"; then echo "deploy: supernode $1 is running" >&2; exit 2; fi
-  local before
+  local before port="" attempt
   before=$(activated)
-  start_supernode "$1"
-  wait_activated $((${before:-0} + 1)) || { echo "deploy: supernode $1 did not come back; see $DIR/supernode$1.log" >&2; exit 1; }
-  echo "deploy: supernode $1 back (pid $(cat "$DIR/supernode$1.pid"))"
+  for attempt in 1 2 3; do
+    start_supernode "$1" "$port"
+    if wait_activated $((${before:-0} + 1)) "$DIR/supernode$1.pid"; then
+      echo "deploy: supernode $1 back (pid $(cat "$DIR/supernode$1.pid"))"
+      return 0
+    fi
+    alive "$DIR/supernode$1.pid" && break  # running but not activated: not a port to change
+    echo "deploy: supernode $1 exited at start (attempt $attempt): $(grep -o 'Errno.*' "$DIR/supernode$1.log" | tail -1)" >&2
+    port=$("$PYTHON" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+  done
+  echo "deploy: supernode $1 did not come back; see $DIR/supernode$1.log" >&2
+  exit 1
 }
 
 # A Flower CLI home whose default connection is this deployment (TLS: trusts the private CA).

@@ -6,6 +6,7 @@ work, and serve exactly the bytes of an uninterrupted in-process run."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 
 import pytest
@@ -55,3 +56,17 @@ def test_supernode_killed_mid_round_is_remapped_after_restart_and_serves_exact_b
     reference, reference_served = _artifacts(train_in_process(tmp_path / "inproc", NODES, **config))
     assert served and served == reference_served  # everything built and served, nothing left out
     assert shas == reference  # the same bytes as the uninterrupted in-process run
+
+
+def test_a_supernode_whose_port_was_taken_while_it_was_down_restarts_on_another(tmp_path):
+    """Between a crash and the restart, anything may take the port the dead SuperNode served on (an outgoing
+    connection's ephemeral port, on a busy machine); the restart must still bring the node back."""
+    with loopback_deployment(tmp_path / "deploy", 1) as fed:
+        fed.kill_node(0)
+        port = int(fed.env["FEDFORGET_DEPLOY_PORT"]) + 10  # node 0's Runtime API port (loopback.sh)
+        with socket.socket() as squatter:
+            squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past the dead one's TIME_WAIT
+            squatter.bind(("127.0.0.1", port))
+            squatter.listen()
+            fed.restart_node(0)
+        assert "address already in use" in fed.node_log(0).read_text(errors="replace")
