@@ -14,11 +14,12 @@ import pytest
 from typer.testing import CliRunner
 
 from fedforget.core.config import ConfigError
-from fedforget.core.record_ids import store_record_key
+from fedforget.core.record_ids import local_sample_id, store_record_key
 from fedforget.federation.node_records import REGISTERED
 from fedforget.federation.record_key import hand_over
 from fedforget.inprocess import run_in_process
 from fedforget.store import Store
+from fedforget.store.tombstones import add_tombstones
 from fedforget.unlearning.cli import app
 
 NODES = 2
@@ -111,7 +112,8 @@ def test_a_node_refuses_a_reference_that_keys_its_records_with_another_stores_ke
 def test_verify_and_receipt_through_the_nodes_once_the_request_reached_them(deployed, tmp_path, monkeypatch):
     """`--federation` end to end with the Flower run played in process by the same nodes (their state dirs):
     refused while the forget has not reached node-1, exact after the retrain delivered it, and the receipt
-    names the federation its reference was trained through."""
+    names the federation its reference was trained through; NOT exact once a node dropped a record the store never
+forgot (negative control: the reference is trained by the nodes, on what they hold)."""
     import json
 
     from flwr.common.config import parse_config_args
@@ -160,3 +162,11 @@ def test_verify_and_receipt_through_the_nodes_once_the_request_reached_them(depl
     signed = cli.invoke(app, ["receipt", "1", "--store", str(store), "--federation", "fake", "--json"])
     assert signed.exit_code == 0, signed.output
     assert json.loads(signed.stdout)["verify"]["federation"] == "fake"
+
+    # negative control: node 0 drops a record the store never forgot; the reference its nodes train differs
+    other = pq.read_table(data / "node-0" / "train.parquet").column("record_id").to_pylist()[0]
+    key = store_record_key(Store.open(store).manifest())
+    add_tombstones(nodes / "node0", "local:node-0", [local_sample_id("node-0", str(other), key)])
+    wrong = cli.invoke(app, ["verify", "--store", str(store), "--federation", "fake", "--json"])
+    report = json.loads(wrong.stdout)
+    assert not report["exact"] and "differ" in report["reason"], report["reason"]
