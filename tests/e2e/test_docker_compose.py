@@ -254,10 +254,7 @@ def _train_forget_retrain_verify(deployment: Compose, reference: dict[str, str],
     assert local_sample_id("node-1", record, RECORD_KEY) in deleted  # deleted in its own volume
     retrained = deployment.served()
     assert {a for a in trained if trained[a] != retrained[a]} == set(forgot["invalidated"])
-    verdict = json.loads(deployment.exec("fedforget", "verify", "--store", STORE, "--federation", connection,
-                                         "--json", timeout=RUN_TIMEOUT).stdout)
-    assert verdict["exact"] and verdict["served"] == len(trained) and verdict["held"]["equal"], verdict["reason"]
-    _receipt_checks(deployment, forgot["request"], connection)
+    _receipt_checks(deployment, forgot["request"], connection, served=len(trained))
 
 
 def _forget_through_the_service(deployment: Compose, record: str) -> None:
@@ -283,13 +280,15 @@ def _forget_through_the_service(deployment: Compose, record: str) -> None:
     assert answer.json()["states"]["applied"] and answer.json()["asked_by"] == "e2e"
 
 
-def _receipt_checks(deployment: Compose, request: int, connection: str) -> None:
-    """The coordinator signs a deletion receipt for the request (verify through the nodes inside) and `--check`
-    accepts it; the same receipt with one field altered is refused."""
+def _receipt_checks(deployment: Compose, request: int, connection: str, served: int) -> None:
+    """The coordinator signs a deletion receipt for the request and `--check` accepts it; the same receipt with
+    one field altered is refused. The receipt runs `verify --federation` inside (the nodes train the reference
+    from what they hold): exact over every served artifact, the server's held samples equal."""
     signed = json.loads(deployment.exec("fedforget", "receipt", str(request), "--store", STORE, "--federation",
                                         connection, "--json", timeout=RUN_TIMEOUT).stdout)
-    assert signed["request"]["id"] == request and signed["verify"]["exact"]
-    assert signed["verify"]["federation"] == connection and signed["verify"]["held"]["equal"]
+    verdict = signed["verify"]
+    assert signed["request"]["id"] == request and verdict["exact"], verdict["reason"]
+    assert verdict["served"] == served and verdict["federation"] == connection and verdict["held"]["equal"]
     path = f"{STORE}/receipts/request-{request}.json"
     checked = json.loads(deployment.exec("fedforget", "receipt", "--check", path, "--json").stdout)
     assert checked["valid"] and checked["request"] == request
