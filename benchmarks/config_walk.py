@@ -188,8 +188,8 @@ def tracer(walk: Walk) -> Callable[[FrameType, str, Any], Any]:
     def call(frame: FrameType, event: str, arg: Any) -> Any:
         code = frame.f_code
         if code.co_filename.startswith(walk.prefix):
-            if not code.co_flags & CO_OPTIMIZED:  # a module or class body: import-time code, not a function
-                return None
+            if not code.co_flags & CO_OPTIMIZED or code.co_qualname in FOLDED:  # import-time code: a module or
+                return None  # class body, a comprehension at module level
             if code is parse and frame.f_back is not None:
                 caller = f"{walk.side()} {where(frame.f_back.f_code.co_filename)}:{step_name(frame.f_back.f_code)}"
                 walk.parses[caller] = walk.parses.get(caller, 0) + 1
