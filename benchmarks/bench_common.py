@@ -57,6 +57,17 @@ def source_commit() -> str:
     return head + ("+dirty" if dirty else "")
 
 
+def last_change(path: str = "fedforget") -> str:
+    """The last commit that changed ``path`` (relative to the checkout): the code a measurement of it read,
+    when the checkout's own commit only added measurements."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        return subprocess.run(["git", "log", "-1", "--format=%H", "--", path], cwd=root, capture_output=True,
+                              text=True, check=True, timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (no git checkout)"
+
+
 def machine_info() -> dict[str, Any]:
     return {
         "commit": source_commit(),
