@@ -1,5 +1,6 @@
 """The chains variants as Flower strategies: ``FedSGT(...).start(grid=grid)`` trains every chain position
-in ``rounds_per_phase`` FedAvg rounds on its prefix's data (``num_rounds`` sets that)."""
+in ``rounds_per_phase`` FedAvg rounds on its prefix's data (``num_rounds`` sets that; FedCIO's one position
+per cluster trains ``num_rounds`` rounds)."""
 
 from __future__ import annotations
 
