@@ -39,7 +39,10 @@ def theory_deletion_rate(
     """Expected requests until a full retrain: closed form next to a Monte-Carlo run of the same model."""
     from fedforget.methods.chains.theory import deletion_rate_report, monte_carlo_work
 
-    work = monte_carlo_work(method, groups, shards, clusters, trials)
+    try:
+        work = monte_carlo_work(method, groups, shards, clusters, trials)
+    except ValueError as exc:  # an unknown method
+        fail(str(exc))
     if work > MAX_MC_WORK:
         fewer = int(trials * MAX_MC_WORK / work)
         fail(f"this Monte-Carlo run is over its bound ({work:.3g} steps > {MAX_MC_WORK:.3g}, about 6 s); "

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING
 
 from fedforget.core.config_keys import ConfigError, ConfigTable, option
 from fedforget.core.method import Defaults
+from fedforget.methods.chains.plan import CHAIN_LAYOUTS
 
 if TYPE_CHECKING:
     from fedforget.core.config import RunConfig
 
 SERVING = ("allseq", "minseq", "longseq")
 PLACEMENTS = ("auto", "additive", "layer")
-ORDERED = ("fedsgt", "s3t")  # the variants that select group orders (SISA keeps one, FedCIO clusters)
 
 #: What their auto keys take before the task's (core/defaults.py): a chain position trains its module in
 #: rounds-per-phase FedAvg rounds on its prefix's data only
@@ -44,7 +44,8 @@ class ChainsConfig(ConfigTable):
         """A prior that fits the groups, and the orders an ordered chain method can select in seconds."""
         if self.prior:
             parse_prior(self.prior, self.groups)
-        if cfg.method not in ORDERED:
+        layout = CHAIN_LAYOUTS.get(cfg.method)
+        if layout is None or not layout.ordered:  # SISA keeps one order, FedCIO clusters
             return
         from fedforget.methods.chains.theory import selection_refusal
 

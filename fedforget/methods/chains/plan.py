@@ -15,13 +15,94 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedforget.core.harmonic import harmonic
 from fedforget.methods.chains.serving import select_serving
 
+if TYPE_CHECKING:
+    from fedforget.core.config import RunConfig
+
 STACKINGS = ("new", "continue")
 PLACEMENTS = ("additive", "layer")
+
+
+@dataclass(frozen=True)
+class ChainLayout:
+    """How one chains variant lays out its chains, in one value its Strategy class names (``FedSGT.layout``):
+    training, the memory estimate, the config rules and the theory ask it, and none compares variant names."""
+
+    #: the run config's ``method`` value: it names the variant's artifacts and seeds
+    name: str
+    #: cuts ``chains.shards`` shards (S3T, SISA); FedSGT's groups form one global shard
+    sharded: bool
+    #: selects ``chains.budget`` group orders per shard, a new module per position (FedSGT, S3T); otherwise
+    #: one order whose single module is continued group by group (SISA, FedCIO)
+    ordered: bool
+    #: where a new position's module sits under ``chains.placement = "auto"`` (S3T: blocks of layers)
+    placement: str = "additive"
+    #: the groups are k-means clusters of the clients' label histograms, one group per shard (FedCIO): formed
+    #: once the nodes registered their class counts, trained ``num-rounds`` rounds, voting by their examples
+    clustered: bool = False
+
+    @property
+    def stacking(self) -> str:
+        """``new``: a frozen prefix plus a fresh module per position; ``continue``: one module carried on."""
+        return "new" if self.ordered else "continue"
+
+    @property
+    def rounds_key(self) -> str:
+        """The run-config key that sets the rounds one position trains."""
+        return "num-rounds" if self.clustered else "chains.rounds-per-phase"
+
+    def rounds(self, cfg: RunConfig) -> int:
+        return cfg.num_rounds if self.clustered else cfg.chains.rounds_per_phase
+
+    def shards(self, shards: int, clusters: int) -> int:
+        """The shards its chains are trained over: ``chains.shards``, FedSGT's one, FedCIO's clusters."""
+        return clusters if self.clustered else shards if self.sharded else 1
+
+    def shape(self, groups: int, budget: int, shards: int, clusters: int) -> tuple[int, int, int]:
+        """(shards, groups per shard, orders per shard) for these sizes; a size the variant does not read is
+        ignored (FedSGT has one shard, FedCIO only clusters)."""
+        per_shard = 1 if self.clustered else groups
+        return self.shards(shards, clusters), per_shard, (budget if self.ordered else 1)
+
+    def stored_modules(self, groups: int, budget: int, shards: int, clusters: int) -> int:
+        """Modules (LoRA factors + head) the variant stores: one per chain position."""
+        num_shards, per_shard, orders = self.shape(groups, budget, shards, clusters)
+        return num_shards * per_shard * orders
+
+    def orders(self, groups: int, budget: int, prior: Sequence[float] | None, seed: int) -> list[tuple[int, ...]]:
+        """The group orders every shard trains: the budget's selection (cyclic, or BMS under a prior), or the
+        shard's groups in their own order."""
+        if not self.ordered:
+            return [tuple(range(1 if self.clustered else groups))]
+        from fedforget.methods.chains.sequences import select_sequences  # numpy: only a run selects
+
+        return select_sequences(groups, budget, prior, seed=seed)
+
+    def module_placement(self, chosen: str) -> str:
+        """Where the modules sit for ``chains.placement = chosen``: a continued module stays additive."""
+        if not self.ordered:
+            return "additive"
+        return self.placement if chosen == "auto" else chosen
+
+
+FEDSGT_LAYOUT = ChainLayout("fedsgt", sharded=False, ordered=True)
+S3T_LAYOUT = ChainLayout("s3t", sharded=True, ordered=True, placement="layer")
+SISA_LAYOUT = ChainLayout("sisa", sharded=True, ordered=False)
+FEDCIO_LAYOUT = ChainLayout("fedcio", sharded=False, ordered=False, clustered=True)
+#: the run config names the variant (``method=``); this is where that name becomes its layout
+CHAIN_LAYOUTS: dict[str, ChainLayout] = {v.name: v for v in (FEDSGT_LAYOUT, S3T_LAYOUT, SISA_LAYOUT, FEDCIO_LAYOUT)}
+
+
+def chain_layout(method: str) -> ChainLayout:
+    """The layout of the chains variant ``method`` (a ValueError names the variants for any other)."""
+    try:
+        return CHAIN_LAYOUTS[method]
+    except KeyError:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(CHAIN_LAYOUTS)}") from None
 
 
 @dataclass(frozen=True)
@@ -236,7 +317,8 @@ def shard_vote_weights(plan_json: dict[str, Any], serving: dict[str, Any],
     served = [s for s in serving["shards"] if s["members"]]
     if not served:
         return []
-    if plan_json.get("method") != "fedcio":
+    layout = CHAIN_LAYOUTS.get(str(plan_json.get("method")))
+    if layout is None or not layout.clustered:
         return [1.0 / len(served)] * len(served)
     sizes = [float(sum(metas.get(m["artifacts"][-1], {}).get("train-examples", 0) * m["weight"]
                        for m in s["members"])) for s in served]

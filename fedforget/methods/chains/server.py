@@ -43,8 +43,7 @@ from fedforget.federation.registration import Federation
 from fedforget.federation.run_setup import ServerRun
 from fedforget.methods.chains.config import parse_prior
 from fedforget.methods.chains.grouping import group_units
-from fedforget.methods.chains.plan import Chain, ChainPlan, layer_blocks, rebuild_from
-from fedforget.methods.chains.sequences import select_sequences
+from fedforget.methods.chains.plan import Chain, ChainPlan, chain_layout, layer_blocks, rebuild_from
 from fedforget.store.crash import crash_point
 from fedforget.store.ledger import Ledger
 from fedforget.store.store import StoreError, arrays_of
@@ -77,9 +76,10 @@ def cluster_partitions(class_counts: dict[int, list[int]], clusters: int, seed: 
 def refuse_groups_without_data(cfg: RunConfig, partitions: int) -> None:
     """Every group needs at least one client slice. Checked once the nodes have answered (their number
     is not in the run config) and before the store exists."""
-    if cfg.method == "fedcio":  # groups are clusters of partitions, formed from the data
+    layout = chain_layout(cfg.method)
+    if layout.clustered:  # groups are clusters of partitions, formed from the data
         return
-    shards = 1 if cfg.method == "fedsgt" else cfg.chains.shards
+    shards = layout.shards(cfg.chains.shards, cfg.chains.clusters)
     slices = partitions * cfg.slices_per_client
     if slices < shards * cfg.chains.groups:
         raise ConfigError(f"'chains.groups'={cfg.chains.groups} x {shards} shard(s) needs at least "
@@ -93,23 +93,17 @@ def build_chain_plan(cfg: RunConfig, run: ServerRun) -> ChainPlan:
     """Groups, sequences, stacking and placement of ``cfg.method`` over this run's units."""
     units = data_units(run.plan)
     prior = parse_prior(cfg.chains.prior, cfg.chains.groups) if cfg.chains.prior else None
-    seq_seed = derive_seed(cfg.seed, cfg.method, "sequences")
-    if cfg.method == "fedcio":
-        clusters = cluster_partitions(run.federation.class_counts, cfg.chains.clusters, cfg.seed)
+    layout, chains = chain_layout(cfg.method), cfg.chains
+    if layout.clustered:
+        clusters = cluster_partitions(run.federation.class_counts, chains.clusters, cfg.seed)
         groups = [[[u for u in units if UnitId.parse(u).partition in members]] for members in clusters]
-        return ChainPlan("fedcio", groups, [[(0,)] for _ in groups], "continue", "additive", cfg.num_rounds,
-                         cfg.chains.serving)
-    shards = 1 if cfg.method == "fedsgt" else cfg.chains.shards
-    flat = group_units(units, shards * cfg.chains.groups, derive_seed(cfg.seed, cfg.method, "grouping"))
-    groups = [flat[s * cfg.chains.groups : (s + 1) * cfg.chains.groups] for s in range(shards)]
-    if cfg.method == "sisa":
-        return ChainPlan("sisa", groups, [[tuple(range(cfg.chains.groups))] for _ in groups], "continue", "additive",
-                         cfg.chains.rounds_per_phase, cfg.chains.serving)
-    orders = select_sequences(cfg.chains.groups, cfg.chains.budget, prior, seed=seq_seed)
-    default_placement = "layer" if cfg.method == "s3t" else "additive"
-    placement = default_placement if cfg.chains.placement == "auto" else cfg.chains.placement
-    return ChainPlan(cfg.method, groups, [list(orders) for _ in groups], "new", placement, cfg.chains.rounds_per_phase,
-                     cfg.chains.serving)
+    else:
+        shards = layout.shards(chains.shards, chains.clusters)
+        flat = group_units(units, shards * chains.groups, derive_seed(cfg.seed, layout.name, "grouping"))
+        groups = [flat[s * chains.groups : (s + 1) * chains.groups] for s in range(shards)]
+    orders = layout.orders(chains.groups, chains.budget, prior, seed=derive_seed(cfg.seed, layout.name, "sequences"))
+    return ChainPlan(layout.name, groups, [list(orders) for _ in groups], layout.stacking,
+                     layout.module_placement(chains.placement), layout.rounds(cfg), chains.serving)
 
 
 def position_targets(plan: ChainPlan, run: ServerRun) -> list[list[str] | None]:
@@ -422,7 +416,7 @@ class ChainsServer(MethodServer):
     prefix."""
 
     def needs(self) -> tuple[str, ...]:
-        return (NEED_CLASS_COUNTS,) if self.cfg.method == "fedcio" else ()  # FedCIO clusters label histograms
+        return (NEED_CLASS_COUNTS,) if chain_layout(self.cfg.method).clustered else ()  # k-means of label histograms
 
     def check(self, federation: Federation, num_classes: int) -> None:
         refuse_groups_without_data(self.cfg, len(federation.nodes))

@@ -20,10 +20,11 @@ from math import comb, factorial
 from typing import Any
 
 from fedforget.core.harmonic import harmonic
+from fedforget.methods.chains.plan import CHAIN_LAYOUTS, chain_layout
 from fedforget.methods.chains.sequences import _ATTEMPTS_PER_SAMPLE, Order, cyclic_sequences
 from fedforget.methods.chains.serving import active_prefix
 
-THEORY_METHODS = ("fedsgt", "s3t", "sisa", "fedcio")
+THEORY_METHODS = tuple(CHAIN_LAYOUTS)
 _MEMO_ENTRIES = 1 << 16
 #: Group positions (groups × budget) the cyclic selection may build: about 3 s with its output.
 ORDER_CELLS_MAX = 1_000_000
@@ -37,22 +38,13 @@ def _check_positive(**values: int) -> None:
             raise ValueError(f"{name} must be >= 1, got {v}")
 
 
-def _check_method(method: str) -> None:
-    if method not in THEORY_METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(THEORY_METHODS)}")
-
-
 def _units_and_targets(method: str, groups: int, budget: int, shards: int, clusters: int) -> tuple[int, int]:
-    """(units a request picks from, units whose hit kills a top position): δ is the coupon-collector time."""
-    _check_method(method)
+    """(units a request picks from, units whose hit kills a top position): δ is the coupon-collector time.
+    A shard's top positions are the first groups of its orders: ``min(L, B)`` of cyclic ones, one of one order."""
+    layout = chain_layout(method)
     _check_positive(groups=groups, budget=budget, shards=shards, clusters=clusters)
-    if method == "fedsgt":  # one global shard
-        return groups, min(groups, budget)
-    if method == "s3t":
-        return shards * groups, shards * min(groups, budget)
-    if method == "sisa":
-        return shards * groups, shards
-    return clusters, clusters
+    num_shards, per_shard, orders = layout.shape(groups, budget, shards, clusters)
+    return num_shards * per_shard, num_shards * min(per_shard, orders)
 
 
 def deletion_rate_closed_form(method: str, groups: int, budget: int, shards: int = 1, clusters: int = 5) -> float:
@@ -74,13 +66,9 @@ def deletion_rate_std(method: str, groups: int, budget: int, shards: int = 1, cl
 def _system(method: str, groups: int, budget: int, shards: int, clusters: int) -> tuple[int, int, list[Order]]:
     """(shards, groups per shard, the orders every shard trains) as the methods lay them out."""
     _units_and_targets(method, groups, budget, shards, clusters)  # validation
-    if method == "fedsgt":
-        return 1, groups, cyclic_sequences(groups, budget)
-    if method == "s3t":
-        return shards, groups, cyclic_sequences(groups, budget)
-    if method == "sisa":
-        return shards, groups, [tuple(range(groups))]
-    return clusters, 1, [(0,)]
+    layout = chain_layout(method)
+    num_shards, per_shard, _ = layout.shape(groups, budget, shards, clusters)
+    return num_shards, per_shard, cyclic_sequences(groups, budget) if layout.ordered else [tuple(range(per_shard))]
 
 
 def _alive_lookup(orders: list[Order], groups: int) -> Callable[[int], bool]:
@@ -103,8 +91,8 @@ def _alive_lookup(orders: list[Order], groups: int) -> Callable[[int], bool]:
 def monte_carlo_work(method: str, groups: int, shards: int, clusters: int, trials: int) -> float:
     """Steps :func:`simulate_deletion_rate` takes, up to a constant: each trial draws ~``u·(ln u + 1)``
     requests over ``u`` units and re-checks a shard's prefixes (``O(groups)``) once per newly hit unit."""
-    units, per_shard = (clusters, 1) if method == "fedcio" else \
-        (shards * groups, groups) if method in ("s3t", "sisa") else (groups, groups)
+    num_shards, per_shard, _ = chain_layout(method).shape(groups, 1, shards, clusters)
+    units = num_shards * per_shard
     return float(trials) * units * (math.log(units) + 1.0 + per_shard)
 
 

@@ -44,7 +44,7 @@ from fedforget.methods.hosfl.messages import (
     ThetaForward,
     ZoScalars,
 )
-from fedforget.methods.hosfl.plan import entries_to_apply, local_batch_indices, local_steps
+from fedforget.methods.hosfl.plan import entries_to_apply, local_batch_indices, local_steps, split_protocol
 from fedforget.methods.hosfl.split_model import SplitModel, cached_split_model, split_device
 from fedforget.store.atomic import atomic_write_bytes
 from fedforget.store.store import Store, resolve_store_path
@@ -117,6 +117,7 @@ class _Round:
     def __init__(self, site: ClientSite, head: RoundHead, context: Context, step: int = 0) -> None:
         self.site = site
         self.cfg = self.site.cfg
+        self.protocol = split_protocol(self.cfg.method)
         self.round = head.server_round
         self.step = step
         self.split: SplitModel = cached_split_model(self.cfg, self.site.data.num_classes, "client")
@@ -131,7 +132,7 @@ class _Round:
         self.labels = batch.labels
         #: the ZO subspace (``hosfl.zo-params``; None = all of θ_c)
         self.index = zo.subspace_index(self.split.client_names, [p.numel() for _, p in self.split.client_params],
-                                       self.cfg.hosfl.zo_params) if self.cfg.method == "hosfl" else None
+                                       self.cfg.hosfl.zo_params) if self.protocol.replays_history else None
 
     def forward(self, theta: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The client part at θ (on views of θ, moved to the device): (z, *aux)."""
@@ -171,9 +172,9 @@ def forward(msg: Message, context: Context) -> Message:
     """Phase 1: sync θ_c (HO-SFL: replay history; SFL/ZO-SFL: take the global θ_c, or SFL's local θ_c
     after its first local step), draw the batch, send the cut-layer activations and labels."""
     site = ClientSite.from_context(context)
-    method = site.cfg.method
+    protocol = split_protocol(site.cfg.method)
     steps = None
-    if method == "hosfl":
+    if protocol.replays_history:
         replay = ReplayForward.from_record(msg.content)
         rnd = _Round(site, replay.head, context)
         theta, version = load_state(rnd.path, rnd.split.initial_client)
@@ -201,7 +202,7 @@ def forward(msg: Message, context: Context) -> Message:
         else:
             theta = request.theta
             save_state(rnd.path, theta, rnd.round)
-        if method == "sfl":
+        if protocol.local_steps:
             if rnd.step == 0:
                 steps = local_steps(rnd.num_examples, rnd.cfg.batch_size, rnd.cfg.local_epochs)
             cut, minus = rnd.cut(rnd.forward(theta)), None
@@ -218,7 +219,7 @@ def forward(msg: Message, context: Context) -> Message:
 def zo_phase(msg: Message, context: Context) -> Message:
     """Phase 3 of HO-SFL (P scalars from λ, P perturbed forwards), or ZO-SFL's client step."""
     site = ClientSite.from_context(context)
-    if site.cfg.method == "zo-sfl":
+    if split_protocol(site.cfg.method).spsa:
         spsa = SpsaZo.from_record(msg.content)
         rnd = _Round(site, spsa.head, context)
         theta = rnd.load_round_state()

@@ -17,6 +17,43 @@ from dataclasses import dataclass, field
 
 from fedforget.core.seeds import derive_seed
 
+
+@dataclass(frozen=True)
+class SplitProtocol:
+    """How one split variant's clients and server step, in one value its Strategy class names
+    (``HOSFL.protocol``): the server's rounds and the clients' handlers ask it, none compares variant names."""
+
+    #: the run config's ``method`` value: it names the variant's artifact, seeds and messages
+    name: str
+    #: clients step θ_c by zeroth order on P seeded directions and replay the server's (seeds, v̄) history, so
+    #: θ_c never travels and the history is stored next to the model (HO-SFL); ``hosfl.zo-params`` and
+    #: ``hosfl.client-momentum`` shape that step
+    replays_history: bool = False
+    #: clients send f_c at θ_c ± μu for the round's one shared seed, and both sides step by SPSA: the server
+    #: keeps no optimizer (ZO-SFL)
+    spsa: bool = False
+
+    @property
+    def local_steps(self) -> bool:
+        """Clients take first-order local steps from λ, ``local-epochs`` passes a round (SFL)."""
+        return not (self.replays_history or self.spsa)
+
+
+HOSFL_PROTOCOL = SplitProtocol("hosfl", replays_history=True)
+SFL_PROTOCOL = SplitProtocol("sfl")
+ZO_SFL_PROTOCOL = SplitProtocol("zo-sfl", spsa=True)
+#: the run config names the variant (``method=``); this is where that name becomes its protocol
+SPLIT_PROTOCOLS: dict[str, SplitProtocol] = {v.name: v for v in (HOSFL_PROTOCOL, SFL_PROTOCOL, ZO_SFL_PROTOCOL)}
+
+
+def split_protocol(method: str) -> SplitProtocol:
+    """The protocol of the split variant ``method`` (a ValueError names the variants for any other)."""
+    try:
+        return SPLIT_PROTOCOLS[method]
+    except KeyError:
+        raise ValueError(f"unknown split method {method!r}; choose one of {', '.join(SPLIT_PROTOCOLS)}") from None
+
+
 DIRECTIONS = ("up", "down")
 #: Traffic kinds: cut-layer activations (+ labels, masks) up; feedback (λ, or a ZO loss scalar) down;
 #: model aggregation (seeds, v̄ history, v scalars, or client models); control (round numbers, ids).

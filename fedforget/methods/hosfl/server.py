@@ -69,7 +69,7 @@ from fedforget.methods.hosfl.messages import (
     ThetaForward,
     ZoScalars,
 )
-from fedforget.methods.hosfl.plan import History, TrafficLedger, round_seeds, sample_round
+from fedforget.methods.hosfl.plan import History, TrafficLedger, round_seeds, sample_round, split_protocol
 from fedforget.methods.hosfl.serve import SPLIT_KIND
 from fedforget.methods.hosfl.split_model import Composite, cached_split_model, split_device
 from fedforget.store.ledger import Ledger
@@ -122,11 +122,12 @@ class SplitRun:
         self.split.load_client_vector(self.split.initial_client)
         self.split.load_server_state(self.split.initial_server)
         self.theta_c = self.split.initial_client.clone()  # HO-SFL: the shadow; SFL/ZO-SFL: the global θ_c
+        self.protocol = protocol = split_protocol(cfg.method)
         # HO-SFL's opt-in variance reduction: the ZO subspace and the shadow's momentum buffer
         self.zo_index = zo.subspace_index(self.split.client_names, [p.numel() for _, p in self.split.client_params],
-                                          cfg.hosfl.zo_params) if cfg.method == "hosfl" else None
+                                          cfg.hosfl.zo_params) if protocol.replays_history else None
         self.zo_buf = (torch.zeros(zo.subspace_dim(self.theta_c, self.zo_index), dtype=torch.float32)
-                       if cfg.method == "hosfl" and cfg.hosfl.client_momentum > 0 else None)
+                       if protocol.replays_history and cfg.hosfl.client_momentum > 0 else None)
         self.server_params = [p for _, p in self.split.server_params]
         self.opt = self._optimizer()
         self.history = History()
@@ -142,7 +143,7 @@ class SplitRun:
         self.max_reply_bytes = self._reply_bound()
 
     def _optimizer(self, params: Sequence[torch.Tensor] | None = None) -> torch.optim.Optimizer | None:
-        if self.cfg.method == "zo-sfl" and params is None:
+        if self.protocol.spsa and params is None:
             return None  # ZO-SGD on both sides
         params = list(self.server_params if params is None else params)
         if self.cfg.optimizer == "adam":
@@ -190,7 +191,7 @@ class SplitRun:
 
     def _activations(self, first_step: bool = False) -> Parse:
         """Reads forward replies (ZO-SFL's pair of activations; SFL's local-step count with its first)."""
-        spsa, steps = self.cfg.method == "zo-sfl", first_step and self.cfg.method == "sfl"
+        spsa, steps = self.protocol.spsa, first_step and self.protocol.local_steps
         return lambda part, content: Activations.from_record(content, spsa=spsa, local_steps=steps)
 
     def _thetas(self, expected: Callable[[int], bool] = lambda part: True) -> Parse:
@@ -397,7 +398,8 @@ class SplitRun:
 
     def run_rounds(self) -> None:
         cfg = self.cfg
-        step = {"hosfl": self.round_hosfl, "sfl": self.round_sfl, "zo-sfl": self.round_zo_sfl}[cfg.method]
+        protocol = self.protocol
+        step = self.round_hosfl if protocol.replays_history else self.round_zo_sfl if protocol.spsa else self.round_sfl
         self._log_eval(0, {})
         for t in range(cfg.num_rounds):
             chosen = sample_round(self.nodes, cfg.hosfl.clients_per_round, cfg.seed, cfg.method, t)
@@ -434,10 +436,10 @@ class SplitRun:
             "perturbations": cfg.hosfl.perturbations,
             "mu": cfg.hosfl.mu, "run-tag": self.tag, "client-versions": {str(p): v for p, v in self.version.items()},
         }
-        if cfg.method == "hosfl" and (cfg.hosfl.zo_params or cfg.hosfl.client_momentum):  # only when opted into
+        if self.protocol.replays_history and (cfg.hosfl.zo_params or cfg.hosfl.client_momentum):  # when opted into
             split_info.update({"zo-params": cfg.hosfl.zo_params, "zo-dim": zo.subspace_dim(self.theta_c, self.zo_index),
                                "client-momentum": cfg.hosfl.client_momentum})
-        if cfg.method == "hosfl":
+        if self.protocol.replays_history:
             split_info["history"] = store.put_arrays(
                 {"seeds": np.array(self.history.seeds, dtype=np.int64).reshape(-1, cfg.hosfl.perturbations),
                  "vbar": np.array(self.history.vbar, dtype=np.float32).reshape(-1, cfg.hosfl.perturbations)},

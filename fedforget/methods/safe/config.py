@@ -24,10 +24,40 @@ SAFE_FINE: dict[str, int] = {"digits-mlp": 2, "fmnist-cnn": 2, "fmnist-effnet": 
 ADAPTER_WIDTH: dict[str, int] = {"digits-mlp": 64, "fmnist-effnet": 1280, "rt-minilm": 384, "fortunes-minilm": 384}
 
 
-def _per_task(method: str, task: str) -> dict[str, int]:
-    """A variant's values on one task: the adapter width, and SAFE's class groups."""
-    width = {"adapter-width": ADAPTER_WIDTH[task]} if task in ADAPTER_WIDTH else {}
-    return width | ({"fine": SAFE_FINE[task]} if method == "safe" and task in SAFE_FINE else {})
+@dataclass(frozen=True)
+class SafeLayout:
+    """How SAFE and ProtoSISA shard the clients' data, in one value their Strategy classes name
+    (``SAFE.layout``): the config rules, the defaults and the graph ask it, none compares variant names."""
+
+    #: the run config's ``method`` value: it names the variant's artifacts and seeds
+    name: str
+    #: cliques of class groups whose one-vs-all adapters need two classes each (SAFE): the task's class groups
+    #: (SAFE_FINE) are the ``safe.fine`` default, ``safe.coarse-by`` deals the coarse groups, and SAFE-DP
+    #: applies; otherwise ``coarse·fine`` uniform shards holding every class (ProtoSISA, SISA's sharding)
+    class_cliques: bool
+
+    def coarse_mode(self, coarse_by: str) -> str:
+        """How the clients' samples are dealt into coarse groups, for ``safe.coarse-by = coarse_by``."""
+        return coarse_by if self.class_cliques else "uniform"
+
+    def per_task(self, task: str) -> dict[str, int]:
+        """The variant's values on one task: the adapter width, and SAFE's class groups."""
+        width = {"adapter-width": ADAPTER_WIDTH[task]} if task in ADAPTER_WIDTH else {}
+        return width | ({"fine": SAFE_FINE[task]} if self.class_cliques and task in SAFE_FINE else {})
+
+
+SAFE_LAYOUT = SafeLayout("safe", class_cliques=True)
+PROTOSISA_LAYOUT = SafeLayout("protosisa", class_cliques=False)
+#: the run config names the variant (``method=``); this is where that name becomes its layout
+SAFE_LAYOUTS: dict[str, SafeLayout] = {v.name: v for v in (SAFE_LAYOUT, PROTOSISA_LAYOUT)}
+
+
+def safe_layout(method: str) -> SafeLayout:
+    """The layout of the SAFE variant ``method`` (a ValueError names the variants for any other)."""
+    try:
+        return SAFE_LAYOUTS[method]
+    except KeyError:
+        raise ValueError(f"unknown SAFE method {method!r}; choose one of {', '.join(SAFE_LAYOUTS)}") from None
 
 
 #: What their auto keys take before the task's (core/defaults.py). SAFE's InCA adapters: adapter-steps is
@@ -35,8 +65,8 @@ def _per_task(method: str, task: str) -> dict[str, int]:
 #: safe.coarse uniform shards (it deals coarse·fine shards of all classes), hence fine 1.
 DEFAULTS = Defaults(
     variants={"safe": {"num-rounds": 5, "lr": 0.005}, "protosisa": {"num-rounds": 5, "lr": 0.005, "fine": 1}},
-    pairs={(m, t): _per_task(m, t) for m in ("safe", "protosisa") for t in (*ADAPTER_WIDTH, *SAFE_FINE)
-           if _per_task(m, t)},
+    pairs={(v.name, t): v.per_task(t) for v in SAFE_LAYOUTS.values() for t in (*ADAPTER_WIDTH, *SAFE_FINE)
+           if v.per_task(t)},
 )
 
 
@@ -77,7 +107,8 @@ class SafeConfig(ConfigTable):
         if self.adapter_width % 4:
             raise ConfigError(f"run-config 'safe.adapter-width' must be a multiple of 4 (the attention's heads), "
                               f"got {self.adapter_width}")
-        if self.dp and cfg.method != "safe":
+        layout = SAFE_LAYOUTS.get(cfg.method)
+        if self.dp and (layout is None or not layout.class_cliques):  # DP trains the cliques' class nodes
             raise ConfigError(f"safe.dp=true needs method='safe', got {cfg.method!r}")
         self._check_shard(cfg)
         if cfg.reads(self.group) and cfg.task == "hf":

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from fedforget.core.config import RunConfig
+from fedforget.methods.safe.config import safe_layout
 from fedforget.methods.safe.graph import forget_detail as clique_detail
 from fedforget.store.ledger import LedgerUsageError
 
@@ -46,8 +47,9 @@ def check_before_submit(cfg: RunConfig) -> None:
         from fedforget.methods.safe.shard import safe_shard_ids
 
         safe_shard_ids(cfg)
-    if cfg.method == "safe" and cfg.safe.fine > 1:  # one class per clique
+    layout = safe_layout(cfg.method)
+    if layout.class_cliques and cfg.safe.fine > 1:  # one class per clique
         from fedforget.methods.safe.graph import check_clique_classes
         from fedforget.tasks.server_data import load_server_test
 
-        check_clique_classes(cfg.method, load_server_test(cfg).num_classes, cfg.safe.fine, cfg.task)
+        check_clique_classes(layout, load_server_test(cfg).num_classes, cfg.safe.fine, cfg.task)

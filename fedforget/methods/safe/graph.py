@@ -23,6 +23,7 @@ from fedforget.core.config import ConfigError
 from fedforget.core.harmonic import harmonic
 from fedforget.core.seeds import derive_seed
 from fedforget.core.slicing import array_split
+from fedforget.methods.safe.config import SafeLayout
 
 COARSE_MODES = ("sample", "client", "uniform")
 
@@ -270,13 +271,13 @@ def bilevel_cells(labels: Mapping[int, Mapping[int, int]], num_classes: int, coa
     return out
 
 
-def check_clique_classes(method: str, num_classes: int, fine: int, task: str) -> None:
+def check_clique_classes(layout: SafeLayout, num_classes: int, fine: int, task: str) -> None:
     """SAFE's cliques need two classes each: a one-class clique's one-vs-all adapters see no negative.
 
     ``fine`` class groups split the K classes near-equally, so the smallest has ⌊K/fine⌋ classes. A
     :class:`ConfigError` names the largest ``safe.fine`` that works; ProtoSISA's shards hold every class.
     """
-    if method == "safe" and num_classes // fine < 2:
+    if layout.class_cliques and num_classes // fine < 2:
         raise ConfigError(f"safe.fine={fine} leaves a SAFE clique with one class of {task}'s {num_classes}, whose "
                           f"adapters would never see a negative; use safe.fine <= {max(1, num_classes // 2)}")
 

@@ -40,6 +40,7 @@ from fedforget.federation.run_setup import ServerRun
 from fedforget.methods.safe.adapters import init_adapters
 from fedforget.methods.safe.budget import adapter_budget
 from fedforget.methods.safe.client import PARAM_KEYS, SEP, frozen_backbone, frozen_theta
+from fedforget.methods.safe.config import safe_layout
 from fedforget.methods.safe.dp import request_budget
 from fedforget.methods.safe.graph import SafePlan, build_safe_plan, check_clique_classes
 from fedforget.methods.safe.messages import CliqueResults, CliqueWork, PrototypeQuery, TrainCliques
@@ -69,7 +70,7 @@ def make_plan(cfg: RunConfig, run: ServerRun, shard: SafeShard | None = None,
     """The graph from seeds and the partitions' labels only, plus the safe shard's class counts."""
     # the labels the nodes registered (SAFE's cells are classes); a record deleted with its row has none
     labels = {p: {s: y for s, y in sorted(run.federation.labels[p].items()) if y >= 0} for p in sorted(run.plan.slices)}
-    mode = "uniform" if cfg.method == "protosisa" else cfg.safe.coarse_by
+    mode = safe_layout(cfg.method).coarse_mode(cfg.safe.coarse_by)
     safe = cfg.safe
     k = request_budget(safe.dp_epsilon, safe.dp_delta, safe.dp_alpha, safe.dp_beta) if safe.dp else 0
     counts = class_counts(shard.labels.tolist()) if shard is not None else {}
@@ -353,7 +354,7 @@ class SafeServer(MethodServer):
     def check(self, federation: Federation, num_classes: int) -> None:
         """Before the store exists: a bad graph or too few unused rows writes nothing."""
         cfg = self.cfg
-        check_clique_classes(cfg.method, num_classes, cfg.safe.fine, cfg.task)
+        check_clique_classes(safe_layout(cfg.method), num_classes, cfg.safe.fine, cfg.task)
         self.whole = whole_train_split(cfg) if cfg.safe.shard > 0 else None  # read once: the draw, then the rows
         used = [i for p in sorted(federation.plan.slices) for i in federation.plan.partition_ids(p)]
         self.shard_ids = safe_shard_ids(cfg, used, self.whole)
