@@ -30,8 +30,8 @@ from bench_common import machine_info, quiet_flower
 from flwr.app import Context, Message, RecordDict
 
 from fedforget.client_app import app as client_app
-from fedforget.federation.module_shipping import CACHE_ENV
 from fedforget.inprocess import run_in_process
+from fedforget.methods.chains.shipping import CACHE_ENV
 from fedforget.store import Store
 
 NODES = 10

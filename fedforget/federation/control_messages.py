@@ -6,7 +6,8 @@
   ``arrays``: its sample ids, their slices, what it has deleted, and labels or class counts when asked) or a
   refusal naming what is wrong with its data.
 - ``query`` (finding a node mid-run: failover, propagation): :class:`PartitionQuery` (``config``:
-  ``ask=partition``), answered by :class:`PartitionInfo` (``info``: the node's partition and how many the run has).
+  ``ask=partition``), answered by :class:`PartitionInfo` (``info``: the node's partition and how many the run has;
+  a registration's ``info`` carries the same two keys, so :mod:`~fedforget.federation.discovery` reads both alike).
 - ``query.forget`` (or a method's own forget message): :class:`ForgetSamples` (``arrays``: the sample ids;
   ``purge``: the purged sha256s, when any), answered by :class:`ForgetAck` (``info``: partition, deleted,
   requested, and the handler's own counts).
@@ -22,7 +23,7 @@ fresh ClientApp process and must not pay for the training stack.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -116,23 +117,6 @@ class PartitionInfo:
     def from_record(cls, content: RecordDict) -> PartitionInfo:
         info = _config(content, INFO)
         return cls(_int(info, PARTITION_KEY), _int(info, NUM_PARTITIONS_KEY))
-
-
-def answered_partitions(replies: Iterable[Message | None],
-                        on_malformed: Callable[[Message, MalformedMessage], None] | None = None) -> dict[int, int]:
-    """partition → node id of each answer to a :class:`PartitionQuery` (the one discovery of who holds what
-    outside registration); missing, failed and malformed answers are left out (``on_malformed`` hears of the
-    last)."""
-    found = {}
-    for reply in replies:
-        if reply is None or reply.has_error():
-            continue
-        try:
-            found[PartitionInfo.from_record(reply.content).partition] = reply.metadata.src_node_id
-        except MalformedMessage as exc:
-            if on_malformed is not None:
-                on_malformed(reply, exc)
-    return found
 
 
 # -- registration ----------------------------------------------------------------------------------
@@ -328,8 +312,8 @@ class ForgetSamples:
 @dataclass(frozen=True)
 class ForgetAck:
     """A node's acknowledgement of a forget request: how many of the ``requested`` samples it newly
-    ``deleted``, and the handler's own counts in ``extra`` (the shared handler: ``remaining``; SAFE's:
-    ``purged-token-files``)."""
+    ``deleted``, and the handler's own counts in ``extra`` (the nodes' one handler: ``remaining`` and
+    ``purged-cache-files``; an older SAFE node: ``purged-token-files``)."""
 
     partition: int
     deleted: int

@@ -3,8 +3,8 @@
 Rule (docs/design-decisions.md): a message whose node is unavailable (a ``NODE_UNAVAILABLE``
 error, or no reply before the round timeout) or whose reply is malformed is **redone**: sent again,
 unchanged, to the node that now holds the same partition (a restarted SuperNode has a new node id,
-or its old one when it authenticates with a registered key; either way it is found with the same
-``query`` the run starts with). Replies are pure functions of the message and
+or its old one when it authenticates with a registered key; either way it is found by the discovery
+the run starts with, :mod:`fedforget.federation.discovery`). Replies are pure functions of the message and
 the partition's data, so a redone message gives the bytes the first would have. A partition that has
 not come back within the rejoin window is **excluded**: every artifact that needs it in this run is
 left unbuilt (not recorded, so never served; the next ``fedforget retrain`` builds it), and every
@@ -31,7 +31,7 @@ from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedforget.federation.control_messages import answered_partitions, partition_queries
+from fedforget.federation.discovery import find_partitions
 from fedforget.federation.messaging import PARTITION_KEY, NodeFailure, ReliableGrid, send_slots
 
 REJOIN_ENV = "FEDFORGET_NODE_REJOIN_S"
@@ -58,21 +58,16 @@ def _readdress(msg: Message, node: int) -> Message:
     return Message(msg.content, dst_node_id=node, message_type=meta.message_type, group_id=meta.group_id or None)
 
 
-def find_partition_nodes(grid: Grid, nodes: dict[int, int], wanted: set[int], timeout: float,
-                         reported_gone: set[int] = frozenset()) -> dict[int, int]:
-    """Ask the online nodes that may hold a ``wanted`` partition which partition they hold; return the
-    ``{partition: node}`` found. Those are the nodes the run has not mapped yet (a restarted SuperNode
-    that registers itself gets a new node id) and, for the partitions in ``reported_gone``, their own
-    nodes once they are online again (a SuperNode that authenticates with a registered key keeps its
-    node id across restarts). A node that stayed online and fell silent is not asked again: it would
-    answer the query and swallow the redone message, for ever."""
+def _find_again(grid: Grid, nodes: dict[int, int], wanted: set[int], timeout: float,
+                reported_gone: set[int]) -> dict[int, int]:
+    """``{partition: node}`` of the ``wanted`` partitions found within ``timeout``. Asked are the nodes the run
+    has not mapped yet (a restarted SuperNode that registers itself gets a new node id) and, for the partitions
+    in ``reported_gone``, their own nodes once they are online again (a SuperNode that authenticates with a
+    registered key keeps its node id across restarts). A node that stayed online and fell silent is not asked
+    again: it would answer the query and swallow the redone message, for ever."""
     known = set(nodes.values())
-    rejoined = {nodes[p] for p in wanted & set(reported_gone) if p in nodes}
-    ask = sorted(n for n in grid.get_node_ids() if n not in known or n in rejoined)
-    if not ask or not wanted:
-        return {}
-    found = answered_partitions(send_slots(grid, partition_queries(ask), timeout))
-    return {p: node for p, node in found.items() if p in wanted}
+    rejoined = {nodes[p] for p in wanted & reported_gone if p in nodes}
+    return find_partitions(grid, timeout, wanted, lambda node: node not in known or node in rejoined)
 
 
 def exchange_redo_or_exclude(grid: Grid, nodes: dict[int, int], messages: Sequence[Message],
@@ -118,17 +113,14 @@ def exchange_redo_or_exclude(grid: Grid, nodes: dict[int, int], messages: Sequen
             break
         deadline = deadline or time.monotonic() + rejoin
         gone = {partitions[i] for i in lost if partitions[i] not in rejected}
-        while gone:  # asked at least once, so a node already back is found even with no rejoin window
-            moved = find_partition_nodes(grid, nodes, gone, max(1.0, deadline - time.monotonic()), reported_gone)
-            for p, node in moved.items():
-                log(WARNING, "fedforget: partition %d is back on node %d; redoing its work", p, node)
-                if node == nodes.get(p):
-                    same_node_redos[p] = same_node_redos.get(p, 0) + 1
-                nodes[p] = node
-                gone.discard(p)
-            if not gone or time.monotonic() >= deadline:
-                break
-            time.sleep(0.5)
+        # asked at least once, so a node already back is found even with no rejoin window
+        moved = _find_again(grid, nodes, gone, max(0.0, deadline - time.monotonic()), reported_gone) if gone else {}
+        for p, node in moved.items():
+            log(WARNING, "fedforget: partition %d is back on node %d; redoing its work", p, node)
+            if node == nodes.get(p):
+                same_node_redos[p] = same_node_redos.get(p, 0) + 1
+            nodes[p] = node
+            gone.discard(p)
         pending = [i for i in lost if partitions[i] not in gone]
         for i in pending:
             current[i] = _readdress(messages[i], nodes[partitions[i]])

@@ -1,10 +1,11 @@
-"""Forget propagation inside a retrain: the owners delete forgotten samples before anything is rebuilt.
+"""The one forget sender: a retrain's first step and ``forget --propagate`` both send through :func:`send_forget`.
 
-Every method sends its forget message (the registry entry's ``forget_message``: ``query.forget``, or a
-method's own type whose handler also drops what that method caches on the node) from here, with the
-purge list, under the common failure policy: a partition that does not confirm stops the retrain, so
-nothing rebuilt from data a node still holds is ever served. The replies are recorded as
-acknowledgements (``status``, ``receipt``).
+Every method's forget message (the registry entry's ``forget_message``: ``query.forget``, or SAFE's
+``query.safeforget``, answered by the nodes' one handler) carries the samples and the purge list, goes out
+under the common failure policy (:func:`~fedforget.federation.failover.exchange_redo_or_exclude`), and each
+acknowledgement is recorded (``status``, ``receipt``). What differs is what a partition that does not confirm
+means: a retrain stops (nothing rebuilt from data a node still holds is ever served); a propagation leaves it
+pending, without waiting for it to come back (the next retrain is its next contact).
 """
 
 from __future__ import annotations
@@ -36,51 +37,34 @@ def malformed_ack(reply: Message, _: int) -> str | None:
     return None
 
 
-def forget_messages(store: Store, nodes: dict[int, int], targets: dict[int, list[int]],
-                    message_type: str) -> tuple[list[Message], int]:
-    """The forget message for each target partition (its samples; every purged sha256, so it drops its copies
-    of purged artifacts too), and the purge mark its acknowledgements confirm. Partitions without a node in
-    ``nodes`` are left out. Written once for a retrain and for ``forget --propagate``."""
+def send_forget(grid: Grid, store: Store, nodes: dict[int, int], targets: dict[int, list[int]], message_type: str,
+                timeout: float, rejoin: float | None = None) -> tuple[dict[int, int], set[int]]:
+    """``message_type`` to each target partition's node (its samples; every purged sha256, so it drops its copies
+    of purged artifacts too), under the failure policy (``rejoin``: how long a lost node may take to come back;
+    None: the run's window). Records the acknowledgements; returns partition → samples it deleted now, and the
+    target partitions that did not confirm (those without a node in ``nodes`` among them)."""
+    from fedforget.store.acks import record_acks
     from fedforget.store.purge import purge_mark, purged_sha_list
 
+    sent = sorted(p for p in targets if p in nodes)
+    if not sent:
+        return {}, set(targets)
     ledger = store.ledger()
     try:
         mark = purge_mark(ledger.db)  # read before the sha256s: a request purged in between stays unconfirmed
     finally:
         ledger.close()
     shas = tuple(purged_sha_list(store))
-    messages = [Message(ForgetSamples(tuple(ids), shas).to_record(), dst_node_id=nodes[p], message_type=message_type)
-                for p, ids in sorted(targets.items()) if p in nodes]
-    return messages, mark
-
-
-def record_forget_acks(store: Store, acks: list[ForgetAck], mark: int) -> dict[int, int]:
-    """Record the acknowledgements ``status`` and ``receipt`` show; partition → samples it deleted now."""
-    from fedforget.store.acks import record_acks
-
-    deleted = {ack.partition: ack.deleted for ack in acks}
+    messages = [Message(ForgetSamples(tuple(targets[p]), shas).to_record(), dst_node_id=nodes[p],
+                        message_type=message_type) for p in sent]
+    replies, lost = exchange_redo_or_exclude(grid, nodes, messages, sent, timeout, malformed_ack, rejoin)
+    deleted = {ack.partition: ack.deleted for ack in (ForgetAck.from_record(r.content) for r in replies if r)}
     ledger = store.ledger()
     try:
         record_acks(ledger, deleted, copies_up_to=mark)
     finally:
         ledger.close()
-    return deleted
-
-
-def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> dict[int, int]:
-    """The method's forget message to every client holding forgotten samples; they delete them for good."""
-    if not forgotten:
-        return {}
-    messages, mark = forget_messages(run.store, run.nodes, forgotten, method_entry(run.cfg.method).forget_message)
-    replies, lost = exchange_redo_or_exclude(grid, run.nodes, messages, sorted(forgotten), run.cfg.round_timeout,
-                                             malformed_ack)
-    if lost:
-        raise NodeFailure(f"partition(s) {sorted(lost)} did not confirm deleting their forgotten samples; the "
-                          "retrain stops (nothing half-done is served); run `fedforget retrain` when they are back")
-    deleted = record_forget_acks(run.store, [ForgetAck.from_record(r.content) for r in replies], mark)
-    log(INFO, "fedforget: clients deleted %d sample(s) for good (%s)", sum(deleted.values()),
-        ", ".join(f"partition {p}: {n}" for p, n in sorted(deleted.items())))
-    return deleted
+    return deleted, lost | (set(targets) - set(nodes))
 
 
 def forget_before_retrain(grid: Grid, run: ServerRun, ledger: Ledger) -> int:
@@ -88,5 +72,14 @@ def forget_before_retrain(grid: Grid, run: ServerRun, ledger: Ledger) -> int:
     last request, for good, before anything is trained again. Returns that request (the watermark the
     rebuilt artifacts are recorded with)."""
     watermark = ledger.last_request()
-    send_forget(grid, run, ledger.forgotten_by_partition(watermark))
+    forgotten = ledger.forgotten_by_partition(watermark)
+    if not forgotten:
+        return watermark
+    deleted, lost = send_forget(grid, run.store, run.nodes, forgotten, method_entry(run.cfg.method).forget_message,
+                                run.cfg.round_timeout)
+    if lost:
+        raise NodeFailure(f"partition(s) {sorted(lost)} did not confirm deleting their forgotten samples; the "
+                          "retrain stops (nothing half-done is served); run `fedforget retrain` when they are back")
+    log(INFO, "fedforget: clients deleted %d sample(s) for good (%s)", sum(deleted.values()),
+        ", ".join(f"partition {p}: {n}" for p, n in sorted(deleted.items())))
     return watermark

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 from flwr.app import ConfigRecord
 
-from fedforget.federation.module_shipping import INIT_SEED_KEY, KEEP_KEY, PREFIX_KEY
-
+MODULES_KEY = "modules"  # ArrayRecord of a message: sha256 -> the artifact's bytes (uint8)
+PREFIX_KEY = "prefix-sha256"  # config: the artifact sha256 of each frozen module, in slot order
+INIT_SEED_KEY = "init-seed"  # config: rebuild the new module from this seed (no "arrays" sent)
+KEEP_KEY = "keep-modules"  # config: whether the node may cache the modules it receives
 SLOTS_KEY = "slots"
 TARGETS_KEY = "slot-targets"
 TARGET_COUNTS_KEY = "slot-target-counts"

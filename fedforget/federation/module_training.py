@@ -14,8 +14,7 @@ from fedforget.core.seeds import derive_seed
 from fedforget.federation.client_site import ClientSite
 from fedforget.federation.control_messages import ModuleNeed
 from fedforget.federation.messaging import PARTITION_KEY, to_numpy
-from fedforget.federation.module_messages import Slot, TrainModule
-from fedforget.federation.module_shipping import INIT_SEED_KEY, KEEP_KEY, MODULES_KEY, PREFIX_KEY
+from fedforget.federation.module_messages import INIT_SEED_KEY, KEEP_KEY, MODULES_KEY, PREFIX_KEY, Slot, TrainModule
 from fedforget.federation.module_stack import Module, assemble, fresh_module, initial_head, split_state
 from fedforget.store.module_cache import cached_module, keep_module
 from fedforget.training.supervised import TrainSettings, train_supervised

@@ -1,10 +1,11 @@
 """``action='propagate'``: tell the owning clients to delete forgotten samples now, without retraining.
 
-Sent by ``fedforget forget --propagate --federation NAME`` right after the request is committed. Every
-partition that holds forgotten samples gets the same ``query.forget`` (``query.safeforget`` for SAFE,
-which also drops its feature caches) that a retrain sends; each writes the samples to its tombstones
-and replies, and the reply is recorded as an acknowledgement. A partition whose node does not answer
-within ``round-timeout`` stays pending: the next retrain sends it the same message (its next contact).
+Sent by ``fedforget forget --propagate --federation NAME`` right after the request is committed. The nodes
+online are found by the run's discovery (:mod:`fedforget.federation.discovery`), and every partition that holds
+forgotten samples gets, through the one forget sender (:func:`~fedforget.federation.forget_messages.send_forget`),
+the same message a retrain sends (``query.forget``, ``query.safeforget`` for SAFE); each writes the samples to
+its tombstones and replies, and the reply is recorded as an acknowledgement. A partition whose node does not
+answer within ``round-timeout`` stays pending: the next retrain sends it the same message (its next contact).
 A node that holds no forgotten sample but may hold a copy of a purged artifact (it trained on top of
 one) and has not confirmed dropping it gets the same message with no samples, so it drops its copies
 and confirms (the ``client-copies`` of ``fedforget purge --check``).
@@ -14,20 +15,14 @@ from __future__ import annotations
 
 from logging import INFO, WARNING
 
-from flwr.app import Message
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedforget.core.config import RunConfig
 from fedforget.core.method import entry_for_plan
-from fedforget.federation.control_messages import (
-    ForgetAck,
-    MalformedMessage,
-    answered_partitions,
-    partition_queries,
-)
-from fedforget.federation.forget_messages import forget_messages, record_forget_acks
-from fedforget.federation.messaging import FORGET_MESSAGE, send_with_retries
+from fedforget.federation.discovery import find_partitions
+from fedforget.federation.forget_messages import send_forget
+from fedforget.federation.messaging import FORGET_MESSAGE
 from fedforget.store import Store
 from fedforget.store.purge import unconfirmed_copies, visible_partitions
 
@@ -36,16 +31,6 @@ def forget_message_type(plan_kind: str | None) -> str:
     """The message that makes a node delete samples, for the method that wrote a plan of ``plan_kind``."""
     entry = entry_for_plan(plan_kind)
     return entry.forget_message if entry is not None else FORGET_MESSAGE
-
-
-def reachable_partitions(grid: Grid, timeout: float) -> dict[int, int]:
-    """partition → node id of the nodes that answer a ``query`` within ``timeout`` (absent ones are left out)."""
-    def malformed(reply: Message, exc: MalformedMessage) -> None:
-        log(WARNING, "fedforget: node %s answered the partition query with a malformed reply (%s)",
-            reply.metadata.src_node_id, exc)
-
-    return answered_partitions(send_with_retries(grid, partition_queries(sorted(grid.get_node_ids())), timeout),
-                               malformed)
 
 
 def run_propagation(grid: Grid, cfg: RunConfig) -> dict[int, int]:
@@ -59,17 +44,9 @@ def run_propagation(grid: Grid, cfg: RunConfig) -> dict[int, int]:
         holders = {p: [] for p in unseen if p not in forgotten}
     finally:
         ledger.close()
-    nodes = reachable_partitions(grid, cfg.round_timeout)
-    messages, mark = forget_messages(store, nodes, {**forgotten, **holders}, forget_message_type(kind))
-    acks = []
-    for reply in send_with_retries(grid, messages, cfg.round_timeout) if messages else []:
-        if reply.has_error():
-            continue
-        try:
-            acks.append(ForgetAck.from_record(reply.content))
-        except MalformedMessage as exc:  # not an acknowledgement: the partition stays pending
-            log(WARNING, "fedforget: node %s acknowledged with a malformed reply (%s)", reply.metadata.src_node_id, exc)
-    deleted = record_forget_acks(store, acks, mark)
+    nodes = find_partitions(grid, cfg.round_timeout)
+    deleted, _ = send_forget(grid, store, nodes, {**forgotten, **holders}, forget_message_type(kind),
+                             cfg.round_timeout, rejoin=0.0)  # an absent node stays pending: not waited for
     missing = sorted(set(forgotten) - set(deleted))
     log(INFO, "fedforget: propagated: partition(s) %s deleted their forgotten samples", sorted(deleted))
     if missing:

@@ -1,9 +1,10 @@
 """The registration exchange that starts every run: the nodes say what they hold; the server checks it.
 
-It replaces node discovery (node ids are random per run, so partitions are learnt from the nodes) and is the
-only way the server learns about the data: each node's sample ids, the slice each falls in (drawn on the
-node), the ids it has already deleted, and what the method's planning asks for (labels for SAFE's cells,
-class counts for FedCIO's clusters and FedShard's fairness). The manifest's plan is built from the replies.
+It is the run's first discovery (:mod:`fedforget.federation.discovery`: node ids are random per run, so
+partitions are learnt from the nodes) and the only way the server learns about the data: each node's sample
+ids, the slice each falls in (drawn on the node), the ids it has already deleted, and what the method's
+planning asks for (labels for SAFE's cells, class counts for FedCIO's clusters and FedShard's fairness). The
+manifest's plan is built from the replies.
 
 Everything a node says is checked before the store is touched, and a node that says something wrong refuses
 the run with :class:`RegistrationRefused`, one line naming the node: a refusal from its own data check, a
@@ -17,12 +18,11 @@ trained from, up to what was forgotten.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
-from flwr.app import ConfigRecord, RecordDict
+from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
 from fedforget.core.config import ConfigError, RunConfig
@@ -39,6 +39,7 @@ from fedforget.federation.control_messages import (
     TooManyIds,
     register_queries,
 )
+from fedforget.federation.discovery import discover
 from fedforget.federation.messaging import NodeFailure, exchange
 from fedforget.tasks.partitioning import PartitionPlan
 
@@ -168,41 +169,41 @@ def _collect(grid: Grid, query: RegisterQuery, timeout: float,
              bounds: RecordBounds) -> dict[int, tuple[int, Registration]]:
     """partition → (node id, its registration), once every partition the nodes report has answered; each reply
     is held to ``bounds`` as it arrives, before its ids are read."""
-    deadline = time.monotonic() + timeout
     found: dict[int, tuple[int, Registration]] = {}
     expected: int | None = None
-    asked: set[int] = set()
-    while True:
-        new_nodes = [n for n in grid.get_node_ids() if n not in asked]
-        if new_nodes:
-            for reply in exchange(grid, register_queries(sorted(new_nodes), query),
-                                  max(1.0, deadline - time.monotonic())):
-                node_id = reply.metadata.src_node_id
-                registered = sum(len(r.samples) for n, r in found.values() if n != node_id)
-                limit = min(bounds.per_node, bounds.total - registered)
-                info = _registration(reply.content, node_id, limit, bounds, registered)
-                who = _who(info)
-                if info.refused:
-                    raise RegistrationRefused(f"{who} refused the run: {_text(info.refused)}")
-                if not 0 <= info.partition < info.num_partitions:
-                    raise RegistrationRefused(f"{who} says it holds partition {info.partition} of "
-                                              f"{info.num_partitions}; give each SuperNode a partition-id in "
-                                              "0..num-partitions-1")
-                if expected is not None and info.num_partitions != expected:
-                    raise RegistrationRefused(f"nodes disagree on num-partitions ({expected} vs "
-                                              f"{info.num_partitions}, {who}); give every SuperNode the same")
-                expected = info.num_partitions
-                if info.partition in found and found[info.partition][0] != node_id:
-                    raise RegistrationRefused(f"two nodes claim partition {info.partition}; give each SuperNode its "
-                                              "own partition-id")
-                found[info.partition] = (node_id, info)
-            asked.update(new_nodes)
-        if expected is not None and len(found) == expected:
-            return found
-        if time.monotonic() > deadline:
-            have = "none" if expected is None else f"{len(found)} of {expected}"
-            raise NodeFailure(f"timed out waiting for nodes: partitions seen {have}")
-        time.sleep(0.2)
+
+    def read(reply: Message) -> int:
+        nonlocal expected
+        node_id = reply.metadata.src_node_id
+        registered = sum(len(r.samples) for n, r in found.values() if n != node_id)
+        limit = min(bounds.per_node, bounds.total - registered)
+        info = _registration(reply.content, node_id, limit, bounds, registered)
+        who = _who(info)
+        if info.refused:
+            raise RegistrationRefused(f"{who} refused the run: {_text(info.refused)}")
+        if not 0 <= info.partition < info.num_partitions:
+            raise RegistrationRefused(f"{who} says it holds partition {info.partition} of "
+                                      f"{info.num_partitions}; give each SuperNode a partition-id in "
+                                      "0..num-partitions-1")
+        if expected is not None and info.num_partitions != expected:
+            raise RegistrationRefused(f"nodes disagree on num-partitions ({expected} vs "
+                                      f"{info.num_partitions}, {who}); give every SuperNode the same")
+        expected = info.num_partitions
+        if info.partition in found and found[info.partition][0] != node_id:
+            raise RegistrationRefused(f"two nodes claim partition {info.partition}; give each SuperNode its "
+                                      "own partition-id")
+        found[info.partition] = (node_id, info)
+        return info.partition
+
+    def complete(_: dict[int, int]) -> bool:
+        return expected is not None and len(found) == expected
+
+    discover(grid, timeout, ask=lambda nodes: register_queries(nodes, query), read=read, done=complete,
+             send=exchange)
+    if not complete({}):
+        have = "none" if expected is None else f"{len(found)} of {expected}"
+        raise NodeFailure(f"timed out waiting for nodes: partitions seen {have}")
+    return found
 
 
 def register_nodes(grid: Grid, cfg: RunConfig, needs: tuple[str, ...], num_classes: int,

@@ -12,8 +12,8 @@ from flwr.app import Context, Message
 
 from fedforget.client_app import app as client_app
 from fedforget.federation.messaging import CHAIN_MESSAGE
-from fedforget.federation.module_shipping import CACHE_ENV
 from fedforget.inprocess import run_in_process
+from fedforget.methods.chains.shipping import CACHE_ENV
 from fedforget.store import Store
 from fedforget.store.module_cache import CACHE_DIR
 

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from fedforget.core.slicing import UnitId
 from fedforget.federation import driver
-from fedforget.federation.module_shipping import ModuleShipping
 from fedforget.methods.chains import server as chains_server
+from fedforget.methods.chains.shipping import ModuleShipping
 from fedforget.store import Store
 from fedforget.store.check import check_store
 from fedforget.store.store import StoreError

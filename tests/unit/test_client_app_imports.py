@@ -38,8 +38,10 @@ def test_probe_sees_a_heavy_import():
     assert "torch" in heavy_modules_after("import fedforget.training.determinism")
 
 
-def test_forget_message_with_a_remembered_plan_runs_without_torch(tmp_path: Path):
-    """A node that has drawn its plan once answers a forget message without loading torch or the data."""
+def test_every_methods_forget_message_runs_the_one_handler_without_torch(tmp_path: Path):
+    """A node that has drawn its plan once answers a forget message, ``query.forget`` or SAFE's
+    ``query.safeforget``, with the one handler: without loading torch or the data, and dropping the feature
+    caches a method declares (derived from samples it may have just deleted)."""
     env = {"FEDFORGET_CACHE": str(tmp_path / "cache")}
     setup = f"""
         from flwr.app import Context, RecordDict
@@ -62,12 +64,18 @@ def test_forget_message_with_a_remembered_plan_runs_without_torch(tmp_path: Path
         import numpy as np
         from flwr.app import Array, ArrayRecord, Message, RecordDict
         from flwr.supercore.task_identity import TaskIdentity
-        from fedforget.federation.forget_client import forget_samples
+        from pathlib import Path
+        from fedforget.methods.registry import client_handlers, resolve
         TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
+        cache = Path({str(tmp_path / "node1")!r}) / "safe-features-train.safetensors"
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_bytes(b"tokens")
         samples = ArrayRecord({{"samples": Array(np.array([{sample}], dtype=np.int64))}})
-        msg = Message(RecordDict({{"arrays": samples}}), dst_node_id=1, message_type="query.forget")
-        reply = forget_samples(msg, context(1))
-        assert reply.content["info"]["deleted"] == 1, reply.content
+        for kind, deleted in (("query.safeforget", 1), ("query.forget", 0)):
+            msg = Message(RecordDict({{"arrays": samples}}), dst_node_id=1, message_type=kind)
+            reply = resolve(client_handlers()[kind])(msg, context(1))
+            assert reply.content["info"]["deleted"] == deleted, reply.content
+        assert not cache.exists()
     """
     assert heavy_modules_after(forget, env) == []
 

@@ -30,20 +30,14 @@ from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import check_chain_reply
 from fedforget.federation.grouped_round import Contribution, GroupedRound, Send
 from fedforget.federation.messaging import CHAIN_MESSAGE, PARTITION_KEY, to_numpy
-from fedforget.federation.module_messages import DEFAULT_SLOTS, Slot, TrainModule
-from fedforget.federation.module_shipping import (
-    MODULES_KEY,
-    PREFIX_KEY,
-    ModuleShipping,
-    check_need_reply,
-    need_of,
-)
+from fedforget.federation.module_messages import DEFAULT_SLOTS, MODULES_KEY, PREFIX_KEY, Slot, TrainModule
 from fedforget.federation.module_stack import default_module_init, fresh_module, initial_head, slot_name, split_state
 from fedforget.federation.registration import Federation
 from fedforget.federation.run_setup import ServerRun
 from fedforget.methods.chains.config import parse_prior
 from fedforget.methods.chains.grouping import group_units
 from fedforget.methods.chains.plan import Chain, ChainPlan, chain_layout, layer_blocks, rebuild_from
+from fedforget.methods.chains.shipping import ModuleShipping, check_need_reply, need_of
 from fedforget.store.crash import crash_point
 from fedforget.store.ledger import Ledger
 from fedforget.store.store import StoreError, arrays_of

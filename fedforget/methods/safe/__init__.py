@@ -9,7 +9,7 @@ METHOD = Method(
     handlers={
         "train.safe": "fedforget.methods.safe.client:train_cliques",
         "query.safeproto": "fedforget.methods.safe.client:prototype_sums",
-        "query.safeforget": "fedforget.methods.safe.client:forget_samples",
+        "query.safeforget": "fedforget.federation.forget_client:forget_samples",  # the one node forget handler
     },
     serving="fedforget.methods.safe.serve:served_probabilities",
     serving_rules={"safe": "fedforget.methods.safe.graph:safe_serving"},
@@ -30,6 +30,6 @@ METHOD = Method(
     submit_check="fedforget.methods.safe.coordinator:check_before_submit",
     prepare_scratch="fedforget.methods.safe.verify:prepare_scratch",
     dp_exposure="fedforget.methods.safe.verify:dp_exposure",
-    feature_caches=("safe-features-*",),  # the frozen backbone's tokens (features.CACHE_PREFIX)
+    feature_caches=("safe-features-*",),  # the backbone's tokens (features.CACHE_PREFIX): a node's forget drops them
     held_samples=HeldSamples(key="safe-shard-ids", name="safe shard", report="safe_shard"),  # shard.py draws it
 )

@@ -1,4 +1,5 @@
-"""Client side of SAFE: train the cliques this node holds data of, report prototype sums, delete data.
+"""Client side of SAFE: train the cliques this node holds data of, report prototype sums (a forget runs the
+nodes' one handler, :mod:`fedforget.federation.forget_client`, which drops SAFE's declared token caches).
 
 A node only ever trains a clique on that clique's cells (its samples of the clique's classes in the
 clique's coarse group); each clique has its own fresh optimizer and a data order seeded by
@@ -16,17 +17,14 @@ from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordD
 from fedforget.core.config import RunConfig
 from fedforget.core.seeds import derive_seed
 from fedforget.federation.client_site import ClientSite
-from fedforget.federation.control_messages import ForgetAck, ForgetSamples
 from fedforget.federation.messaging import PARTITION_KEY, to_numpy
 from fedforget.methods.safe.adapters import AdapterSettings, FrozenCrossAttention, normalised, train_adapters
 from fedforget.methods.safe.budget import adapter_budget
 from fedforget.methods.safe.dp import secret_seed
-from fedforget.methods.safe.features import cached_tokens, purge_tokens
+from fedforget.methods.safe.features import cached_tokens
 from fedforget.methods.safe.graph import bilevel_cells
 from fedforget.methods.safe.messages import CliqueResults, PlanKeys, PrototypeQuery, TrainCliques
 from fedforget.methods.safe.node_secret import node_secret
-from fedforget.store.purge import delete_files_named_by
-from fedforget.store.tombstones import add_tombstones
 from fedforget.tasks.registry import get_task
 
 SEP = "|"
@@ -145,18 +143,3 @@ def prototype_sums(msg: Message, context: Context) -> Message:
     return Message(RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in out.items()}), "metrics": metrics}),
                    reply_to=msg)
 
-
-def forget_samples(msg: Message, context: Context) -> Message:
-    """``query.safeforget``: delete samples for good (tombstones) and every cached token file with them."""
-    site = ClientSite.from_context(context)
-    request = ForgetSamples.from_record(msg.content)
-    ids = list(request.samples)
-    held = set(site.partition_ids())
-    foreign = sorted(set(ids) - held)
-    if foreign:
-        raise ValueError(f"partition {site.partition} does not hold sample(s) {foreign[:5]}")
-    new = add_tombstones(site.state_dir, site.dataset_key, ids)
-    delete_files_named_by(site.state_dir, list(request.purged))
-    purged = purge_tokens(site.state_dir)
-    ack = ForgetAck(site.partition, new, len(ids), {"purged-token-files": purged})
-    return Message(ack.to_record(), reply_to=msg)

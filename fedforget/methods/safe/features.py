@@ -109,11 +109,3 @@ def cached_tokens(folder: Path, kind: str, weights_sha256: str, ids: Sequence[in
     tmp.unlink()
     return tokens, pooled
 
-
-def purge_tokens(folder: Path) -> int:
-    """Delete every cached token file in a node's state dir (after it deleted samples for good)."""
-    gone = 0
-    for old in Path(folder).glob(f"{CACHE_PREFIX}*.safetensors"):
-        old.unlink()
-        gone += 1
-    return gone

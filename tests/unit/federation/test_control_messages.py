@@ -20,7 +20,7 @@ from fedforget.federation.control_messages import (
     PartitionQuery,
     partition_queries,
 )
-from fedforget.federation.module_shipping import check_need_reply
+from fedforget.methods.chains.shipping import check_need_reply
 
 ids = st.integers(0, 2**40)
 shas = st.text("0123456789abcdef", min_size=64, max_size=64)

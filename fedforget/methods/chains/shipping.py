@@ -1,4 +1,5 @@
-"""Which frozen chain modules travel in a ``train.chain`` message: each goes to a node once per run.
+"""The chains' server side of module shipping: which frozen chain modules travel in a ``train.chain`` message;
+each goes to a node once per run.
 
 A chain position trains on top of frozen modules that are stored artifacts, so the message names them by
 sha256 (``prefix-sha256``) and carries the bytes (``modules``: sha256 → the artifact file as uint8) only
@@ -6,7 +7,9 @@ for the ones the server has not yet sent that partition in this run. The node ke
 its module cache (:mod:`fedforget.store.module_cache`); a node that lacks one anyway (a fresh state dir,
 a corrupt file) answers with a ``need`` record naming them and gets the message again with the bytes of
 every module it names; the server then assumes that node holds nothing. The start of a new module is
-seeded, so on a position's first round the node rebuilds it (``init-seed``) instead of receiving it.
+seeded, so on a position's first round the node rebuilds it (``init-seed``) instead of receiving it. The
+message's keys are :mod:`fedforget.federation.module_messages`'s, and the node's side is
+:mod:`fedforget.federation.module_training`, shared with FedShard.
 
 ``FEDFORGET_CLIENT_CACHE=off`` sends every module and every start state in full and tells the node not
 to keep anything: the reference a cached run must match bit for bit.
@@ -25,10 +28,6 @@ from fedforget.store.module_cache import is_sha256
 from fedforget.store.store import Store
 
 CACHE_ENV = "FEDFORGET_CLIENT_CACHE"
-MODULES_KEY = "modules"  # ArrayRecord of a message: sha256 -> the artifact's bytes (uint8)
-PREFIX_KEY = "prefix-sha256"  # config: the artifact sha256 of each frozen module, in slot order
-INIT_SEED_KEY = "init-seed"  # config: rebuild the new module from this seed (no "arrays" sent)
-KEEP_KEY = "keep-modules"  # config: whether the node may cache the modules it receives
 
 
 def client_cache_enabled() -> bool:
