@@ -49,7 +49,7 @@ def apply_recipe(root: Path) -> None:
     register(root)
     add_config_table(root)
     (root / "tests" / "unit" / "methods" / NAME).mkdir(parents=True)
-    shutil.copy(FIXTURE / f"test_{NAME}.py", root / "tests" / "unit" / "methods" / NAME / f"test_{NAME}.py")
+    shutil.copy(FIXTURE / "unit_tests.py", root / "tests" / "unit" / "methods" / NAME / f"test_{NAME}.py")
     shutil.copy(FIXTURE / f"{NAME}.md", root / "docs" / "methods" / f"{NAME}.md")
 
 
