@@ -101,6 +101,9 @@ def test_a_method_added_by_the_recipe_trains_forgets_exactly_and_touches_only_th
                 and p != "fedforget/methods/registry.py"], "a shared module or another method changed"
     assert [p for p in touched if p in before] == sorted(
         ["fedforget/methods/registry.py", "pyproject.toml"]), "an existing file changed beyond these"
+    old, new = ((r / "fedforget" / "methods" / "registry.py").read_text(encoding="utf-8").splitlines()
+                for r in (REPO, root))
+    assert len(old) == len(new) and sum(a != b for a, b in zip(old, new, strict=True)) == 1, "not one line"
 
     script = (FIXTURE / "run_the_method.py").read_text(encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "200"}
