@@ -2,7 +2,8 @@
 gets a method the codebase does not have (FedCalm, tests/fixtures/added_method/: a confidence penalty on the
 nodes, the coordinate-wise median on the server, on the shared adapter training and round), by the recipe's
 steps alone; the copy trains it, forgets a sample, retrains and ``fedforget verify`` finds the served model
-bit-identical to training from scratch (and not so for a retrain that drops its loss term); and the files the
+bit-identical to training from scratch (and not so for a retrain that drops its loss term; one that averages
+instead of taking the median serves other bytes); and the files the
 change touched are exactly the recipe's table, so no other method's files and no shared module moved."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "added_method"
 NAME = "fedcalm"
 #: what of the source tree the recipe may touch and the copy needs to run
-TREES = ("fedforget", "pyproject.toml", "docs", "mkdocs.yml", "tests/unit/methods")
+TREES = ("fedforget", "pyproject.toml", "docs", "mkdocs.yml", "tests/unit/methods", "tests/unit/test_config.py")
 
 
 # -- the recipe's steps: the only part that knows how a method registers -------------------------------------
