@@ -4,7 +4,8 @@ training is rounds of local steps on one adapter does with a train message (feda
 
 The message's config says which ``adapter``, ``artifact`` and ``server-round`` (they seed the data order),
 which ``slices`` (all of the node's when absent), whether to evaluate the received model first
-(``evaluate-received``) and, from Flower's FedProx, ``proximal-mu``."""
+(``evaluate-received``) and, from Flower's FedProx, ``proximal-mu``. A method with a loss term of its own
+passes it to :func:`train_adapter` from its handler."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from fedforget.core.seeds import derive_seed
 from fedforget.federation.client_site import ClientSite
 from fedforget.federation.messaging import PARTITION_KEY, RECEIVED, to_numpy
 from fedforget.federation.run_setup import build_model, local_test_share
-from fedforget.training.supervised import TrainSettings, evaluate, train_supervised
+from fedforget.training.supervised import LossTerm, TrainSettings, evaluate, train_supervised
 
 
 def _tensors(record: ArrayRecord) -> dict[str, torch.Tensor]:
@@ -31,14 +32,15 @@ def _evaluate_share(site: ClientSite, model: torch.nn.Module) -> dict[str, float
     return evaluate(model, share.inputs, share.labels)
 
 
-def train_adapter(msg: Message, context: Context) -> Message:
+def train_adapter(msg: Message, context: Context, loss_term: LossTerm | None = None) -> Message:
     """Load the received adapter + head, train it on this partition's data, send it back.
 
     With ``evaluate-received`` in the config the client first evaluates the model it received on its
     share of the test split and adds ``received-accuracy``, ``received-loss`` and ``received-examples``
     to the reply: the previous round's evaluation rides on this round's message instead of a message
     (and, on a deployment, a ClientApp process) of its own. Evaluation trains nothing and draws no
-    random numbers, so the trained state is the same either way.
+    random numbers, so the trained state is the same either way. ``loss_term`` is added to each batch's
+    cross-entropy (:class:`~fedforget.training.supervised.TrainSettings`): a method's own client-side term.
     """
     site = ClientSite.from_context(context)
     config = msg.content["config"]
@@ -55,7 +57,7 @@ def train_adapter(msg: Message, context: Context) -> Message:
     settings = TrainSettings(
         epochs=cfg.local_epochs, batch_size=cfg.batch_size, lr=cfg.lr, optimizer=cfg.optimizer,
         seed=derive_seed(cfg.seed, cfg.method, artifact, server_round, site.partition, "train-order"),
-        proximal_mu=float(config.get("proximal-mu", 0.0)),
+        proximal_mu=float(config.get("proximal-mu", 0.0)), loss_term=loss_term,
     )
     result = train_supervised(model, examples.inputs, examples.labels, settings)
     metrics = MetricRecord({"num-examples": result.num_examples, "train-loss": result.mean_loss,

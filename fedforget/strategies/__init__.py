@@ -13,6 +13,7 @@ Each class is one ``method=`` value of the run config; :func:`start_from_context
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 
 from flwr.app import Context
@@ -20,21 +21,29 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
 from fedforget.federation.refusal import refusals_logged
-from fedforget.methods.chains.strategy import S3T, SISA, FedCIO, FedSGT
-from fedforget.methods.fedavg.strategy import FedAvgLoRA
-from fedforget.methods.fedshard.strategy import FedShard
-from fedforget.methods.hosfl.strategy import HOSFL, SFL, ZOSFL
-from fedforget.methods.replay.strategy import Forgettable
-from fedforget.methods.safe.strategy import SAFE, ProtoSISA
+from fedforget.methods.registry import FAMILIES
 from fedforget.strategies.base import MethodStrategy
 
-STRATEGIES: tuple[type[MethodStrategy], ...] = (FedAvgLoRA, FedSGT, S3T, SISA, FedCIO, FedShard, SAFE, ProtoSISA,
-                                                HOSFL, SFL, ZOSFL, Forgettable)
+
+def _declared_strategies() -> tuple[type[MethodStrategy], ...]:
+    """Each registered method's strategy classes, one per variant in its declaration's order, from its package's
+    ``strategy`` module: a method added to the registry is in this list without a line here."""
+    found: list[type[MethodStrategy]] = []
+    for method in FAMILIES:
+        module = importlib.import_module(f"fedforget.methods.{method.name}.strategy")
+        classes = {cls.variant: cls for cls in vars(module).values()
+                   if isinstance(cls, type) and issubclass(cls, MethodStrategy) and getattr(cls, "variant", None)}
+        found += [classes[variant] for variant in method.variants]
+    return tuple(found)
+
+
+STRATEGIES: tuple[type[MethodStrategy], ...] = _declared_strategies()
 #: the run config's ``method=`` value → its strategy class
 BY_VARIANT: dict[str, type[MethodStrategy]] = {cls.variant: cls for cls in STRATEGIES}
+globals().update({cls.__name__: cls for cls in STRATEGIES})  # ``from fedforget.strategies import FedSGT``
 
-__all__ = ["BY_VARIANT", "HOSFL", "S3T", "SAFE", "SFL", "SISA", "STRATEGIES", "ZOSFL", "FedAvgLoRA", "FedCIO",
-           "FedSGT", "FedShard", "Forgettable", "MethodStrategy", "ProtoSISA", "start_from_context", "strategy_for"]
+__all__ = ["BY_VARIANT", "STRATEGIES", "MethodStrategy", "start_from_context", "strategy_for",
+           *sorted(cls.__name__ for cls in STRATEGIES)]
 
 
 def strategy_for(run_config: Mapping[str, object]) -> MethodStrategy:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -11,6 +11,8 @@ from torch import nn
 from fedforget.training.determinism import deterministic_torch, generator
 
 EVAL_BATCH = 256
+#: a method's own term of the training loss: ``(logits, labels, trainable parameters) -> scalar``
+LossTerm = Callable[[torch.Tensor, torch.Tensor, list[nn.Parameter]], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,8 @@ class TrainSettings:
     seed: int
     #: FedProx's proximal term: ``mu / 2 * ||w - w_received||²`` over the trained parameters (0: none)
     proximal_mu: float = 0.0
+    #: a method's own term added to each batch's loss: ``loss_term(logits, labels, params)`` (None: none)
+    loss_term: LossTerm | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,8 @@ def train_supervised(
                 if anchor is not None:
                     loss = loss + settings.proximal_mu / 2 * sum(
                         ((p - a) ** 2).sum() for p, a in zip(params, anchor, strict=True))
+                if settings.loss_term is not None:
+                    loss = loss + settings.loss_term(logits, labels[idx], params)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()

@@ -29,6 +29,22 @@ def test_mkdocs_build_strict_passes(tmp_path: Path) -> None:
     assert (site / "methods" / "safe" / "index.html").is_file()
 
 
+def test_a_methods_page_joins_the_nav_without_a_line_of_its_own(tmp_path: Path) -> None:
+    """The nav hook adds a page under docs/methods/ that mkdocs.yml does not list, under its first heading,
+    after the listed ones; a listed page stays where it is, once."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("methods_nav", ROOT / "tools" / "mkdocs_methods_nav.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    (tmp_path / "methods").mkdir()
+    (tmp_path / "methods" / "fedavg.md").write_text("# FedAvg\n", encoding="utf-8")
+    (tmp_path / "methods" / "mine.md").write_text("intro\n# Mine: a new method\n", encoding="utf-8")
+    config = {"docs_dir": str(tmp_path), "nav": [{"Home": "index.md"}, {"Methods": [{"FedAvg": "methods/fedavg.md"}]}]}
+    assert hook.on_config(config)["nav"][1]["Methods"] == [{"FedAvg": "methods/fedavg.md"},
+                                                          {"Mine: a new method": "methods/mine.md"}]
+
+
 def test_mkdocs_strict_refuses_a_broken_link(tmp_path: Path) -> None:
     """Negative control: the same build fails on a page that links to a file that is not there."""
     docs = tmp_path / "docs"
