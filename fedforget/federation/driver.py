@@ -10,7 +10,7 @@ exists, how to train, how to rebuild what a forget invalidated, how to evaluate 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from logging import INFO
 from typing import Any
 
@@ -77,16 +77,17 @@ class MethodServer:
         """Once the run is recorded and served: delete what the rebuilt artifacts replaced."""
 
 
-def drive(grid: Grid, cfg: RunConfig, server: MethodServer) -> None:
-    """Run ``cfg.action`` (train or retrain) of ``server``'s method on the nodes ``grid`` reaches."""
+def drive(grid: Grid, cfg: RunConfig, server: MethodServer, strategy: Any = None) -> None:
+    """Run ``cfg.action`` (train or retrain) of ``server``'s method on the nodes ``grid`` reaches; its rounds
+    call ``strategy``'s hooks (:mod:`fedforget.federation.round_engine`)."""
     server_test = load_server_test(cfg)  # the server's own test set: never a client's row
     record_key = run_record_key(cfg)
     federation = register_nodes(grid, cfg, server.needs(), server_test.num_classes, record_key)
     if cfg.action == "retrain":
-        _retrain(server, open_server_run(cfg, federation, server_test))
+        _retrain(server, replace(open_server_run(cfg, federation, server_test), strategy=strategy))
         return
     server.check(federation, server_test.num_classes)
-    _train(server, prepare_server_run(cfg, federation, server_test, record_key))
+    _train(server, replace(prepare_server_run(cfg, federation, server_test, record_key), strategy=strategy))
 
 
 def _train(server: MethodServer, run: ServerRun) -> None:
