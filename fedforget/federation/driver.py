@@ -10,7 +10,7 @@ exists, how to train, how to rebuild what a forget invalidated, how to evaluate 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from logging import INFO
 from typing import Any
 
@@ -84,10 +84,14 @@ def drive(grid: Grid, cfg: RunConfig, server: MethodServer, strategy: Any = None
     record_key = run_record_key(cfg)
     federation = register_nodes(grid, cfg, server.needs(), server_test.num_classes, record_key)
     if cfg.action == "retrain":
-        _retrain(server, replace(open_server_run(cfg, federation, server_test), strategy=strategy))
+        run = open_server_run(cfg, federation, server_test)
+        run.strategy = strategy
+        _retrain(server, run)
         return
     server.check(federation, server_test.num_classes)
-    _train(server, replace(prepare_server_run(cfg, federation, server_test, record_key), strategy=strategy))
+    run = prepare_server_run(cfg, federation, server_test, record_key)
+    run.strategy = strategy
+    _train(server, run)
 
 
 def _train(server: MethodServer, run: ServerRun) -> None:

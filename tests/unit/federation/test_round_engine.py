@@ -147,3 +147,32 @@ def test_the_engine_calls_the_strategy_it_is_handed_and_goes_on_from_what_its_ag
     assert halved.states["g"]["w"].tolist() == [0.75] * 3  # what the override returned
     assert Halved.configured == [["g:w"]] and all(m.content["config"]["tag"] == 1 for m in rnd.sent)
     assert strategy._round is None  # outside a round a default hook says start() calls it
+
+
+def test_fedavgs_round_counts_a_zero_example_reply_at_weight_zero_as_flowers_fedavg_does(monkeypatch):
+    from types import SimpleNamespace
+
+    from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
+    from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from fedforget.federation.messaging import to_record
+    from fedforget.methods.fedavg.server import ARTIFACT, FedAvgRound
+
+    for name in ("_run_id", "_node_id", "_task_id"):  # a Message is made inside a run
+        monkeypatch.setattr(TaskIdentity, name, 1)
+    # partition 0 trained on nothing: its +0.0 term turns partition 1's -0.0 into +0.0, as in Flower's sum
+    states = {0: {"w": np.array([1.0, 2.0], np.float32)}, 1: {"w": np.array([-0.0, 3.0], np.float32)}}
+    examples = {0: 0, 1: 5}
+    replies = [Message(RecordDict({"arrays": to_record(states[p]), "metrics": MetricRecord(
+        {"partition-id": p, "num-examples": examples[p], "train-loss": 0.5})}), dst_node_id=0,
+        message_type="train.fedavg") for p in (1, 0)]
+    cfg = SimpleNamespace(round_timeout=1.0, action="train", num_rounds=1)
+    rnd = FedAvgRound(None, SimpleNamespace(nodes={0: 10, 1: 11}, cfg=cfg, store=None, strategy=None))
+    rnd.train_config = ConfigRecord()
+    got = rnd.aggregate_train(1, {ARTIFACT: states[0]}, [], replies).states[ARTIFACT]["w"]
+    flower = aggregate_arrayrecords([r.content for r in sorted(replies, key=lambda r: int(
+        r.content["metrics"]["partition-id"]))], "num-examples")["w"].numpy()
+    assert got.tobytes() == flower.tobytes() and not np.signbit(got[0])
+    abstaining, _ = group_means({"g": states[0]}, [Contribution("g", p, examples[p], states[p]) for p in (0, 1)])
+    assert np.signbit(abstaining["g"]["w"][0])  # negative control: the grouped rounds' abstention differs here
