@@ -77,16 +77,21 @@ class MethodServer:
         """Once the run is recorded and served: delete what the rebuilt artifacts replaced."""
 
 
-def drive(grid: Grid, cfg: RunConfig, server: MethodServer) -> None:
-    """Run ``cfg.action`` (train or retrain) of ``server``'s method on the nodes ``grid`` reaches."""
+def drive(grid: Grid, cfg: RunConfig, server: MethodServer, strategy: Any = None) -> None:
+    """Run ``cfg.action`` (train or retrain) of ``server``'s method on the nodes ``grid`` reaches; its rounds
+    call ``strategy``'s hooks (:mod:`fedforget.federation.round_engine`)."""
     server_test = load_server_test(cfg)  # the server's own test set: never a client's row
     record_key = run_record_key(cfg)
     federation = register_nodes(grid, cfg, server.needs(), server_test.num_classes, record_key)
     if cfg.action == "retrain":
-        _retrain(server, open_server_run(cfg, federation, server_test))
+        run = open_server_run(cfg, federation, server_test)
+        run.strategy = strategy
+        _retrain(server, run)
         return
     server.check(federation, server_test.num_classes)
-    _train(server, prepare_server_run(cfg, federation, server_test, record_key))
+    run = prepare_server_run(cfg, federation, server_test, record_key)
+    run.strategy = strategy
+    _train(server, run)
 
 
 def _train(server: MethodServer, run: ServerRun) -> None:

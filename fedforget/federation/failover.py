@@ -12,8 +12,9 @@ artifact that does not need it is built exactly as in a run without the failure.
 
 A ClientApp that raised is redone once on the same node (a transient fault: memory, a full disk), then
 its partition is excluded like a lost one; only when every message of an exchange raised twice does the
-run stop (that is a bug, not a node fault). Every method (chains, FedShard, SAFE, fedavg, the split
-methods) sends its training messages through :func:`exchange_redo_or_exclude` and checks replies with
+run stop (that is a bug, not a node fault). Every method sends its training messages through
+:func:`exchange_redo_or_exclude` (the round engine, :mod:`fedforget.federation.round_engine`, for fedavg,
+replay, the chains, FedShard and SAFE; split learning's own exchange) and checks replies with
 :func:`check_reply`; what "excluded" leaves unbuilt is each method's own, named in the ledger.
 """
 
@@ -22,17 +23,17 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from logging import WARNING
 
 import numpy as np
-from flwr.app import Message, MessageType
+from flwr.app import Message
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedforget.federation.discovery import find_partitions
-from fedforget.federation.messaging import PARTITION_KEY, NodeFailure, ReliableGrid, send_slots
+from fedforget.federation.messaging import PARTITION_KEY, NodeFailure, send_slots
 
 REJOIN_ENV = "FEDFORGET_NODE_REJOIN_S"
 DEFAULT_REJOIN_S = 90.0
@@ -133,11 +134,6 @@ def exchange_redo_or_exclude(grid: Grid, nodes: dict[int, int], messages: Sequen
     return replies, excluded
 
 
-def is_training(message: Message) -> bool:
-    """Whether a message trains (Flower's ``train`` category, whichever method's action follows the dot)."""
-    return message.metadata.message_type.partition(".")[0] == MessageType.TRAIN
-
-
 class PartitionsExcluded(RuntimeError):
     """Partitions excluded mid-run where the method cannot build anything without them (fedavg's one
     global model): the run stops building, names them, and what they were needed for stays unbuilt."""
@@ -145,29 +141,6 @@ class PartitionsExcluded(RuntimeError):
     def __init__(self, partitions: set[int]) -> None:
         super().__init__(f"partition(s) {sorted(partitions)} excluded")
         self.partitions = set(partitions)
-
-
-class PolicyGrid(ReliableGrid):
-    """A Grid whose ``send_and_receive`` (what Flower's strategies call) follows the failure rule:
-    redo on restart, replies checked with ``validate(reply, partition, message)``, and
-    :class:`PartitionsExcluded` when a partition is lost for good in a ``train`` exchange."""
-
-    def __init__(self, inner: Grid, nodes: dict[int, int],
-                 validate: Callable[[Message, int, Message], str | None]) -> None:
-        super().__init__(inner)
-        self.nodes, self.validate = nodes, validate
-
-    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
-        messages = list(messages)
-        partition_of = {n: p for p, n in self.nodes.items()}
-        partitions = [partition_of[m.metadata.dst_node_id] for m in messages]
-        replies, lost = exchange_redo_or_exclude(
-            self.inner, self.nodes, messages, partitions, timeout if timeout is not None else float("inf"),
-            lambda reply, i: self.validate(reply, partitions[i], messages[i]))
-        trained = {p for p, m in zip(partitions, messages, strict=True) if is_training(m)}
-        if lost & trained:  # a lost evaluation only leaves that partition out of the round's metrics
-            raise PartitionsExcluded(lost & trained)
-        return [r for r in replies if r is not None]
 
 
 #: Bytes a serialised array may add to its tensor data (its name, dtype and shape header).

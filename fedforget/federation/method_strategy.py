@@ -2,18 +2,21 @@
 ``FedAvg(...).start(grid=grid, ...)``, returning Flower's :class:`~flwr.serverapp.strategy.Result`.
 
 A method trains into a store (the ledger of what each artifact saw, its artifacts, its serving plan), so its
-``start`` is a whole run of ``action`` (train, retrain or propagate). Its rounds still pass through
-``configure_train``/``aggregate_train`` once each (:mod:`fedforget.federation.round_hooks`): a subclass may
-override them as it would Flower's. ``Result.arrays`` is what the store serves once the run ends.
+``start`` is a whole run of ``action`` (train, retrain or propagate). Its rounds are run by the one round
+engine (:mod:`fedforget.federation.round_engine`), which is handed this strategy and calls its
+``configure_train``/``aggregate_train`` once per round: a subclass may override them as it would Flower's, and a
+retrain or ``verify`` through the app that trained the store runs the same overrides, so what they change is
+replayed exactly. ``Result.arrays`` is what the store serves once the run ends.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from logging import INFO
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
@@ -33,12 +36,35 @@ from fedforget.core.config import (
 )
 from fedforget.core.config_keys import ConfigTable
 from fedforget.federation.refusal import refusals, refusals_logged
-from fedforget.federation.round_hooks import HOOKS, default_hook, in_round, overridden, running
 from fedforget.federation.run_action import RunLockRefused, remove_unwritten_store, run_action
 from fedforget.store.store import Store, StoreError, resolve_store_path
 
 #: metrics.jsonl values a training row reports per round, as Flower's aggregated train MetricRecord
 TRAIN_METRICS = ("train-loss", "train-examples", "bytes-down", "bytes-up", "client-rounds")
+HOOKS = ("configure_train", "aggregate_train")
+
+
+@dataclass
+class RoundInProgress:
+    """What the default hooks return for the round the engine is running: the method's own messages, then
+    its means (as one record) and the round's metrics."""
+
+    messages: list[Message]
+    arrays: ArrayRecord | None = None
+    metrics: MetricRecord = field(default_factory=MetricRecord)
+
+
+def default_hook(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a strategy's own hook: the engine packs the round's models for a hook only where a subclass
+    replaced it (the defaults read the round in progress, so packing them would only cost time)."""
+    function.__fedforget_default_hook__ = True  # type: ignore[attr-defined]
+    return function
+
+
+def overridden(strategy: object, hook: str) -> bool:
+    """Whether ``strategy`` (or the class given) replaces its default ``hook`` with its own."""
+    function = getattr(strategy if isinstance(strategy, type) else type(strategy), hook, None)
+    return function is not None and not getattr(function, "__fedforget_default_hook__", False)
 
 
 def _tables_for(variant: str, task: str) -> tuple[type[ConfigTable], ...]:
@@ -114,20 +140,30 @@ class MethodStrategy(Strategy):
     #: whether the method's rounds are FedAvg rounds that pass through configure_train/aggregate_train
     round_hooks: ClassVar[bool] = True
 
+    #: the round the engine is running (None outside one)
+    _round: RoundInProgress | None = None
+
     @default_hook
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
-        """The round's messages (called by ``start`` once per round; :mod:`fedforget.federation.round_hooks`).
-        ``arrays`` holds the round's models (several as ``<group>:<tensor>``). An override may change the
-        messages but returns one per node of the round, in order."""
-        return list(in_round(self, "configure_train").messages)
+        """The round's messages, as the method's round builds them (the engine calls this once per round).
+        ``arrays`` holds the round's models: a one-model method's under its tensor names, several as
+        ``<group>:<tensor>``. An override may change the messages but returns one per node of the round, to
+        the same nodes in the same order, as the failure rule redoes each by its partition."""
+        return list(self._in_round("configure_train").messages)
 
     @default_hook
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):  # noqa: ANN201
-        """The round's models (each group's partition-order mean) and its metrics; called by ``start`` once per
-        round with the valid replies. What an override returns is what the round goes on from."""
-        current = in_round(self, "aggregate_train")
+        """The round's models (the method's partition-order means) and its metrics; called by the engine once
+        per round with the valid replies. What an override returns is what the round goes on from."""
+        current = self._in_round("aggregate_train")
         return current.arrays, current.metrics
+
+    def _in_round(self, hook: str) -> RoundInProgress:
+        """The round a default hook answers for, or a clear error outside one."""
+        if self._round is None:
+            raise RuntimeError(f"{type(self).__name__}.{hook} is called by start(), once per round; call start()")
+        return self._round
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
@@ -174,8 +210,7 @@ class MethodStrategy(Strategy):
         rows_before = _metrics_rows(store_root) if action != "train" else 0
         fresh = action == "train" and not store_root.exists()
         try:
-            with running(self):
-                run_action(grid, cfg)
+            run_action(grid, cfg, self)
         except refusals() as exc:
             if fresh and not isinstance(exc, RunLockRefused):  # refused before it trained: take back the directory
                 remove_unwritten_store(store_root)  # its lock made (a lock refused is another run's)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 from flwr.serverapp import Grid
 
@@ -32,8 +33,9 @@ def reliable(grid: Grid) -> ReliableGrid:
     return grid if isinstance(grid, ReliableGrid) else ReliableGrid(grid)
 
 
-def run_action(grid: Grid, cfg: RunConfig) -> None:
-    """``cfg.action`` (train, retrain or propagate) of ``cfg.method`` on the nodes ``grid`` reaches.
+def run_action(grid: Grid, cfg: RunConfig, strategy: Any) -> None:
+    """``cfg.action`` (train, retrain or propagate) of ``cfg.method`` on the nodes ``grid`` reaches, its rounds
+    through ``strategy``'s hooks (the :class:`~fedforget.federation.method_strategy.MethodStrategy` started).
 
     Raises :class:`RunLockRefused` when another live run holds the store's lock, and
     :class:`~fedforget.core.config.ConfigError` for a config this federation cannot run, or whose relative
@@ -51,7 +53,7 @@ def run_action(grid: Grid, cfg: RunConfig) -> None:
 
             run_propagation(reliable(grid), cfg)
             return
-        resolve(method_entry(cfg.method).driver)(reliable(grid), cfg)
+        resolve(method_entry(cfg.method).driver)(reliable(grid), cfg, strategy)
 
 
 def remove_unwritten_store(root: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 from dataclasses import dataclass
+from typing import Any
 
 import flwr
 import torch
@@ -98,6 +99,8 @@ class ServerRun:
     num_classes: int
     bundle: ModelBundle
     store: Store
+    #: the strategy whose ``start`` runs this (its hooks are called once per round), None outside one
+    strategy: Any = None
 
     @property
     def nodes(self) -> dict[int, int]:

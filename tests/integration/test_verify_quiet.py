@@ -35,7 +35,7 @@ def test_verify_prints_a_few_lines_with_the_verdict_and_no_run_log(fedavg_store)
 def test_verify_verbose_shows_the_reference_runs_log(fedavg_store):
     proc = verify(fedavg_store, "-v")
     out = proc.stdout + proc.stderr
-    assert "Starting PartitionFedAvg strategy" in out and "round 2/2: test accuracy" in out
+    assert "Starting FedAvgLoRA strategy" in out and "round 2/2: test accuracy" in out
     assert "exact: 1/1 served artifacts bit-identical" in out
 
 

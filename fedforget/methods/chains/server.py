@@ -28,11 +28,11 @@ from fedforget.core.slicing import UnitId
 from fedforget.federation.control_messages import NEED_CLASS_COUNTS, ModuleNeed
 from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import check_chain_reply
-from fedforget.federation.grouped_round import Contribution, GroupedRound, Send
 from fedforget.federation.messaging import CHAIN_MESSAGE, PARTITION_KEY, to_numpy
 from fedforget.federation.module_messages import DEFAULT_SLOTS, MODULES_KEY, PREFIX_KEY, Slot, TrainModule
 from fedforget.federation.module_stack import default_module_init, fresh_module, initial_head, slot_name, split_state
 from fedforget.federation.registration import Federation
+from fedforget.federation.round_engine import Contribution, Round, Send
 from fedforget.federation.run_setup import ServerRun
 from fedforget.methods.chains.config import parse_prior
 from fedforget.methods.chains.grouping import group_units
@@ -328,14 +328,14 @@ class ChainSend(Send):
     server_round: int = 0
 
 
-class ChainRound(GroupedRound):
+class ChainRound(Round):
     """One round of every chain position due: each holder of slices of the position's groups trains the
     position's module on them; a node that lacks a frozen module it names gets the message again with
     the bytes."""
 
     def __init__(self, trainer: ChainTrainer, states: list[ChainState]) -> None:
         run = trainer.run
-        super().__init__(trainer.grid, run.nodes, trainer.cfg.round_timeout, run.store, trainer.cfg.action)
+        super().__init__(trainer.grid, run)
         self.trainer, self.states = trainer, states
         self.needs = 0
 
@@ -400,9 +400,9 @@ class ChainRound(GroupedRound):
 
 
 # -- the two actions -------------------------------------------------------------------------
-def run_chains(grid: Grid, cfg: RunConfig) -> None:
+def run_chains(grid: Grid, cfg: RunConfig, strategy: object = None) -> None:
     """ServerApp entry for fedsgt / s3t / sisa / fedcio (``action`` = train or retrain)."""
-    drive(grid, cfg, ChainsServer(grid, cfg))
+    drive(grid, cfg, ChainsServer(grid, cfg), strategy)
 
 
 class ChainsServer(MethodServer):

@@ -11,6 +11,12 @@ from fedforget.methods.chains.plan import FEDCIO_LAYOUT, FEDSGT_LAYOUT, S3T_LAYO
 
 
 class _Chains(MethodStrategy):
+    """A chains variant's ``start``: each wave, every chain position due runs one round on the round engine
+    (:class:`~fedforget.methods.chains.server.ChainRound`): the holders of the position's slices train its
+    module from the previous round's state (the frozen prefix named, its bytes carried to a node that lacks
+    them), and each position averages its replies in partition order. ``configure_train`` sees the positions'
+    models as ``<artifact>:<tensor>``; ``aggregate_train`` returns what the positions go on from."""
+
     #: how the variant groups, orders and places its chains
     layout: ClassVar[ChainLayout]
     rounds_key = "chains.rounds-per-phase"

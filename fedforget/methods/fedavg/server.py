@@ -1,33 +1,33 @@
-"""``fedavg``: Flower's FedAvg over LoRA + head, deterministic, and the retrain-from-scratch baseline."""
+"""``fedavg``: Flower's FedAvg over LoRA + head on the round engine, deterministic, and the retrain-from-scratch
+baseline."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping, Sequence
+from functools import partial
 from logging import INFO, WARNING
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import FedAvg
-from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
+from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords, validate_message_reply_consistency
 from flwr.supercore import log
 
 from fedforget.core.config import RunConfig, sample_clients
 from fedforget.core.seeds import derive_seed
 from fedforget.core.weighted_mean import weighted_mean
 from fedforget.federation.driver import Built, MethodServer, drive
-from fedforget.federation.failover import PartitionsExcluded, PolicyGrid, check_reply
+from fedforget.federation.failover import PartitionsExcluded, check_reply, exchange_redo_or_exclude
 from fedforget.federation.messaging import (
     PARTITION_KEY,
     RECEIVED,
-    NodeFailure,
-    ReliableGrid,
     check_replies,
     record_bytes,
     to_numpy,
+    to_record,
 )
-from fedforget.federation.round_hooks import aggregate_through_strategy, configure_through_strategy
+from fedforget.federation.round_engine import Arrays, Round, RoundResult, Send
 from fedforget.federation.run_setup import DEFAULT_ADAPTER, ServerRun
 from fedforget.federation.units import all_units
 from fedforget.store.ledger import Ledger
@@ -37,6 +37,8 @@ ARTIFACT = "fedavg/global"
 #: fedavg's own message types (Flower's categories, fedavg's action)
 TRAIN_MESSAGE = f"{MessageType.TRAIN}.fedavg"
 EVALUATE_MESSAGE = f"{MessageType.EVALUATE}.fedavg"
+#: the reply metric each reply's weight is read from (Flower's FedAvg ``weighted_by_key``)
+WEIGHTED_BY = "num-examples"
 
 
 def _mean_metrics(records: list[RecordDict], weighting_key: str) -> MetricRecord:
@@ -66,113 +68,138 @@ def _received_evaluation(replies: list[Message]) -> dict[str, object]:
     }
 
 
-class PartitionFedAvg(FedAvg):
-    """Flower's FedAvg with the choices exactness needs.
+class FedAvgRound(Round):
+    """One round of Flower's FedAvg with the choices exactness needs.
 
-    Partitions (not random node ids) are sampled, with a seed per round; replies are aggregated in
-    partition order. The Grid it runs on (:class:`PolicyGrid`) redoes lost or failed messages and
-    checks every reply; a partition lost for good stops the training instead of being averaged
-    around (the global model needs every partition: it stays unbuilt until ``retrain``).
+    Partitions (not random node ids) are sampled, with a seed per round; replies are averaged in partition
+    order at Flower's float32 arithmetic, every reply a term (one with zero examples weighs 0, as in Flower's
+    FedAvg). A partition lost for good stops the training instead of being averaged around (the global model
+    needs every partition: it stays unbuilt until ``retrain``).
 
-    Client-side evaluation rides on the train messages: round r's clients evaluate the model they
-    receive (round r-1's) before training on it, and only the last round's model gets evaluate
-    messages of its own. A round is then one message per sampled node instead of two.
+    Client-side evaluation rides on the train messages: round r's clients evaluate the model they receive
+    (round r-1's) before training on it, and only the last round's model gets evaluate messages of its own.
+    A round is then one message per sampled node instead of two. Each round ends with the server's evaluation
+    of the new model, one metrics row.
     """
 
-    def __init__(self, nodes: dict[int, int], train_partitions: list[int], fraction_train: float,
-                 seed: int, artifact: str, num_rounds: int) -> None:
-        super().__init__(fraction_train=fraction_train, fraction_evaluate=1.0, min_train_nodes=1,
-                         min_evaluate_nodes=1, min_available_nodes=len(nodes),
-                         train_metrics_aggr_fn=_mean_metrics, evaluate_metrics_aggr_fn=_mean_metrics)
-        self.nodes = nodes
-        self.train_partitions = sorted(train_partitions)
-        self.seed = seed
-        self.artifact = artifact
-        self.num_rounds = num_rounds
+    one_model = True
+    needs_every_partition = True
+
+    def __init__(self, grid: Grid, run: ServerRun) -> None:
+        super().__init__(grid, run)
+        self.server_run = run
         self.participants: set[int] = set()
         #: The partitions sampled this round: they alone evaluate it, so a round costs what is sampled.
-        self.chosen: list[int] = sorted(nodes)
+        self.chosen: list[int] = sorted(run.nodes)
         #: What the clients reported in the last round, for metrics.jsonl.
-        self.round_report: dict[str, object] = {}
-        self._expected = 0
-        self._expected_type = TRAIN_MESSAGE
+        self.report: dict[str, object] = {}
+        #: the train and evaluate messages' config, as Flower's ``start`` holds them across rounds
+        self.train_config = ConfigRecord({"adapter": DEFAULT_ADAPTER})
+        self.evaluate_config = ConfigRecord()
 
-    def _messages(self, partitions: list[int], arrays: ArrayRecord, config: ConfigRecord,
-                  message_type: str) -> list[Message]:
-        self._expected, self._expected_type = len(partitions), message_type
-        return list(self._construct_messages(RecordDict({"arrays": arrays, "config": config}),
-                                             [self.nodes[p] for p in partitions], message_type))
-
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Grid) -> Iterable[Message]:
-        chosen = sample_clients(self.train_partitions, self.fraction_train,
-                                derive_seed(self.seed, "sample", self.artifact, server_round))
+    def configure_train(self, server_round: int, states: Mapping[str, Arrays]) -> list[Send]:
+        run, cfg = self.server_run, self.server_run.cfg
+        chosen = sample_clients(sorted(run.nodes), cfg.fraction_train,
+                                derive_seed(cfg.seed, "sample", ARTIFACT, server_round))
         self.participants.update(chosen)
         self.chosen = chosen
+        arrays = to_record(states[ARTIFACT])
+        config = self.train_config
         config["server-round"] = server_round
-        config["artifact"] = self.artifact
+        config["artifact"] = ARTIFACT
         config["evaluate-received"] = True
-        self.round_report = {"bytes-down": len(chosen) * record_bytes(arrays)}
-        messages = self._messages(chosen, arrays, config, TRAIN_MESSAGE)
-        return configure_through_strategy(server_round, messages, arrays, grid)
+        self.report = {"bytes-down": len(chosen) * record_bytes(arrays)}
+        return self._sends(chosen, RecordDict({"arrays": arrays, "config": config}), TRAIN_MESSAGE)
 
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                           grid: Grid) -> Iterable[Message]:
-        if server_round < self.num_rounds:  # the next round's train messages evaluate this model
-            return []
-        config["server-round"] = server_round
-        return self._messages(self.chosen, arrays, config, EVALUATE_MESSAGE)
+    def _sends(self, partitions: list[int], record: RecordDict, message_type: str) -> list[Send]:
+        """One message per partition, every one carrying the same record (as Flower's FedAvg builds them)."""
+        sends = []
+        for p in partitions:
+            message = Message(content=record, message_type=message_type, dst_node_id=self.nodes[p])
+            sends.append(Send(p, message, partial(_checked, self.server_run, p, message), ARTIFACT))
+        return sends
 
-    def _sorted_complete(self, replies: Iterable[Message]) -> list[Message]:
-        replies = list(replies)
-        check_replies(replies)
-        if len(replies) != self._expected and self._expected_type == TRAIN_MESSAGE:
-            raise NodeFailure(f"{self._expected - len(replies)} node(s) did not reply before the round timeout")
-        return sorted(replies, key=lambda r: int(r.content["metrics"][PARTITION_KEY]))
-
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]):  # noqa: ANN201
-        """Flower's ``FedAvg.aggregate_train`` (its reply checks and log, the weighted mean of the metrics)
-        with the arrays averaged by :func:`fedforget.core.weighted_mean.weighted_mean` in partition order
-        (Flower's float32 arithmetic)."""
-        ordered = self._sorted_complete(replies)
-        arrays, metrics = None, None
-        valid, _ = self._check_and_log_replies(ordered, is_train=True)
-        if valid:
-            contents = [m.content for m in valid]
-            mean = weighted_mean([to_numpy(next(iter(c.array_records.values()))) for c in contents],
-                                 [next(iter(c.metric_records.values()))[self.weighted_by_key] for c in contents],
-                                 keys=[int(c["metrics"][PARTITION_KEY]) for c in contents])
-            arrays = ArrayRecord({k: Array(v) for k, v in mean.items()})
-            metrics = self.train_metrics_aggr_fn(contents, self.weighted_by_key)
-            arrays = aggregate_through_strategy(server_round, ordered, arrays, dict(metrics)) or arrays
-        self.round_report.update({
+    def aggregate_train(self, server_round: int, states: Mapping[str, Arrays], sends: Sequence[Send],
+                        replies: Sequence[Message | None]) -> RoundResult:
+        """The partition-order mean of every reply's tensors (Flower's float32 arithmetic) and Flower's weighted
+        mean of the client metrics."""
+        ordered = _ordered(replies, is_train=True)
+        contents = [m.content for m in ordered]
+        mean = weighted_mean([to_numpy(next(iter(c.array_records.values()))) for c in contents],
+                             [next(iter(c.metric_records.values()))[WEIGHTED_BY] for c in contents],
+                             keys=[int(c["metrics"][PARTITION_KEY]) for c in contents])
+        metrics = _mean_metrics(contents, WEIGHTED_BY)
+        self.report.update({
             "bytes-up": sum(record_bytes(r.content["arrays"]) for r in ordered),
             "train-loss": float((metrics or {}).get("train-loss", 0.0)),
             "trained": [int(r.content["metrics"][PARTITION_KEY]) for r in ordered],
             "train-examples": sum(int(r.content["metrics"]["num-examples"]) for r in ordered),
             **_received_evaluation(ordered),
         })
-        return arrays, metrics
+        state = {k: np.ascontiguousarray(v) for k, v in mean.items()}
+        return RoundResult({ARTIFACT: state}, {ARTIFACT: sum(int(c["metrics"]["num-examples"]) for c in contents)},
+                           [], list(replies), metrics=dict(metrics))
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        if server_round < self.num_rounds:  # nothing was sent (see configure_evaluate)
-            return None
-        ordered = self._sorted_complete(replies)
-        metrics = super().aggregate_evaluate(server_round, ordered)
-        self.round_report["client-accuracy"] = float((metrics or {}).get("accuracy", 0.0))
-        self.round_report["client-accuracies"] = {
+    def finish(self, server_round: int, result: RoundResult, sends: Sequence[Send], bytes_down: int,
+               seconds: float) -> None:
+        """The last round's model is evaluated by the clients that trained it; every round's by the server."""
+        state = result.states[ARTIFACT]
+        if server_round == self.server_run.cfg.num_rounds:
+            self._evaluate_on_clients(server_round, state)
+        result.row = self.evaluate(server_round, state)
+
+    def _evaluate_on_clients(self, server_round: int, state: Arrays) -> None:
+        config = self.evaluate_config
+        config["server-round"] = server_round
+        sends = self._sends(self.chosen, RecordDict({"arrays": to_record(state), "config": config}),
+                            EVALUATE_MESSAGE)
+        replies, _ = exchange_redo_or_exclude(  # a lost evaluation only leaves that partition out of the metrics
+            self.grid, self.nodes, [s.message for s in sends], [s.partition for s in sends], self.timeout,
+            lambda reply, i: sends[i].check(reply))
+        ordered = _ordered(replies, is_train=False)
+        metrics = _mean_metrics([r.content for r in ordered], WEIGHTED_BY) if ordered else None
+        self.report["client-accuracy"] = float((metrics or {}).get("accuracy", 0.0))
+        self.report["client-accuracies"] = {
             str(r.content["metrics"][PARTITION_KEY]): float(r.content["metrics"]["accuracy"]) for r in ordered
         }
-        return metrics
+
+    def evaluate(self, server_round: int, state: Arrays) -> dict[str, object]:
+        """The server's evaluation of ``state`` on its own test set, appended as the round's metrics row."""
+        run, cfg = self.server_run, self.server_run.cfg
+        model = run.bundle.model
+        model.load_trainable_state(DEFAULT_ADAPTER, {k: torch.from_numpy(np.array(v)) for k, v in state.items()})
+        result = evaluate(model, run.test.inputs, run.test.labels)
+        row = {"round": server_round, "num-rounds": cfg.num_rounds, "accuracy": result["accuracy"],
+               "loss": result["loss"], "artifact": ARTIFACT, "action": cfg.action}
+        if server_round > 0:
+            row.update(self.report)
+        run.store.append_metrics(row)
+        log(INFO, "round %d/%d: test accuracy %.4f, loss %.4f", server_round, cfg.num_rounds,
+            result["accuracy"], result["loss"])
+        return row
 
 
-def run_fedavg(grid: Grid, cfg: RunConfig) -> None:
+def _checked(run: ServerRun, partition: int, sent: Message, reply: Message) -> str | None:
+    return check_fedavg_reply(run, reply, partition, sent)
+
+
+def _ordered(replies: Sequence[Message | None], is_train: bool) -> list[Message]:
+    """The valid replies in partition order, held to Flower's FedAvg reply rules (one ArrayRecord for a train
+    reply, one MetricRecord with the examples)."""
+    ordered = sorted((r for r in replies if r is not None), key=lambda r: int(r.content["metrics"][PARTITION_KEY]))
+    check_replies(ordered)
+    if ordered:
+        validate_message_reply_consistency([m.content for m in ordered], WEIGHTED_BY, check_arrayrecord=is_train)
+    return ordered
+
+
+def run_fedavg(grid: Grid, cfg: RunConfig, strategy: object = None) -> None:
     """Train one global LoRA adapter + head with FedAvg, evaluate every round, store the result.
 
     ``action='retrain'`` is the retrain-from-scratch baseline: clients first delete the forgotten
     samples for good, then the whole training runs again on what remains.
     """
-    drive(grid, cfg, FedAvgServer(grid, cfg))
+    drive(grid, cfg, FedAvgServer(grid, cfg), strategy)
 
 
 class FedAvgServer(MethodServer):
@@ -216,27 +243,13 @@ def check_fedavg_reply(run: ServerRun, reply: Message, partition: int, sent: Mes
 
 
 def _train(grid: Grid, run: ServerRun) -> tuple[str, set[int]]:
-    cfg = run.cfg
-    model = run.bundle.model
-    strategy = PartitionFedAvg(run.nodes, sorted(run.nodes), cfg.fraction_train, cfg.seed, ARTIFACT, cfg.num_rounds)
-
-    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-        model.load_trainable_state(DEFAULT_ADAPTER, {k: torch.from_numpy(v) for k, v in to_numpy(arrays).items()})
-        result = evaluate(model, run.test.inputs, run.test.labels)
-        row = {"round": server_round, "num-rounds": cfg.num_rounds, "accuracy": result["accuracy"],
-               "loss": result["loss"], "artifact": ARTIFACT, "action": cfg.action}
-        if server_round > 0:
-            row.update(strategy.round_report)
-        run.store.append_metrics(row)
-        log(INFO, "round %d/%d: test accuracy %.4f, loss %.4f", server_round, cfg.num_rounds,
-            result["accuracy"], result["loss"])
-        return MetricRecord({"accuracy": result["accuracy"], "loss": result["loss"]})
-
-    initial = ArrayRecord(run.bundle.initial_state)
-    policy = PolicyGrid(grid.inner if isinstance(grid, ReliableGrid) else grid, run.nodes,
-                        lambda reply, partition, sent: check_fedavg_reply(run, reply, partition, sent))
-    result = strategy.start(policy, initial, num_rounds=cfg.num_rounds, timeout=cfg.round_timeout,
-                            train_config=ConfigRecord({"adapter": DEFAULT_ADAPTER}), evaluate_fn=evaluate_fn)
-    final = {k: np.ascontiguousarray(v) for k, v in to_numpy(result.arrays).items()}
-    sha = run.store.put_arrays(final, {"artifact": ARTIFACT, "method": cfg.method, "task": cfg.task})
-    return sha, strategy.participants
+    """``num-rounds`` rounds of :class:`FedAvgRound` from the seeded initial model, the server evaluating it
+    first; the stored global model and the partitions it saw."""
+    rnd = FedAvgRound(grid, run)
+    state = {k: np.array(v.detach().numpy(), copy=True) for k, v in run.bundle.initial_state.items()}
+    rnd.evaluate(0, state)
+    for server_round in range(1, run.cfg.num_rounds + 1):
+        state = rnd.run(server_round, {ARTIFACT: state}).states[ARTIFACT]
+    final = {k: np.ascontiguousarray(v) for k, v in state.items()}
+    sha = run.store.put_arrays(final, {"artifact": ARTIFACT, "method": run.cfg.method, "task": run.cfg.task})
+    return sha, rnd.participants

@@ -42,10 +42,10 @@ from fedforget.core.seeds import derive_seed
 from fedforget.federation.control_messages import NEED_CLASS_COUNTS
 from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import check_chain_reply
-from fedforget.federation.grouped_round import Contribution, GroupedRound, Send
 from fedforget.federation.messaging import PARTITION_KEY, to_numpy, to_record
 from fedforget.federation.module_messages import TrainModule
 from fedforget.federation.module_stack import default_module_init, initial_head
+from fedforget.federation.round_engine import Contribution, Round, Send
 from fedforget.federation.run_setup import ServerRun
 from fedforget.federation.serve import load_tensors
 from fedforget.methods.fedshard.angles import signed_update_angles, update_angles
@@ -173,13 +173,13 @@ class ShardTrainer:
         self.rebuilt.append(shard.artifact)
 
 
-class ShardRound(GroupedRound):
+class ShardRound(Round):
     """One round of every shard of a stage with rounds left: each member trains the shard's model on all of
     its slices, and each shard averages its own members' replies."""
 
     def __init__(self, trainer: ShardTrainer, shards: Sequence[ShardNode], stage: int) -> None:
         run = trainer.run
-        super().__init__(trainer.grid, run.nodes, trainer.cfg.round_timeout, run.store, trainer.cfg.action)
+        super().__init__(trainer.grid, run)
         self.trainer, self.shards, self.stage = trainer, list(shards), stage
 
     def configure_train(self, server_round: int, states: Mapping[str, Arrays]) -> list[Send]:
@@ -278,9 +278,9 @@ def _inits(trainer: ShardTrainer, stage: Sequence[ShardNode], below: Sequence[Sh
     return out
 
 
-def run_fedshard(grid: Grid, cfg: RunConfig) -> None:
+def run_fedshard(grid: Grid, cfg: RunConfig, strategy: object = None) -> None:
     """ServerApp entry for ``method='fedshard'`` (``action`` = train or retrain)."""
-    drive(grid, cfg, FedShardServer(grid, cfg))
+    drive(grid, cfg, FedShardServer(grid, cfg), strategy)
 
 
 class FedShardServer(MethodServer):

@@ -451,13 +451,13 @@ class SplitRun:
                      summary=f"{cfg.method} trained {self.artifact} (sha256 {sha})")
 
 
-def run_split_method(grid: Grid, cfg: RunConfig) -> None:
+def run_split_method(grid: Grid, cfg: RunConfig, strategy: object = None) -> None:
     """Entry point for ``hosfl``, ``sfl`` and ``zo-sfl`` (the registry maps all three here).
 
     ``action='retrain'`` rebuilds the one split model from scratch without the forgotten samples,
     as ``fedavg`` does: a split model is trained on every partition, so nothing of it stays valid.
     """
-    drive(grid, cfg, SplitServer(grid, cfg))
+    drive(grid, cfg, SplitServer(grid, cfg), strategy)
 
 
 class SplitServer(MethodServer):

@@ -1,4 +1,4 @@
-"""Replay's server: a Flower strategy's rounds, each one a checkpoint in the store.
+"""Replay's server: a Flower strategy's rounds on the round engine, each one a checkpoint in the store.
 
 The wrapper keeps what exactness needs and leaves the rest to the strategy: the nodes of a round are
 partitions drawn with a seed per round (Flower draws node ids, which change every run), the strategy's
@@ -9,20 +9,24 @@ first one that saw the data; a retrain restores the last valid round and replays
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from logging import INFO, WARNING
+from typing import Any
 
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg
 from flwr.supercore import log
 
 from fedforget.core.config import RunConfig, sample_clients
 from fedforget.core.seeds import derive_seed
 from fedforget.federation.driver import Built, MethodServer, drive
-from fedforget.federation.failover import PartitionsExcluded, PolicyGrid, check_reply
-from fedforget.federation.messaging import PARTITION_KEY, ReliableGrid, record_bytes, to_numpy
-from fedforget.federation.round_hooks import aggregate_through_strategy, configure_through_strategy
+from fedforget.federation.failover import PartitionsExcluded, check_reply
+from fedforget.federation.messaging import PARTITION_KEY, record_bytes, to_numpy
+from fedforget.federation.round_engine import Arrays, Round, RoundResult, Send
 from fedforget.federation.run_setup import DEFAULT_ADAPTER, ServerRun
 from fedforget.federation.units import all_units
 from fedforget.methods.replay import flower_strategies
@@ -36,9 +40,9 @@ MESSAGE = "train.replay"
 SEED_ARTIFACT = "replay/global"
 
 
-def run_replay(grid: Grid, cfg: RunConfig) -> None:
+def run_replay(grid: Grid, cfg: RunConfig, strategy: object = None) -> None:
     """Train (or replay from the last valid round) a Flower strategy's rounds into the store."""
-    drive(grid, cfg, ReplayServer(grid, cfg))
+    drive(grid, cfg, ReplayServer(grid, cfg), strategy)
 
 
 class _Sampled:
@@ -49,6 +53,65 @@ class _Sampled:
 
     def get_node_ids(self) -> list[int]:
         return list(self.node_ids)
+
+
+class ReplayRound(Round):
+    """One round of a Flower strategy on the round engine: the strategy's own ``configure_train`` builds the
+    drawn partitions' messages (as replay's message type) and its ``aggregate_train`` makes the round's model
+    from the replies in partition order (its server step included); the model keeps its dtypes. A partition
+    lost for good stops the replay there (every later round needs the one global model)."""
+
+    one_model = True
+    needs_every_partition = True
+
+    def __init__(self, grid: Grid, run: ServerRun, flower: FedAvg,
+                 sampled: Callable[[ServerRun, int], list[int]]) -> None:
+        super().__init__(grid, run)
+        self.server_run, self.flower, self.sampled = run, flower, sampled
+        self.chosen: list[int] = []
+        #: the round's messages as sent, its replies in partition order and the strategy's metrics (its row's)
+        self.sent: list[Message] = []
+        self.replies: list[Message] = []
+        self.metrics: dict[str, Any] = {}
+
+    def configure_train(self, server_round: int, states: Mapping[str, Arrays]) -> list[Send]:
+        run, strategy = self.server_run, self.flower
+        self.chosen = chosen = self.sampled(run, server_round)
+        keep = strategy.fraction_train, strategy.min_train_nodes, strategy.min_available_nodes
+        strategy.fraction_train, strategy.min_train_nodes, strategy.min_available_nodes = 1.0, len(chosen), 0
+        try:
+            config = ConfigRecord({"adapter": DEFAULT_ADAPTER, "artifact": SEED_ARTIFACT})
+            record = ArrayRecord({k: Array(v) for k, v in states[SEED_ARTIFACT].items()})
+            made = list(strategy.configure_train(server_round, record, config,
+                                                 _Sampled([run.nodes[p] for p in chosen])))
+        finally:
+            strategy.fraction_train, strategy.min_train_nodes, strategy.min_available_nodes = keep
+        partition_of = {n: p for p, n in run.nodes.items()}
+        sends = []
+        for m in made:
+            message = Message(m.content, dst_node_id=m.metadata.dst_node_id, message_type=MESSAGE)
+            p = partition_of[m.metadata.dst_node_id]
+            sends.append(Send(p, message, partial(self._valid, p, message), SEED_ARTIFACT))
+        return sends
+
+    def _valid(self, partition: int, sent: Message, reply: Message) -> str | None:
+        return check_reply(reply, partition, sent=to_numpy(sent.content["arrays"]),
+                           max_examples=len(self.server_run.plan.partition_ids(partition)))
+
+    def aggregate_train(self, server_round: int, states: Mapping[str, Arrays], sends: Sequence[Send],
+                        replies: Sequence[Message | None]) -> RoundResult:
+        ordered = sorted((r for r in replies if r is not None), key=lambda r: int(r.content["metrics"][PARTITION_KEY]))
+        aggregated, metrics = self.flower.aggregate_train(server_round, ordered)
+        state = states[SEED_ARTIFACT]
+        if aggregated is not None:  # the model keeps its dtypes (a float64 server step is rounded back)
+            state = {k: np.ascontiguousarray(v.numpy(), dtype=state[k].dtype) for k, v in aggregated.items()}
+        self.replies, self.metrics = ordered, dict(metrics or {})
+        return RoundResult({SEED_ARTIFACT: state}, {}, [], list(replies), metrics=self.metrics)
+
+    def finish(self, server_round: int, result: RoundResult, sends: Sequence[Send], bytes_down: int,
+               seconds: float) -> None:
+        """The round's checkpoint and row are the server's (after the hook: what the round goes on from)."""
+        self.sent = [s.message for s in sends]
 
 
 class ReplayServer(MethodServer):
@@ -82,16 +145,11 @@ class ReplayServer(MethodServer):
             unbuilt = [a for r in range(resume + 1, cfg.num_rounds + 1) for a in self._artifacts(r, name)]
             return Built([], unbuilt, summary=f"replay ({name}) built nothing: round {resume} was forgotten meanwhile")
         seen = {p for r in range(1, resume + 1) for p in self._sampled(run, r)}
-        policy = PolicyGrid(self.grid.inner if isinstance(self.grid, ReliableGrid) else self.grid, run.nodes,
-                            lambda reply, partition, sent: check_reply(
-                                reply, partition, sent=to_numpy(sent.content["arrays"]),
-                                max_examples=len(run.plan.partition_ids(partition))))
+        rnd = ReplayRound(self.grid, run, strategy, self._sampled)
         rebuilt: list[str] = []
         for server_round in range(resume + 1, cfg.num_rounds + 1):
-            chosen = self._sampled(run, server_round)
-            messages = self._configure(strategy, server_round, arrays, chosen, run)
             try:
-                replies = list(policy.send_and_receive(messages, timeout=cfg.round_timeout))
+                arrays = rnd.run(server_round, {SEED_ARTIFACT: arrays}).states[SEED_ARTIFACT]
             except PartitionsExcluded as lost:
                 log(WARNING, "fedforget: replay stops before round %d: partition(s) %s were lost; run "
                     "`fedforget retrain` when they are back", server_round, sorted(lost.partitions))
@@ -99,16 +157,9 @@ class ReplayServer(MethodServer):
                            for a in self._artifacts(r, name)]
                 return Built(rebuilt, unbuilt, set(lost.partitions), manifest={"rounds-done": server_round - 1},
                              summary=f"replay built {len(rebuilt)} artifact(s), stopped at round {server_round}")
-            replies.sort(key=lambda r: int(r.content["metrics"][PARTITION_KEY]))
-            aggregated, metrics = strategy.aggregate_train(server_round, replies)
-            if aggregated is not None:
-                aggregated = aggregate_through_strategy(server_round, replies, aggregated, dict(metrics or {})) \
-                    or aggregated
-            if aggregated is not None:  # the model keeps its dtypes (a float64 server step is rounded back)
-                arrays = {k: np.ascontiguousarray(v.numpy(), dtype=initial[k].dtype) for k, v in aggregated.items()}
-            seen.update(chosen)
+            seen.update(rnd.chosen)
             rebuilt += self._checkpoint(run, ledger, strategy, server_round, arrays, sorted(seen), watermark)
-            self._report(run, server_round, arrays, chosen, messages, replies, metrics)
+            self._report(run, server_round, arrays, rnd.chosen, rnd.sent, rnd.replies, rnd.metrics)
         return Built(rebuilt, manifest={"rounds-done": cfg.num_rounds},
                      summary=f"replay ({name}) built {len(rebuilt)} artifact(s) from round {resume + 1}")
 
@@ -117,21 +168,6 @@ class ReplayServer(MethodServer):
         took the files): every round replayed from it would be stale."""
         valid = ledger.valid_artifacts()
         return any(a not in valid for a in self._artifacts(resume, self.cfg.replay.strategy))
-
-    def _configure(self, strategy, server_round: int, arrays: dict[str, np.ndarray],  # noqa: ANN001
-                   chosen: list[int], run: ServerRun) -> list[Message]:
-        """The strategy's own messages for the drawn partitions, as replay's message type."""
-        keep = strategy.fraction_train, strategy.min_train_nodes, strategy.min_available_nodes
-        strategy.fraction_train, strategy.min_train_nodes, strategy.min_available_nodes = 1.0, len(chosen), 0
-        try:
-            config = ConfigRecord({"adapter": DEFAULT_ADAPTER, "artifact": SEED_ARTIFACT})
-            record = ArrayRecord({k: Array(v) for k, v in arrays.items()})
-            made = list(strategy.configure_train(server_round, record, config,
-                                                 _Sampled([run.nodes[p] for p in chosen])))
-        finally:
-            strategy.fraction_train, strategy.min_train_nodes, strategy.min_available_nodes = keep
-        messages = [Message(m.content, dst_node_id=m.metadata.dst_node_id, message_type=MESSAGE) for m in made]
-        return configure_through_strategy(server_round, messages, record, self.grid)
 
     def _artifacts(self, server_round: int, name: str) -> list[str]:
         return [round_artifact(server_round)] + ([state_artifact(server_round)] if flower_strategies.STATE[name]

@@ -15,6 +15,11 @@ class Forgettable(MethodStrategy):
     Takes the strategy instance (its parameters and ``fraction_train`` become the run config's ``replay.*`` and
     ``fraction-train`` keys) or its name as ``strategy="fedprox"``, and the run config's keys as Python names.
     Any other strategy, a subclass or a DP wrapper (whose noise is unseeded) is refused: it cannot be replayed.
+
+    ``start`` runs the rounds on the round engine (:class:`~fedforget.methods.replay.server.ReplayRound`): each
+    round the Flower strategy's own ``configure_train`` builds the drawn partitions' messages and its own
+    ``aggregate_train`` makes the model from the replies in partition order; each round is then checkpointed.
+    This class's ``configure_train``/``aggregate_train`` see the model under its tensor names.
     """
 
     variant = "replay"

@@ -33,9 +33,9 @@ from fedforget.core.seeds import derive_seed
 from fedforget.federation.control_messages import NEED_LABELS
 from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import FRAMING_PER_TENSOR, check_reply, exchange_redo_or_exclude
-from fedforget.federation.grouped_round import SERVER_ORDER, Contribution, GroupedRound, Send
 from fedforget.federation.messaging import to_numpy
 from fedforget.federation.registration import Federation
+from fedforget.federation.round_engine import SERVER_ORDER, Contribution, Round, Send
 from fedforget.federation.run_setup import ServerRun
 from fedforget.methods.safe.adapters import init_adapters
 from fedforget.methods.safe.budget import adapter_budget
@@ -202,7 +202,7 @@ class SafeTrainer:
         self.rebuilt.append(aid)
 
 
-class SafeRound(GroupedRound):
+class SafeRound(Round):
     """One round of every adapter: one message per node carries the blocks of all its cliques, each block is
     averaged on its own (weighted by that clique's sample counts, summed in float64 in partition order), and
     the server's safe shard contributes last."""
@@ -211,7 +211,7 @@ class SafeRound(GroupedRound):
 
     def __init__(self, trainer: SafeTrainer, specs: list[dict[str, object]]) -> None:
         run = trainer.run
-        super().__init__(trainer.grid, run.nodes, trainer.cfg.round_timeout, run.store, trainer.cfg.action)
+        super().__init__(trainer.grid, run)
         self.trainer, self.specs = trainer, specs
 
     def configure_train(self, server_round: int, states: Mapping[str, Arrays]) -> list[Send]:
@@ -334,9 +334,9 @@ def evaluate_safe(run: ServerRun, ledger: Ledger) -> dict[str, float]:
     return result
 
 
-def run_safe(grid: Grid, cfg: RunConfig) -> None:
+def run_safe(grid: Grid, cfg: RunConfig, strategy: object = None) -> None:
     """ServerApp entry for ``safe`` and ``protosisa`` (``action`` = train or retrain)."""
-    drive(grid, cfg, SafeServer(grid, cfg))
+    drive(grid, cfg, SafeServer(grid, cfg), strategy)
 
 
 class SafeServer(MethodServer):
