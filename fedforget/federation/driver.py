@@ -18,6 +18,7 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedforget.core.config import RunConfig
+from fedforget.core.method import Method
 from fedforget.federation.forget_messages import forget_before_retrain
 from fedforget.federation.record_key import run_record_key
 from fedforget.federation.registration import Federation, register_nodes
@@ -77,19 +78,20 @@ class MethodServer:
         """Once the run is recorded and served: delete what the rebuilt artifacts replaced."""
 
 
-def drive(grid: Grid, cfg: RunConfig, server: MethodServer) -> None:
-    """Run ``cfg.action`` (train or retrain) of ``server``'s method on the nodes ``grid`` reaches."""
+def drive(grid: Grid, cfg: RunConfig, server: MethodServer, method: Method) -> None:
+    """Run ``cfg.action`` (train or retrain) of ``server``'s method on the nodes ``grid`` reaches; ``method`` is
+    its declaration (the message that makes a node forget, what a purge covers)."""
     server_test = load_server_test(cfg)  # the server's own test set: never a client's row
     record_key = run_record_key(cfg)
     federation = register_nodes(grid, cfg, server.needs(), server_test.num_classes, record_key)
     if cfg.action == "retrain":
-        _retrain(server, open_server_run(cfg, federation, server_test))
+        _retrain(server, open_server_run(cfg, federation, server_test), method)
         return
     server.check(federation, server_test.num_classes)
-    _train(server, prepare_server_run(cfg, federation, server_test, record_key))
+    _train(server, prepare_server_run(cfg, federation, server_test, record_key), method)
 
 
-def _train(server: MethodServer, run: ServerRun) -> None:
+def _train(server: MethodServer, run: ServerRun, method: Method) -> None:
     ledger = run.store.ledger()
     try:
         built = server.train(run, ledger)
@@ -97,16 +99,16 @@ def _train(server: MethodServer, run: ServerRun) -> None:
         serving = ledger.refresh_serving()
         result = server.evaluate(run, ledger)
         server.first_served(run, ledger, serving)
-        _finish(server, run, built, result, serving, {"action": "train"})
+        _finish(server, run, method, built, result, serving, {"action": "train"})
         log(INFO, "fedforget: store written to %s", run.store.root)
     finally:
         ledger.close()
 
 
-def _retrain(server: MethodServer, run: ServerRun) -> None:
+def _retrain(server: MethodServer, run: ServerRun, method: Method) -> None:
     ledger = run.store.ledger()
     try:
-        watermark = forget_before_retrain(server.grid, run, ledger)
+        watermark = forget_before_retrain(server.grid, run, ledger, method.forget_message)
         crash_point("retrain:forget-sent")
         # a corrupt artifact is rebuilt like an invalid one (same inputs, so the same bytes come back)
         reusable = ledger.valid_artifacts() - corrupt_artifacts(run.store, ledger)
@@ -115,20 +117,21 @@ def _retrain(server: MethodServer, run: ServerRun) -> None:
         crash_point("retrain:before-finish")
         serving = ledger.finish_retrain(watermark, built.rebuilt)
         result = server.evaluate(run, ledger)
-        _finish(server, run, built, result, serving, {"action": "retrain", "watermark": watermark})
+        _finish(server, run, method, built, result, serving, {"action": "retrain", "watermark": watermark})
     finally:
         ledger.close()
 
 
-def _finish(server: MethodServer, run: ServerRun, built: Built, result: dict[str, float], serving: dict[str, Any],
-            what: dict[str, Any]) -> None:
+def _finish(server: MethodServer, run: ServerRun, method: Method, built: Built, result: dict[str, float],
+            serving: dict[str, Any], what: dict[str, Any]) -> None:
     if built.metrics is not None:
         run.store.append_metrics({"final": True, **what, "accuracy": result["accuracy"], "loss": result["loss"],
                                   **built.metrics, "served": serving["artifacts"]})
     if built.manifest:
         run.store.update_manifest(**built.manifest)
     server.finished(run, built)
-    purged = finish_pending_purges(run.store, int(what.get("watermark", 0)))  # built from data forgotten meanwhile
+    # what it built from data forgotten meanwhile
+    purged = finish_pending_purges(run.store, method, int(what.get("watermark", 0)))
     if purged is not None and purged.files:
         log(INFO, "fedforget: purged %d file(s) built from data forgotten during this run", len(purged.files))
     log(INFO, "fedforget: %s; %s", built.summary or f"{server.cfg.method} done", served_line(result, serving))

@@ -16,7 +16,6 @@ from flwr.app import Message
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedforget.core.method import method_entry
 from fedforget.federation.control_messages import ForgetAck, ForgetSamples, MalformedMessage
 from fedforget.federation.failover import exchange_redo_or_exclude
 from fedforget.federation.messaging import NodeFailure
@@ -67,11 +66,12 @@ def record_forget_acks(store: Store, acks: list[ForgetAck], mark: int) -> dict[i
     return deleted
 
 
-def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> dict[int, int]:
-    """The method's forget message to every client holding forgotten samples; they delete them for good."""
+def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]], message_type: str) -> dict[int, int]:
+    """The method's forget message (``message_type``) to every client holding forgotten samples; they delete
+    them for good."""
     if not forgotten:
         return {}
-    messages, mark = forget_messages(run.store, run.nodes, forgotten, method_entry(run.cfg.method).forget_message)
+    messages, mark = forget_messages(run.store, run.nodes, forgotten, message_type)
     replies, lost = exchange_redo_or_exclude(grid, run.nodes, messages, sorted(forgotten), run.cfg.round_timeout,
                                              malformed_ack)
     if lost:
@@ -83,10 +83,10 @@ def send_forget(grid: Grid, run: ServerRun, forgotten: dict[int, list[int]]) -> 
     return deleted
 
 
-def forget_before_retrain(grid: Grid, run: ServerRun, ledger: Ledger) -> int:
+def forget_before_retrain(grid: Grid, run: ServerRun, ledger: Ledger, message_type: str) -> int:
     """The first step of every retrain from scratch: the owners delete every sample forgotten up to the
     last request, for good, before anything is trained again. Returns that request (the watermark the
     rebuilt artifacts are recorded with)."""
     watermark = ledger.last_request()
-    send_forget(grid, run, ledger.forgotten_by_partition(watermark))
+    send_forget(grid, run, ledger.forgotten_by_partition(watermark), message_type)
     return watermark

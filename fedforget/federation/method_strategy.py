@@ -32,6 +32,7 @@ from fedforget.core.config import (
     rename_flat_keys,
 )
 from fedforget.core.config_keys import ConfigTable
+from fedforget.core.method import Method
 from fedforget.federation.refusal import refusals, refusals_logged
 from fedforget.federation.round_hooks import HOOKS, default_hook, in_round, overridden, running
 from fedforget.federation.run_action import RunLockRefused, remove_unwritten_store, run_action
@@ -68,6 +69,8 @@ class MethodStrategy(Strategy):
 
     #: the run config's ``method=`` value this class runs
     variant: ClassVar[str]
+    #: the declaration of the method that runs it (handed down to the run: its driver, forget message, purge)
+    method: ClassVar[Method]
     #: the run-config key ``start(num_rounds=...)`` sets (None: the method sizes its own rounds)
     rounds_key: ClassVar[str | None] = "num-rounds"
 
@@ -175,7 +178,7 @@ class MethodStrategy(Strategy):
         fresh = action == "train" and not store_root.exists()
         try:
             with running(self):
-                run_action(grid, cfg)
+                run_action(grid, cfg, self.method)
         except refusals() as exc:
             if fresh and not isinstance(exc, RunLockRefused):  # refused before it trained: take back the directory
                 remove_unwritten_store(store_root)  # its lock made (a lock refused is another run's)

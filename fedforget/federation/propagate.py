@@ -19,7 +19,7 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedforget.core.config import RunConfig
-from fedforget.core.method import entry_for_plan
+from fedforget.core.method import Method
 from fedforget.federation.control_messages import (
     ForgetAck,
     MalformedMessage,
@@ -27,15 +27,9 @@ from fedforget.federation.control_messages import (
     partition_queries,
 )
 from fedforget.federation.forget_messages import forget_messages, record_forget_acks
-from fedforget.federation.messaging import FORGET_MESSAGE, send_with_retries
+from fedforget.federation.messaging import send_with_retries
 from fedforget.store import Store
 from fedforget.store.purge import unconfirmed_copies, visible_partitions
-
-
-def forget_message_type(plan_kind: str | None) -> str:
-    """The message that makes a node delete samples, for the method that wrote a plan of ``plan_kind``."""
-    entry = entry_for_plan(plan_kind)
-    return entry.forget_message if entry is not None else FORGET_MESSAGE
 
 
 def reachable_partitions(grid: Grid, timeout: float) -> dict[int, int]:
@@ -48,19 +42,19 @@ def reachable_partitions(grid: Grid, timeout: float) -> dict[int, int]:
                                malformed)
 
 
-def run_propagation(grid: Grid, cfg: RunConfig) -> dict[int, int]:
-    """Send every reachable owner its forgotten samples; record and return partition → newly deleted."""
+def run_propagation(grid: Grid, cfg: RunConfig, method: Method) -> dict[int, int]:
+    """Send every reachable owner its forgotten samples, in ``method``'s forget message; record and return
+    partition → newly deleted."""
     store = Store.open(cfg.store)
     ledger = store.ledger()
     try:
         forgotten = ledger.forgotten_by_partition()
-        kind = (ledger.plan() or {}).get("kind")
-        unseen = unconfirmed_copies(ledger.db, visible_partitions(store.root))  # what `purge --check` reports
+        unseen = unconfirmed_copies(ledger.db, visible_partitions(store.root), method)  # what `purge --check` reports
         holders = {p: [] for p in unseen if p not in forgotten}
     finally:
         ledger.close()
     nodes = reachable_partitions(grid, cfg.round_timeout)
-    messages, mark = forget_messages(store, nodes, {**forgotten, **holders}, forget_message_type(kind))
+    messages, mark = forget_messages(store, nodes, {**forgotten, **holders}, method.forget_message)
     acks = []
     for reply in send_with_retries(grid, messages, cfg.round_timeout) if messages else []:
         if reply.has_error():

@@ -12,7 +12,7 @@ from pathlib import Path
 from flwr.serverapp import Grid
 
 from fedforget.core.config import RunConfig
-from fedforget.core.method import method_entry, resolve
+from fedforget.core.method import Method
 from fedforget.federation.app_home import check_app_directory
 from fedforget.federation.messaging import ReliableGrid
 from fedforget.federation.node_data import REGISTERED
@@ -32,8 +32,9 @@ def reliable(grid: Grid) -> ReliableGrid:
     return grid if isinstance(grid, ReliableGrid) else ReliableGrid(grid)
 
 
-def run_action(grid: Grid, cfg: RunConfig) -> None:
-    """``cfg.action`` (train, retrain or propagate) of ``cfg.method`` on the nodes ``grid`` reaches.
+def run_action(grid: Grid, cfg: RunConfig, method: Method) -> None:
+    """``cfg.action`` (train, retrain or propagate) of ``cfg.method``, whose declaration is ``method``, on the
+    nodes ``grid`` reaches.
 
     Raises :class:`RunLockRefused` when another live run holds the store's lock, and
     :class:`~fedforget.core.config.ConfigError` for a config this federation cannot run, or whose relative
@@ -49,9 +50,9 @@ def run_action(grid: Grid, cfg: RunConfig) -> None:
         if cfg.action == "propagate":  # deletion on the clients now, no training (`forget --propagate`)
             from fedforget.federation.propagate import run_propagation
 
-            run_propagation(reliable(grid), cfg)
+            run_propagation(reliable(grid), cfg, method)
             return
-        resolve(method_entry(cfg.method).driver)(reliable(grid), cfg)
+        method.driver(reliable(grid), cfg)
 
 
 def remove_unwritten_store(root: Path) -> None:

@@ -23,6 +23,7 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedforget.core.config import ConfigError, RunConfig
+from fedforget.core.method import Method
 from fedforget.core.seeds import derive_seed, derive_seed32
 from fedforget.core.slicing import UnitId
 from fedforget.federation.control_messages import NEED_CLASS_COUNTS, ModuleNeed
@@ -412,9 +413,9 @@ class ChainRound(GroupedRound):
 
 
 # -- the two actions -------------------------------------------------------------------------
-def run_chains(grid: Grid, cfg: RunConfig) -> None:
+def run_chains(grid: Grid, cfg: RunConfig, method: Method) -> None:
     """ServerApp entry for fedsgt / s3t / sisa / fedcio (``action`` = train or retrain)."""
-    drive(grid, cfg, ChainsServer(grid, cfg))
+    drive(grid, cfg, ChainsServer(grid, cfg), method)
 
 
 class ChainsServer(MethodServer):

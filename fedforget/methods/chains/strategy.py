@@ -4,9 +4,11 @@ in ``rounds_per_phase`` FedAvg rounds on its prefix's data (``num_rounds`` sets 
 from __future__ import annotations
 
 from fedforget.federation.method_strategy import MethodStrategy
+from fedforget.methods.chains import METHOD
 
 
 class _Chains(MethodStrategy):
+    method = METHOD
     rounds_key = "chains.rounds-per-phase"
 
 

@@ -14,6 +14,7 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 from flwr.supercore import log
 
 from fedforget.core.config import RunConfig, sample_clients
+from fedforget.core.method import Method
 from fedforget.core.seeds import derive_seed
 from fedforget.core.weighted_mean import weighted_mean
 from fedforget.federation.driver import Built, MethodServer, drive
@@ -166,13 +167,13 @@ class PartitionFedAvg(FedAvg):
         return metrics
 
 
-def run_fedavg(grid: Grid, cfg: RunConfig) -> None:
+def run_fedavg(grid: Grid, cfg: RunConfig, method: Method) -> None:
     """Train one global LoRA adapter + head with FedAvg, evaluate every round, store the result.
 
     ``action='retrain'`` is the retrain-from-scratch baseline: clients first delete the forgotten
     samples for good, then the whole training runs again on what remains.
     """
-    drive(grid, cfg, FedAvgServer(grid, cfg))
+    drive(grid, cfg, FedAvgServer(grid, cfg), method)
 
 
 class FedAvgServer(MethodServer):

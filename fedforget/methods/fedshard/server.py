@@ -38,6 +38,7 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedforget.core.config import RunConfig
+from fedforget.core.method import Method
 from fedforget.core.seeds import derive_seed
 from fedforget.federation.control_messages import NEED_CLASS_COUNTS
 from fedforget.federation.driver import Built, MethodServer, drive
@@ -278,9 +279,9 @@ def _inits(trainer: ShardTrainer, stage: Sequence[ShardNode], below: Sequence[Sh
     return out
 
 
-def run_fedshard(grid: Grid, cfg: RunConfig) -> None:
+def run_fedshard(grid: Grid, cfg: RunConfig, method: Method) -> None:
     """ServerApp entry for ``method='fedshard'`` (``action`` = train or retrain)."""
-    drive(grid, cfg, FedShardServer(grid, cfg))
+    drive(grid, cfg, FedShardServer(grid, cfg), method)
 
 
 class FedShardServer(MethodServer):

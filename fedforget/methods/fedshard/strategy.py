@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from fedforget.federation.method_strategy import MethodStrategy
+from fedforget.methods.fedshard import METHOD
 
 
 class FedShard(MethodStrategy):
     """FedShard: clients sharded by a fairness-aware plan; a forget retrains only its shard."""
+
+    method = METHOD
 
     variant = "fedshard"
     rounds_key = None

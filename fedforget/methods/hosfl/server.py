@@ -47,14 +47,15 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 from torch import nn
 
+import fedforget.methods.hosfl.zo as zo
 from fedforget.core.config import ConfigError, RunConfig
+from fedforget.core.method import Method
 from fedforget.core.seeds import derive_seed
 from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import FRAMING_PER_TENSOR, check_reply, exchange_redo_or_exclude
 from fedforget.federation.registration import Federation
 from fedforget.federation.run_setup import ServerRun
 from fedforget.federation.units import all_units
-from fedforget.methods.hosfl import zo
 from fedforget.methods.hosfl.messages import (
     BACKPROP,
     FORWARD,
@@ -449,13 +450,13 @@ class SplitRun:
                      summary=f"{cfg.method} trained {self.artifact} (sha256 {sha})")
 
 
-def run_split_method(grid: Grid, cfg: RunConfig) -> None:
+def run_split_method(grid: Grid, cfg: RunConfig, method: Method) -> None:
     """Entry point for ``hosfl``, ``sfl`` and ``zo-sfl`` (the registry maps all three here).
 
     ``action='retrain'`` rebuilds the one split model from scratch without the forgotten samples,
     as ``fedavg`` does: a split model is trained on every partition, so nothing of it stays valid.
     """
-    drive(grid, cfg, SplitServer(grid, cfg))
+    drive(grid, cfg, SplitServer(grid, cfg), method)
 
 
 class SplitServer(MethodServer):

@@ -4,9 +4,11 @@ a forget retrains it from scratch."""
 from __future__ import annotations
 
 from fedforget.federation.method_strategy import MethodStrategy
+from fedforget.methods.hosfl import METHOD
 
 
 class _Split(MethodStrategy):
+    method = METHOD
     round_hooks = False  # a round exchanges activations and feedback, not models to average
 
 

@@ -17,7 +17,9 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
+import fedforget.methods.replay.flower_strategies as flower_strategies
 from fedforget.core.config import RunConfig, sample_clients
+from fedforget.core.method import Method
 from fedforget.core.seeds import derive_seed
 from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import PartitionsExcluded, PolicyGrid, check_reply
@@ -25,7 +27,6 @@ from fedforget.federation.messaging import PARTITION_KEY, ReliableGrid, record_b
 from fedforget.federation.round_hooks import aggregate_through_strategy, configure_through_strategy
 from fedforget.federation.run_setup import DEFAULT_ADAPTER, ServerRun
 from fedforget.federation.units import all_units
-from fedforget.methods.replay import flower_strategies
 from fedforget.methods.replay.plan import replay_plan, resume_round, round_artifact, state_artifact
 from fedforget.store.ledger import Ledger
 from fedforget.store.store import StoreError
@@ -36,9 +37,9 @@ MESSAGE = "train.replay"
 SEED_ARTIFACT = "replay/global"
 
 
-def run_replay(grid: Grid, cfg: RunConfig) -> None:
+def run_replay(grid: Grid, cfg: RunConfig, method: Method) -> None:
     """Train (or replay from the last valid round) a Flower strategy's rounds into the store."""
-    drive(grid, cfg, ReplayServer(grid, cfg))
+    drive(grid, cfg, ReplayServer(grid, cfg), method)
 
 
 class _Sampled:

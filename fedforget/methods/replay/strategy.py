@@ -5,6 +5,7 @@ from __future__ import annotations
 from flwr.serverapp.strategy import Strategy
 
 from fedforget.federation.method_strategy import MethodStrategy
+from fedforget.methods.replay import METHOD
 
 
 class Forgettable(MethodStrategy):
@@ -16,6 +17,8 @@ class Forgettable(MethodStrategy):
     ``fraction-train`` keys) or its name as ``strategy="fedprox"``, and the run config's keys as Python names.
     Any other strategy, a subclass or a DP wrapper (whose noise is unseeded) is refused: it cannot be replayed.
     """
+
+    method = METHOD
 
     variant = "replay"
 

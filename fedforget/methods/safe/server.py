@@ -29,6 +29,7 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedforget.core.config import RunConfig
+from fedforget.core.method import Method
 from fedforget.core.seeds import derive_seed
 from fedforget.federation.control_messages import NEED_LABELS
 from fedforget.federation.driver import Built, MethodServer, drive
@@ -333,9 +334,9 @@ def evaluate_safe(run: ServerRun, ledger: Ledger) -> dict[str, float]:
     return result
 
 
-def run_safe(grid: Grid, cfg: RunConfig) -> None:
+def run_safe(grid: Grid, cfg: RunConfig, method: Method) -> None:
     """ServerApp entry for ``safe`` and ``protosisa`` (``action`` = train or retrain)."""
-    drive(grid, cfg, SafeServer(grid, cfg))
+    drive(grid, cfg, SafeServer(grid, cfg), method)
 
 
 class SafeServer(MethodServer):
