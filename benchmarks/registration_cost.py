@@ -39,6 +39,7 @@ from flwr.app import Context, Message  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.common.serde import message_to_proto  # noqa: E402
 
+import fedforget.methods.registry  # noqa: E402,F401 - the methods, for the run config's parser
 from fedforget.core.config import parse_run_config  # noqa: E402
 from fedforget.federation import driver  # noqa: E402
 from fedforget.federation.control_messages import NEED_CLASS_COUNTS, NEED_LABELS, RegisterQuery  # noqa: E402

@@ -16,6 +16,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.task_identity import TaskIdentity
 
+import fedforget.methods.registry  # noqa: F401 - hands the methods to the run config's parser, as the apps do
 from fedforget.tasks.data_access import node_role
 
 CLIENT_APP_RAISED_EXCEPTION = 2

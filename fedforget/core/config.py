@@ -2,10 +2,11 @@
 
 Each key is declared once, as a field of a typed table (:mod:`fedforget.core.config_keys`): the common
 keys in :class:`RunConfig`, the ``hf`` task's in :class:`HfConfig`, each method's in its own package's
-``config.py``, which its :class:`~fedforget.core.method.Method` names. A :class:`RunConfig` holds the
+``config.py``, which its :class:`~fedforget.core.method.Method` holds. A :class:`RunConfig` holds the
 common keys and one object per group (``cfg.safe.coarse``), always present with its defaults, so
-``to_dict()`` records every key. The tables below (:data:`CONFIG_GROUPS`, :data:`METHOD_GROUP`,
-:data:`RENAMED`) are derived from those declarations, read through :func:`fedforget.core.method.families`.
+``to_dict()`` records every key. The tables below (:data:`METHODS`, :data:`TABLES`, :data:`CONFIG_GROUPS`,
+:data:`METHOD_GROUP`, :data:`RENAMED`) are derived from those declarations when the methods' registry
+hands them in (:mod:`fedforget.core.known_methods`); until then they hold the common and task keys only.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fedforget.core import known_methods
+
 # ConfigError is raised by every table; most callers import it from here, with RunConfig
 from fedforget.core.config_keys import ConfigError, ConfigTable, option
 from fedforget.core.defaults import AUTO_KEYS, resolve_defaults
-from fedforget.core.method import by_variant, families, resolve
+from fedforget.core.method import Method
 
 #: The last four serve HO-SFL's benchmarks: validation splits (tasks/digits_validation.py, tasks/smollm.py)
 #: and the pixel-permuted positive control (tasks/digits_permuted.py).
@@ -34,7 +37,8 @@ MAX_USER_TASK_CHARS = 200
 #: A benchmark variant of a task runs that task's model (the same backbone, blocks and cuts) on other rows.
 MODEL_OF = {"digits-mlp-val": "digits-mlp", "digits-mlp-perm": "digits-mlp", "digits-mlp-perm-val": "digits-mlp",
             "rt-smollm-val": "rt-smollm"}
-METHODS: tuple[str, ...] = tuple(by_variant())  # each method package's variants, in registry order
+#: each method package's variants, in registry order (filled when the declarations are handed in)
+METHODS: list[str] = []
 ACTIONS = ("train", "retrain", "propagate")
 PARTITIONERS = ("iid", "dirichlet")
 OPTIMIZERS = ("sgd", "adam")
@@ -75,20 +79,18 @@ class HfConfig(ConfigTable):
 #: ``[tool.flwr.app.config.<group>]`` that Flower flattens to dotted run-config keys (``safe.coarse``).
 #: Every other key is common and stays flat. Task groups come first, then the methods' in registry order
 #: (the pyproject's order, hence the manifest's).
-_METHOD_TABLES: dict[str, type[ConfigTable]] = {m.name: resolve(m.config) for m in families() if m.config}
 #: Group → its typed table.
-TABLES: dict[str, type[ConfigTable]] = {"hf": HfConfig,
-                                        **{cls.group: cls for cls in _METHOD_TABLES.values() if cls.group}}
+TABLES: dict[str, type[ConfigTable]] = {"hf": HfConfig}
 #: Group → its dotted keys.
-CONFIG_GROUPS: dict[str, tuple[str, ...]] = {g: tuple(cls.key(f.name) for f in cls.options())
-                                             for g, cls in TABLES.items()}
+CONFIG_GROUPS: dict[str, tuple[str, ...]] = {}
 #: The group of method keys each method reads (None: the common keys only).
-METHOD_GROUP: dict[str, str | None] = {v: (_METHOD_TABLES[m.name].group if m.config else None)
-                                       for m in families() for v in m.variants}
+METHOD_GROUP: dict[str, str | None] = {}
 #: The group of task keys each task reads.
 TASK_GROUP: dict[str, str] = {"hf": "hf"}
 #: Flat name → grouped key, for each grouped key; a flat name is still read, with a warning on stderr.
-RENAMED: dict[str, str] = {old: new for cls in TABLES.values() for old, new in cls.renamed().items()}
+RENAMED: dict[str, str] = {}
+#: The variants whose method can train the head alone (``head-only=true``).
+HEAD_ONLY: list[str] = []
 
 
 def key_group(key: str) -> str | None:
@@ -154,6 +156,7 @@ class RunConfig(ConfigTable):
     def __post_init__(self) -> None:
         """Every group present, and keys left at 0 take the method's and task's defaults, so a config is
         always concrete."""
+        known_methods.families()  # raises, naming what to import, before the methods' tables are handed in
         given = {t.group: t for t in self.tables}
         if set(given) - set(TABLES) or any(type(t) is not TABLES[g] for g, t in given.items()):
             raise TypeError(f"RunConfig tables must be instances of {', '.join(c.__name__ for c in TABLES.values())}")
@@ -217,17 +220,36 @@ class RunConfig(ConfigTable):
                                or any(ord(c) < 32 or ord(c) == 127 for c in self.test_data)):
             raise ConfigError(f"run-config 'test-data' must be a directory path (at most {MAX_PATH_CHARS} "
                               f"characters, no control characters), got {self.test_data[:80]!r}")
-        probes = [v for m in families() if m.head_only for v in m.variants]  # the methods that declare head_only
+        probes = HEAD_ONLY  # the methods that declare head_only
         if self.head_only and self.method not in probes:
             raise ConfigError(f"head-only=true (a linear probe) needs method={' or '.join(map(repr, probes))}, "
                               f"got {self.method!r}")
 
 
 #: Run-config key → (its table, its field name).
-_OWNER: dict[str, tuple[type[ConfigTable], str]] = {cls.key(f.name): (cls, f.name)
-                                                    for cls in (RunConfig, *TABLES.values()) for f in cls.options()}
+_OWNER: dict[str, tuple[type[ConfigTable], str]] = {}
+_FIELDS: dict[str, dataclasses.Field[Any]] = {}
 
-_FIELDS = {key: next(f for f in cls.options() if f.name == name) for key, (cls, name) in _OWNER.items()}
+
+def _use_methods(families: tuple[Method, ...]) -> None:
+    """Derive the tables above from the methods' declarations (in place: importers hold these dicts)."""
+    method_tables = {m.name: m.config for m in families if m.config}
+    METHODS[:] = [v for m in families for v in m.variants]
+    HEAD_ONLY[:] = [v for m in families if m.head_only for v in m.variants]
+    TABLES.clear()
+    TABLES.update({"hf": HfConfig, **{cls.group: cls for cls in method_tables.values() if cls.group}})
+    CONFIG_GROUPS.clear()
+    CONFIG_GROUPS.update({g: tuple(cls.key(f.name) for f in cls.options()) for g, cls in TABLES.items()})
+    METHOD_GROUP.clear()
+    METHOD_GROUP.update({v: (method_tables[m.name].group if m.config else None) for m in families for v in m.variants})
+    RENAMED.clear()
+    RENAMED.update({old: new for cls in TABLES.values() for old, new in cls.renamed().items()})
+    _OWNER.clear()
+    _OWNER.update({cls.key(f.name): (cls, f.name) for cls in (RunConfig, *TABLES.values()) for f in cls.options()})
+    _FIELDS.clear()
+    _FIELDS.update({key: next(f for f in cls.options() if f.name == name) for key, (cls, name) in _OWNER.items()})
+
+
 _WARNED: set[str] = set()
 
 
@@ -309,6 +331,7 @@ def parse_run_config(raw: Mapping[str, object], warn: bool = True) -> RunConfig:
     order: every key's declared bounds, the common and task rules, keys of a group the method does not
     read, each method table's rules, and last the sizes the run multiplies into memory.
     """
+    known_methods.families()  # raises, naming what to import, before the methods' tables are handed in
     raw = rename_flat_keys(raw, warn)
     unknown = sorted(set(raw) - set(_OWNER))
     if unknown:
@@ -360,3 +383,6 @@ def sample_clients(partitions: list[int], fraction: float, seed: int) -> list[in
     if k >= len(ordered):
         return ordered
     return sorted(random.Random(seed).sample(ordered, k))
+
+
+known_methods.on_install(_use_methods)

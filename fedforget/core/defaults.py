@@ -6,8 +6,8 @@ method (a chain position sees its data once unless it gets more rounds or epochs
 therefore ships ``0`` for these keys, and these tables decide. A value the user passes always wins.
 
 The tasks' values and the fallback are here; each method's, per variant and per (variant, task), are
-its package's :class:`~fedforget.core.method.Defaults`, which its declaration names and which this
-module reads through the registry's look-ups in :mod:`fedforget.core.method`.
+its package's :class:`~fedforget.core.method.Defaults`, which its declaration holds and which this
+module reads from the declarations the registry hands in (:mod:`fedforget.core.known_methods`).
 
 Precedence, most specific first: the user's value, ``(method, task)``, ``method``, ``task``, the
 fallback. ``lora-alpha`` left at auto follows the rank (alpha = 2·r).
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from fedforget.core.method import Defaults, Value, by_variant, resolve
+from fedforget.core import known_methods
+from fedforget.core.method import Defaults, Value
 
 NO_DEFAULTS = Defaults()
 
@@ -46,8 +47,8 @@ TASK_DEFAULTS["rt-smollm-val"] = TASK_DEFAULTS["rt-smollm"]  # a validation spli
 
 def method_defaults(method: str) -> Defaults:
     """The auto-key values ``method``'s package declares (none for a method no package runs)."""
-    entry = by_variant().get(method)
-    return resolve(entry.defaults) if entry is not None and entry.defaults else NO_DEFAULTS
+    entry = known_methods.by_variant().get(method)
+    return entry.defaults if entry is not None and entry.defaults else NO_DEFAULTS
 
 
 def default_for(key: str, method: str, task: str) -> Value:

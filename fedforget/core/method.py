@@ -1,29 +1,29 @@
-"""What a method declares about itself: one :class:`Method` in its package's ``__init__``, and how shared
-code finds the declarations.
+"""What a method declares about itself: one :class:`Method` in its package's ``__init__``.
 
-This module sits on the lowest floor (``docs/architecture.md``) so that every floor can read a declaration;
-the registry that lists them (:mod:`fedforget.methods.registry`) sits on the methods' floor, above core,
-store and federation, which reach it through :func:`families` and the look-ups below: by its dotted name,
-at call time, never by an import statement.
+This module sits on the lowest floor (``docs/architecture.md``) so that every floor can name the type;
+the declarations themselves live on the methods' floor, where :mod:`fedforget.methods.registry` imports
+them. Whoever knows which method it runs (a strategy, the ServerApp, the coordinator reading a store)
+hands its declaration, or the hook it needs from it, down to shared code as an object; shared code never
+imports a method.
 
-Every field names code as a ``"module:function"`` string, never an imported object: the ClientApp reads
-the declarations in every fresh per-message process, so they must cost nothing beyond the standard
-library. Shared machinery calls a method only through these hooks (:func:`resolve`), the way Flower's
-``Strategy.start`` calls a strategy's ``configure_*``/``aggregate_*``; it never imports a method.
+Every hook is a plain function. A method whose hook needs heavy code (torch, a server loop) defers that
+import inside the function it declares: the ClientApp reads every declaration in each fresh per-message
+process, so importing a declaration costs the standard library only.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from fedforget.core.config_keys import ConfigTable
 
 Value = int | float
-
-#: The registry of methods, named rather than imported: it sits on the methods' floor, above the floors that
-#: read it (importing it imports every method's declaration, each standard-library only).
-REGISTRY = "fedforget.methods.registry"
+Hook = Callable[..., Any]
 
 
 @dataclass(frozen=True)
@@ -52,44 +52,47 @@ class Method:
 
     name: str  # its package: fedforget.methods.<name>
     variants: tuple[str, ...]  # the run config's ``method=`` values this package runs
-    driver: str  # "module:function(grid, cfg)" that the ServerApp runs on the Grid
-    handlers: Mapping[str, str]  # message type → "module:function(msg, context)" on the ClientApp
-    serving: str  # "module:function": the stored serving plan → class probabilities
-    serving_rules: Mapping[str, str]  # plan kind → pure "module:function(plan_json, valid)" → serving plan
+    driver: Hook  # driver(grid, cfg): what the ServerApp runs on the Grid
+    handlers: Mapping[str, Hook]  # message type → handler(msg, context) on the ClientApp
+    serving: Hook  # the stored serving plan → class probabilities
+    serving_rules: Mapping[str, Hook]  # plan kind → pure rule(plan_json, valid) → serving plan
     forget_message: str  # the message type that makes a node delete forgotten samples
-    #: "module:Class": its typed run-config keys, a :class:`~fedforget.core.config_keys.ConfigTable` whose
-    #: ``group`` names its table ``[tool.flwr.app.config.<group>]`` (None: it reads the common keys only)
-    config: str | None
+    #: its typed run-config keys, a :class:`~fedforget.core.config_keys.ConfigTable` whose ``group`` names
+    #: its table ``[tool.flwr.app.config.<group>]`` (None: it reads the common keys only)
+    config: type[ConfigTable] | None
     planning: tuple[str, ...] = ()  # its pure modules: no torch, no flwr
-    #: "function(plan, result)" → what ``fedforget forget`` reports beyond the shared fields
-    forget_detail: str | None = None
-    #: "function(store, samples)": refuse ids this method never forgets (raises LedgerUsageError)
-    forget_check: str | None = None
-    #: "function(db, request)" → artifacts it invalidates beyond lineage, inside the forget transaction
-    ledger_rules: tuple[str, ...] = ()
-    #: "function(plan)" → every artifact id its plan can produce (None: not known), for ``store.check``
-    plan_artifacts: str | None = None
-    #: "function(view)" → its keys in ``fedforget status --json`` (empty values for other methods' stores)
-    status: str | None = None
-    #: "function(status, console)": its lines in ``fedforget status``
-    print_status: str | None = None
-    #: "function(cfg)": what ``fedforget run`` checks before submitting, which may load the task's data
-    submit_check: str | None = None
-    #: "function(store, cfg, scratch_root, workdir, config)" → partitions it cannot reproduce: readies
+    #: forget_detail(plan, result) → what ``fedforget forget`` reports beyond the shared fields
+    forget_detail: Hook | None = None
+    #: forget_check(store, samples): refuse ids this method never forgets (raises LedgerUsageError)
+    forget_check: Hook | None = None
+    #: rule(db, request) → artifacts it invalidates beyond lineage, inside the forget transaction
+    ledger_rules: tuple[Hook, ...] = ()
+    #: plan_artifacts(plan) → every artifact id its plan can produce (None: not known), for ``store.check``
+    plan_artifacts: Hook | None = None
+    #: status(view) → its keys in ``fedforget status --json`` (empty values for other methods' stores)
+    status: Hook | None = None
+    #: print_status(status, console): its lines in ``fedforget status``
+    print_status: Hook | None = None
+    #: submit_check(cfg): what ``fedforget run`` checks before submitting, which may load the task's data
+    submit_check: Hook | None = None
+    #: prepare_scratch(store, cfg, scratch_root, workdir, config) → partitions it cannot reproduce: readies
     #: ``fedforget verify``'s from-scratch run (edits ``config``, places what its nodes need)
-    prepare_scratch: str | None = None
-    #: "function(ledger)" → (artifacts carrying forgotten samples under DP, DP artifact → its partitions)
-    dp_exposure: str | None = None
+    prepare_scratch: Hook | None = None
+    #: dp_exposure(ledger) → (artifacts carrying forgotten samples under DP, DP artifact → its partitions)
+    dp_exposure: Hook | None = None
     #: globs of the per-client files it derives from raw samples (recomputed on demand), which purge deletes
     feature_caches: tuple[str, ...] = ()
-    #: "function(app)": adds its own commands to the ``fedforget`` CLI
-    commands: str | None = None
-    #: "module:NAME" of its :class:`Defaults` in a planning module (None: the task's and the fallback's)
-    defaults: str | None = None
-    #: "function(cfg, partitions)" in a planning module → the bytes its run holds, by part (``model``,
-    #: ``modules``, ``plan``, ``lineage``, ``orders``; ``fedforget.core.run_footprint``). None: the shared
-    #: LoRA-model estimate of a method that stores its final model (``run_footprint.FINAL_MODULES``)
-    footprint: str | None = None
+    #: copy_holders(db) → partition → the newest request whose purged artifacts its node may still hold a
+    #: copy of (None: its nodes keep no artifact), for ``fedforget purge`` and ``forget --propagate``
+    copy_holders: Callable[[sqlite3.Connection], dict[int, int]] | None = None
+    #: add_commands(app): adds its own commands to the ``fedforget`` CLI
+    commands: Hook | None = None
+    #: the auto-key values it declares (None: the task's and the fallback's)
+    defaults: Defaults | None = None
+    #: footprint(cfg, partitions), pure → the bytes its run holds, by part (``model``, ``modules``, ``plan``,
+    #: ``lineage``, ``orders``; ``fedforget.core.run_footprint``). None: the shared LoRA-model estimate of
+    #: a method that stores its final model (``run_footprint.FINAL_MODULES``)
+    footprint: Hook | None = None
     #: variant → the run-config keys its footprint grows with, in the order a memory refusal names them
     #: (a variant not listed: ``run_footprint.LORA_SIZE_KEYS``)
     size_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -101,55 +104,19 @@ class Method:
     crash_points: tuple[str, ...] = ()
     #: the samples its server holds itself (None: every sample lies in a partition)
     held_samples: HeldSamples | None = None
+    #: strategies() → its Flower strategy classes, one per variant in ``variants``' order (``fedforget.strategies``
+    #: lists them): a function, so that reading the declaration imports no strategy (nor flwr's server side)
+    strategies: Callable[[], tuple[type, ...]] | None = None
 
     @property
     def package(self) -> str:
         return f"fedforget.methods.{self.name}"
 
-    def hooks(self) -> tuple[str, ...]:
-        """Every "module:function" it names, each once."""
+    def hooks(self) -> tuple[Hook, ...]:
+        """Every function it declares, each once."""
         named = [self.driver, *self.handlers.values(), self.serving, *self.serving_rules.values(),
                  *(h for h in (self.forget_detail, self.forget_check, self.plan_artifacts, self.status,
-                               self.print_status, self.submit_check, self.prepare_scratch,
-                               self.dp_exposure, self.commands, self.footprint) if h),
+                               self.print_status, self.submit_check, self.prepare_scratch, self.dp_exposure,
+                               self.copy_holders, self.commands, self.footprint) if h),
                  *self.ledger_rules]
         return tuple(dict.fromkeys(named))
-
-
-def resolve(target: str) -> Callable[..., Any]:
-    """Import ``"module:function"`` and return the function."""
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def families() -> tuple[Method, ...]:
-    """Every method's declaration, in registry order."""
-    return importlib.import_module(REGISTRY).FAMILIES
-
-
-def by_variant() -> Mapping[str, Method]:
-    """``method=`` value → the declaration that runs it, in registry order."""
-    return importlib.import_module(REGISTRY).BY_VARIANT
-
-
-def method_entry(name: str) -> Method:
-    """The entry that runs ``method=name``."""
-    try:
-        return by_variant()[name]
-    except KeyError:
-        raise ValueError(f"unknown method {name!r}; known: {', '.join(sorted(by_variant()))}") from None
-
-
-def entry_for_plan(kind: str | None) -> Method | None:
-    """The first entry writing serving plans of ``kind``."""
-    return next((m for m in families() if kind in m.serving_rules), None) if kind is not None else None
-
-
-def store_method(manifest: Mapping[str, Any]) -> Method | None:
-    """The entry that wrote a store (None for a manifest naming no known method)."""
-    return by_variant().get(str(manifest.get("method")))
-
-
-def held_samples() -> tuple[HeldSamples, ...]:
-    """What every method's server holds itself, each once (a manifest holds at most its own method's)."""
-    return tuple(dict.fromkeys(m.held_samples for m in families() if m.held_samples))

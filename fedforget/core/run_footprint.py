@@ -9,8 +9,8 @@ before its store exists. The estimate is an upper bound of what grows with the c
 
 Here are the tasks' sizes, the plan's, and the estimate of a method that trains LoRA + head modules
 (:func:`lora_footprint`). A method that stores more modules, or another model, declares its own
-``footprint`` and the keys it grows with (:class:`~fedforget.core.method.Method`), read through
-:func:`fedforget.core.method.by_variant`.
+``footprint`` and the keys it grows with (:class:`~fedforget.core.method.Method`), read from the
+declarations the registry hands in (:mod:`fedforget.core.known_methods`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from fedforget.core import known_methods
 from fedforget.core.config_keys import RunView
-from fedforget.core.method import by_variant, resolve
 
 FLOAT_BYTES = 4
 #: Copies of the trainable parameters while training: weights and gradients, plus Adam's two moments.
@@ -116,9 +116,9 @@ def footprint(cfg: RunView, partitions: int = PLANNING_PARTITIONS) -> dict[str, 
 
     The method's own ``footprint`` hook where it declares one; otherwise :func:`lora_footprint` with
     :data:`FINAL_MODULES`."""
-    entry = by_variant().get(cfg.method)
+    entry = known_methods.by_variant().get(cfg.method)
     if entry is not None and entry.footprint:
-        return dict(resolve(entry.footprint)(cfg, partitions))
+        return dict(entry.footprint(cfg, partitions))
     return lora_footprint(cfg, FINAL_MODULES, partitions)
 
 
@@ -128,7 +128,7 @@ def total_bytes(cfg: RunView, partitions: int = PLANNING_PARTITIONS) -> int:
 
 def size_keys(cfg: RunView) -> tuple[str, ...]:
     """The run-config keys whose size this method's estimate grows with (its declaration's ``size_keys``)."""
-    entry = by_variant().get(cfg.method)
+    entry = known_methods.by_variant().get(cfg.method)
     return entry.size_keys.get(cfg.method, LORA_SIZE_KEYS) if entry is not None else LORA_SIZE_KEYS
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fedforget.core.config import stored_run_config
-from fedforget.core.method import families
+from fedforget.methods.registry import FAMILIES
 from fedforget.store import Store
 from fedforget.store.check import check_store
 from fedforget.store.copy import copy_store
@@ -30,7 +30,7 @@ from fedforget.store.crash import CRASH_ENV
 FORGET_POINTS = ("forget:request-row", "forget:forgotten-rows", "forget:invalidated", "forget:before-commit")
 #: points passed once per retrain, and points passed once per artifact (or file) written
 RETRAIN_ONCE = ("retrain:forget-sent", "retrain:before-finish", "ledger:finish-retrain")
-RETRAIN_EACH = (*(p for method in families() for p in method.crash_points), "atomic:before-rename",
+RETRAIN_EACH = (*(p for method in FAMILIES for p in method.crash_points), "atomic:before-rename",
                 "ledger:record-artifact")
 Tick = Callable[[int], None]
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from logging import INFO
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedforget.core.config import RunConfig
+from fedforget.core.method import Method
 from fedforget.federation.forget_messages import forget_before_retrain
 from fedforget.federation.record_key import run_record_key
 from fedforget.federation.registration import Federation, register_nodes
@@ -28,6 +29,9 @@ from fedforget.store.crash import crash_point
 from fedforget.store.ledger import Ledger
 from fedforget.store.purge import finish_pending_purges
 from fedforget.tasks.server_data import load_server_test
+
+if TYPE_CHECKING:
+    from fedforget.federation.method_strategy import MethodStrategy
 
 
 @dataclass
@@ -77,24 +81,26 @@ class MethodServer:
         """Once the run is recorded and served: delete what the rebuilt artifacts replaced."""
 
 
-def drive(grid: Grid, cfg: RunConfig, server: MethodServer, strategy: Any = None) -> None:
-    """Run ``cfg.action`` (train or retrain) of ``server``'s method on the nodes ``grid`` reaches; its rounds
-    call ``strategy``'s hooks (:mod:`fedforget.federation.round_engine`)."""
+def drive(grid: Grid, cfg: RunConfig, server: MethodServer, strategy: MethodStrategy) -> None:
+    """Run ``cfg.action`` (train or retrain) of ``server``'s method on the nodes ``grid`` reaches; ``strategy``
+    is the one started: its declaration (``strategy.method``: the message that makes a node forget, what a purge
+    covers) and the hooks its rounds call (:mod:`fedforget.federation.round_engine`)."""
+    method = strategy.method
     server_test = load_server_test(cfg)  # the server's own test set: never a client's row
     record_key = run_record_key(cfg)
     federation = register_nodes(grid, cfg, server.needs(), server_test.num_classes, record_key)
     if cfg.action == "retrain":
         run = open_server_run(cfg, federation, server_test)
         run.strategy = strategy
-        _retrain(server, run)
+        _retrain(server, run, method)
         return
     server.check(federation, server_test.num_classes)
     run = prepare_server_run(cfg, federation, server_test, record_key)
     run.strategy = strategy
-    _train(server, run)
+    _train(server, run, method)
 
 
-def _train(server: MethodServer, run: ServerRun) -> None:
+def _train(server: MethodServer, run: ServerRun, method: Method) -> None:
     ledger = run.store.ledger()
     try:
         built = server.train(run, ledger)
@@ -102,16 +108,16 @@ def _train(server: MethodServer, run: ServerRun) -> None:
         serving = ledger.refresh_serving()
         result = server.evaluate(run, ledger)
         server.first_served(run, ledger, serving)
-        _finish(server, run, built, result, serving, {"action": "train"})
+        _finish(server, run, method, built, result, serving, {"action": "train"})
         log(INFO, "fedforget: store written to %s", run.store.root)
     finally:
         ledger.close()
 
 
-def _retrain(server: MethodServer, run: ServerRun) -> None:
+def _retrain(server: MethodServer, run: ServerRun, method: Method) -> None:
     ledger = run.store.ledger()
     try:
-        watermark = forget_before_retrain(server.grid, run, ledger)
+        watermark = forget_before_retrain(server.grid, run, ledger, method.forget_message)
         crash_point("retrain:forget-sent")
         # a corrupt artifact is rebuilt like an invalid one (same inputs, so the same bytes come back)
         reusable = ledger.valid_artifacts() - corrupt_artifacts(run.store, ledger)
@@ -120,20 +126,21 @@ def _retrain(server: MethodServer, run: ServerRun) -> None:
         crash_point("retrain:before-finish")
         serving = ledger.finish_retrain(watermark, built.rebuilt)
         result = server.evaluate(run, ledger)
-        _finish(server, run, built, result, serving, {"action": "retrain", "watermark": watermark})
+        _finish(server, run, method, built, result, serving, {"action": "retrain", "watermark": watermark})
     finally:
         ledger.close()
 
 
-def _finish(server: MethodServer, run: ServerRun, built: Built, result: dict[str, float], serving: dict[str, Any],
-            what: dict[str, Any]) -> None:
+def _finish(server: MethodServer, run: ServerRun, method: Method, built: Built, result: dict[str, float],
+            serving: dict[str, Any], what: dict[str, Any]) -> None:
     if built.metrics is not None:
         run.store.append_metrics({"final": True, **what, "accuracy": result["accuracy"], "loss": result["loss"],
                                   **built.metrics, "served": serving["artifacts"]})
     if built.manifest:
         run.store.update_manifest(**built.manifest)
     server.finished(run, built)
-    purged = finish_pending_purges(run.store, int(what.get("watermark", 0)))  # built from data forgotten meanwhile
+    # what it built from data forgotten meanwhile
+    purged = finish_pending_purges(run.store, method, int(what.get("watermark", 0)))
     if purged is not None and purged.files:
         log(INFO, "fedforget: purged %d file(s) built from data forgotten during this run", len(purged.files))
     log(INFO, "fedforget: %s; %s", built.summary or f"{server.cfg.method} done", served_line(result, serving))

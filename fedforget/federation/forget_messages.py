@@ -17,7 +17,6 @@ from flwr.app import Message
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedforget.core.method import method_entry
 from fedforget.federation.control_messages import ForgetAck, ForgetSamples, MalformedMessage
 from fedforget.federation.failover import exchange_redo_or_exclude
 from fedforget.federation.messaging import NodeFailure
@@ -67,7 +66,7 @@ def send_forget(grid: Grid, store: Store, nodes: dict[int, int], targets: dict[i
     return deleted, lost | (set(targets) - set(nodes))
 
 
-def forget_before_retrain(grid: Grid, run: ServerRun, ledger: Ledger) -> int:
+def forget_before_retrain(grid: Grid, run: ServerRun, ledger: Ledger, message_type: str) -> int:
     """The first step of every retrain from scratch: the owners delete every sample forgotten up to the
     last request, for good, before anything is trained again. Returns that request (the watermark the
     rebuilt artifacts are recorded with)."""
@@ -75,7 +74,7 @@ def forget_before_retrain(grid: Grid, run: ServerRun, ledger: Ledger) -> int:
     forgotten = ledger.forgotten_by_partition(watermark)
     if not forgotten:
         return watermark
-    deleted, lost = send_forget(grid, run.store, run.nodes, forgotten, method_entry(run.cfg.method).forget_message,
+    deleted, lost = send_forget(grid, run.store, run.nodes, forgotten, message_type,
                                 run.cfg.round_timeout)
     if lost:
         raise NodeFailure(f"partition(s) {sorted(lost)} did not confirm deleting their forgotten samples; the "

@@ -35,6 +35,7 @@ from fedforget.core.config import (
     rename_flat_keys,
 )
 from fedforget.core.config_keys import ConfigTable
+from fedforget.core.method import Method
 from fedforget.federation.refusal import refusals, refusals_logged
 from fedforget.federation.run_action import RunLockRefused, remove_unwritten_store, run_action
 from fedforget.store.store import Store, StoreError, resolve_store_path
@@ -94,6 +95,8 @@ class MethodStrategy(Strategy):
 
     #: the run config's ``method=`` value this class runs
     variant: ClassVar[str]
+    #: the declaration of the method that runs it (handed down to the run: its driver, forget message, purge)
+    method: ClassVar[Method]
     #: the run-config key ``start(num_rounds=...)`` sets (None: the method sizes its own rounds)
     rounds_key: ClassVar[str | None] = "num-rounds"
 

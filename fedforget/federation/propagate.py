@@ -19,33 +19,26 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedforget.core.config import RunConfig
-from fedforget.core.method import entry_for_plan
+from fedforget.core.method import Method
 from fedforget.federation.discovery import find_partitions
 from fedforget.federation.forget_messages import send_forget
-from fedforget.federation.messaging import FORGET_MESSAGE
 from fedforget.store import Store
 from fedforget.store.purge import unconfirmed_copies, visible_partitions
 
 
-def forget_message_type(plan_kind: str | None) -> str:
-    """The message that makes a node delete samples, for the method that wrote a plan of ``plan_kind``."""
-    entry = entry_for_plan(plan_kind)
-    return entry.forget_message if entry is not None else FORGET_MESSAGE
-
-
-def run_propagation(grid: Grid, cfg: RunConfig) -> dict[int, int]:
-    """Send every reachable owner its forgotten samples; record and return partition → newly deleted."""
+def run_propagation(grid: Grid, cfg: RunConfig, method: Method) -> dict[int, int]:
+    """Send every reachable owner its forgotten samples, in ``method``'s forget message; record and return
+    partition → newly deleted."""
     store = Store.open(cfg.store)
     ledger = store.ledger()
     try:
         forgotten = ledger.forgotten_by_partition()
-        kind = (ledger.plan() or {}).get("kind")
-        unseen = unconfirmed_copies(ledger.db, visible_partitions(store.root))  # what `purge --check` reports
+        unseen = unconfirmed_copies(ledger.db, visible_partitions(store.root), method)  # what `purge --check` reports
         holders = {p: [] for p in unseen if p not in forgotten}
     finally:
         ledger.close()
     nodes = find_partitions(grid, cfg.round_timeout)
-    deleted, _ = send_forget(grid, store, nodes, {**forgotten, **holders}, forget_message_type(kind),
+    deleted, _ = send_forget(grid, store, nodes, {**forgotten, **holders}, method.forget_message,
                              cfg.round_timeout, rejoin=0.0)  # an absent node stays pending: not waited for
     missing = sorted(set(forgotten) - set(deleted))
     log(INFO, "fedforget: propagated: partition(s) %s deleted their forgotten samples", sorted(deleted))

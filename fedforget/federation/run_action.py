@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from flwr.serverapp import Grid
 
 from fedforget.core.config import RunConfig
-from fedforget.core.method import method_entry, resolve
 from fedforget.federation.app_home import check_app_directory
 from fedforget.federation.messaging import ReliableGrid
 from fedforget.federation.node_data import REGISTERED
@@ -21,6 +20,9 @@ from fedforget.store.lock import LOCK_FILE, store_run_lock
 from fedforget.store.log import without_head_signer
 from fedforget.store.store import CLIENTS, StoreError, resolve_store_path
 from fedforget.tasks.data_access import serving_role
+
+if TYPE_CHECKING:
+    from fedforget.federation.method_strategy import MethodStrategy
 
 
 class RunLockRefused(StoreError):
@@ -33,9 +35,9 @@ def reliable(grid: Grid) -> ReliableGrid:
     return grid if isinstance(grid, ReliableGrid) else ReliableGrid(grid)
 
 
-def run_action(grid: Grid, cfg: RunConfig, strategy: Any) -> None:
-    """``cfg.action`` (train, retrain or propagate) of ``cfg.method`` on the nodes ``grid`` reaches, its rounds
-    through ``strategy``'s hooks (the :class:`~fedforget.federation.method_strategy.MethodStrategy` started).
+def run_action(grid: Grid, cfg: RunConfig, strategy: MethodStrategy) -> None:
+    """``cfg.action`` (train, retrain or propagate) of ``cfg.method`` on the nodes ``grid`` reaches: the method is
+    ``strategy.method`` (its declaration), its rounds go through ``strategy``'s hooks.
 
     Raises :class:`RunLockRefused` when another live run holds the store's lock, and
     :class:`~fedforget.core.config.ConfigError` for a config this federation cannot run, or whose relative
@@ -51,9 +53,9 @@ def run_action(grid: Grid, cfg: RunConfig, strategy: Any) -> None:
         if cfg.action == "propagate":  # deletion on the clients now, no training (`forget --propagate`)
             from fedforget.federation.propagate import run_propagation
 
-            run_propagation(reliable(grid), cfg)
+            run_propagation(reliable(grid), cfg, strategy.method)
             return
-        resolve(method_entry(cfg.method).driver)(reliable(grid), cfg, strategy)
+        strategy.method.driver(reliable(grid), cfg, strategy)
 
 
 def remove_unwritten_store(root: Path) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from fedforget.core.config import RunConfig
-from fedforget.core.method import entry_for_plan, resolve
+from fedforget.core.known_methods import for_plan
 from fedforget.federation.module_stack import Module, assemble, split_state
 from fedforget.store import Store
 from fedforget.training.supervised import predict_logits
@@ -40,8 +40,8 @@ def serving_probabilities(cfg: RunConfig, num_classes: int, store: Store, plan_j
     """Class probabilities of the served ensemble on ``inputs``; raises :class:`ServingError` if none."""
     if not serving.get("available"):
         raise ServingError("no valid model is left to serve; run `fedforget retrain`")
-    entry = entry_for_plan(plan_json.get("kind"))
-    serving_fn = resolve(entry.serving) if entry is not None else lora_probabilities
+    entry = for_plan(plan_json.get("kind"))
+    serving_fn = entry.serving if entry is not None else lora_probabilities
     return serving_fn(cfg, num_classes, store, plan_json, serving, artifacts, inputs)
 
 

@@ -1,47 +1,86 @@
-"""Every method, one line each: the packages under :mod:`fedforget.methods`, each declaring its
-:class:`~fedforget.core.method.Method` in its ``__init__``.
+"""Every method, registered once: the packages under :mod:`fedforget.methods`, each declaring its
+:class:`~fedforget.core.method.Method` in its ``__init__``, and the look-ups over them.
 
-The answer to "where is method X?" is ``fedforget/methods/X/``. Declarations hold dotted names, never
-imported code: the ClientApp reads this module in every fresh per-message process, so importing it costs
-nothing beyond the standard library. Adding a method is a folder with its declaration and one line in
-:data:`METHOD_PACKAGES`. Floors below this one (core, store, federation) read it through
-:mod:`fedforget.core.method`'s look-ups, which find it by name.
+The answer to "where is method X?" is ``fedforget/methods/X/``. Importing this module imports every
+declaration, each costing the standard library only (its hooks import their code when called): the
+ClientApp reads it in every fresh per-message process. Adding a method is a folder with its declaration,
+its package's import here and its ``METHOD`` in :data:`FAMILIES`. Importing it also hands the declarations
+to the run config's parser and the store's ledger (:mod:`fedforget.core.known_methods`), which read every
+method at once; everything else gets the one declaration it needs passed down by whoever knows the method.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from fedforget.core.method import Method, entry_for_plan, method_entry, resolve, store_method
+from fedforget.core import known_methods
+from fedforget.core.method import HeldSamples, Method
 from fedforget.federation.message_types import FORGET, QUERY
+from fedforget.methods import chains, fedavg, fedshard, hosfl, replay, safe
 
-METHOD_PACKAGES: tuple[str, ...] = ("fedavg", "chains", "hosfl", "fedshard", "safe", "replay")
+if TYPE_CHECKING:
+    from flwr.app import Context, Message
 
-#: Handlers every node serves whatever the method: registration (and finding a node mid-run) and sample deletion.
-SHARED_HANDLERS: Mapping[str, str] = {
-    QUERY: "fedforget.federation.node_records:register",
-    FORGET: "fedforget.federation.forget_client:forget_samples",
-}
-
-FAMILIES: tuple[Method, ...] = tuple(importlib.import_module(f"fedforget.methods.{name}").METHOD
-                                     for name in METHOD_PACKAGES)
+#: The registration: every method's declaration, in the order the look-ups try them (its package imported above).
+FAMILIES: tuple[Method, ...] = (fedavg.METHOD, chains.METHOD, hosfl.METHOD, fedshard.METHOD, safe.METHOD,
+                                replay.METHOD)
+METHOD_PACKAGES: tuple[str, ...] = tuple(m.name for m in FAMILIES)
 BY_VARIANT: dict[str, Method] = {v: m for m in FAMILIES for v in m.variants}
 
+known_methods.install(FAMILIES)
+
+
+def register(msg: Message, context: Context) -> Message:
+    """A node describes its partition (discovery, and finding a node mid-run)."""
+    from fedforget.federation.node_records import register as describe
+
+    return describe(msg, context)
+
+
+def forget_samples(msg: Message, context: Context) -> Message:
+    """A node deletes forgotten samples for good."""
+    from fedforget.federation.forget_client import forget_samples as delete
+
+    return delete(msg, context)
+
+
+#: Handlers every node serves whatever the method: registration (and finding a node mid-run) and sample deletion.
+SHARED_HANDLERS: Mapping[str, Callable[..., Any]] = {QUERY: register, FORGET: forget_samples}
+
 __all__ = ["BY_VARIANT", "FAMILIES", "METHOD_PACKAGES", "SHARED_HANDLERS", "Method", "client_handlers",
-           "entry_for_plan", "get_method", "method_entry", "resolve", "store_method"]
+           "entry_for_plan", "held_samples", "method_entry", "store_method"]
 
 
-def get_method(name: str) -> Callable[..., None]:
-    """The server driver of ``method=name``, imported now: ``driver(grid, cfg)``."""
-    return resolve(method_entry(name).driver)
+def method_entry(name: str) -> Method:
+    """The declaration that runs ``method=name``."""
+    try:
+        return BY_VARIANT[name]
+    except KeyError:
+        raise ValueError(f"unknown method {name!r}; known: {', '.join(sorted(BY_VARIANT))}") from None
 
 
-def client_handlers() -> dict[str, str]:
+def entry_for_plan(kind: str | None) -> Method | None:
+    """The first declaration writing serving plans of ``kind``."""
+    return known_methods.for_plan(kind)
+
+
+def store_method(manifest: Mapping[str, Any]) -> Method | None:
+    """The declaration of the method that wrote a store (None for a manifest naming no known method)."""
+    return BY_VARIANT.get(str(manifest.get("method")))
+
+
+def held_samples() -> tuple[HeldSamples, ...]:
+    """What every method's server holds itself, each once (a manifest holds at most its own method's)."""
+    return tuple(dict.fromkeys(m.held_samples for m in FAMILIES if m.held_samples))
+
+
+def client_handlers() -> dict[str, Callable[..., Any]]:
     """Message type → handler, over the shared handlers and every entry; one handler per type."""
     out = dict(SHARED_HANDLERS)
     for method in FAMILIES:
         for kind, target in method.handlers.items():
             if out.setdefault(kind, target) != target:
-                raise ValueError(f"message type {kind!r} has two handlers: {out[kind]} and {target}")
+                raise ValueError(f"message type {kind!r} has two handlers: {out[kind].__qualname__} and "
+                                 f"{target.__qualname__}")
     return out

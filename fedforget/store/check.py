@@ -442,7 +442,7 @@ def _check_metrics(store: Store, out: StoreCheck) -> None:
 
 def _plan_artifacts(plan: dict[str, Any]) -> set[str] | None:
     """Every artifact id the plan can produce, as its method declares (None: not known)."""
-    from fedforget.core.method import entry_for_plan, resolve
+    from fedforget.core.known_methods import for_plan
 
-    entry = entry_for_plan(plan.get("kind"))
-    return resolve(entry.plan_artifacts)(plan) if entry is not None and entry.plan_artifacts else None
+    entry = for_plan(plan.get("kind"))
+    return entry.plan_artifacts(plan) if entry is not None and entry.plan_artifacts else None

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fedforget.core.method import held_samples
+from fedforget.core import known_methods
 
 
 class PlanError(ValueError):
@@ -144,7 +144,7 @@ def sample_plan(manifest: Mapping[str, Any]) -> SamplePlan | None:
     names = tuple(sorted(units))
     held: list[int] = []
     held_name = "server-held samples"
-    for declared in held_samples():
+    for declared in dict.fromkeys(m.held_samples for m in known_methods.families() if m.held_samples):
         ids = manifest.get(declared.key) or []
         if not isinstance(ids, list) or not all(type(i) is int for i in ids):
             raise PlanError(f"the manifest's {declared.key} are not a list of sample ids")

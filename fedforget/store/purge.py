@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fedforget.core.method import Method
 from fedforget.store.acks import copies_dropped_up_to
 from fedforget.store.content_scan import scan_store
 from fedforget.store.crash import crash_point
@@ -42,14 +43,6 @@ METRICS_MARK = "metrics-redacted"
 #: ledger meta written by ``forget --audit-before``, and the keys of it that are decisions, not measurements
 AUDIT_KEY = "audit-before"
 AUDIT_DECISION = ("request", "forgotten", "held_out", "verdict", "memorised")
-
-
-def feature_cache_globs() -> tuple[str, ...]:
-    """Per-client files in a client's state dir that hold features of its raw samples (recomputed on demand),
-    as every method declares them."""
-    from fedforget.core.method import families
-
-    return tuple(dict.fromkeys(g for method in families() for g in method.feature_caches))
 
 
 def record_purges(db: sqlite3.Connection, request: int, invalidated: list[str]) -> int:
@@ -170,9 +163,12 @@ class PurgeReport:
                 "not-databases": self.not_databases, "clean": self.clean}
 
 
-def complete_purges(store: Any, check: bool = False, by_content: bool = False,
+def complete_purges(store: Any, method: Method | None, check: bool = False, by_content: bool = False,
                     run_saw_forgotten: bool = False) -> PurgeReport:
     """Delete every file a purge names (or only list them with ``check``); mark the purges done.
+
+    ``method`` is the declaration of the store's method (None: a method no package runs): its
+    ``feature_caches`` and ``copy_holders`` say which derived files and which nodes' copies a purge covers.
 
     Covers the store's artifacts, any file under ``clients/<partition>/`` named by a purged sha256
     (client caches), the feature caches of partitions that lost samples, per-client metrics rows of
@@ -201,7 +197,7 @@ def complete_purges(store: Any, check: bool = False, by_content: bool = False,
         last = ledger.last_request()
         mark = _metrics_mark(db)
         audit = ledger.get_meta(AUDIT_KEY)
-        copies = unconfirmed_copies(db, visible_partitions(store.root))
+        copies = unconfirmed_copies(db, visible_partitions(store.root), method)
     finally:
         ledger.close()
     report = PurgeReport(pending=pending, client_copies=copies)
@@ -215,7 +211,7 @@ def complete_purges(store: Any, check: bool = False, by_content: bool = False,
         report.not_databases = scan.not_databases
         files = sorted({*files, *(store.root / rel for rel, sha in scan.hashed.items() if sha in doomed)})
     report.files = [str(p.relative_to(store.root)) for p in files]
-    caches = [p for part in sorted(touched) for pattern in feature_cache_globs()
+    caches = [p for part in sorted(touched) for pattern in (method.feature_caches if method else ())
               for p in sorted((store.root / "clients" / str(part)).glob(pattern))]
     report.feature_caches = [str(p.relative_to(store.root)) for p in caches]
     span = _metrics_span(store.root, last, mark, whole)
@@ -282,7 +278,7 @@ def drop_receipts_with_names(root: Path, requests: list[int]) -> list[int]:
     return dropped
 
 
-def finish_pending_purges(store: Any, watermark: int) -> PurgeReport | None:
+def finish_pending_purges(store: Any, method: Method | None, watermark: int) -> PurgeReport | None:
     """At the end of a training or retrain run (its ``watermark``): delete what it built from data a request
     forgot while it ran (recorded stale and purged by ``Ledger.record_artifact``), redact the training values
     it computed on that data, and finish a purge a crash left pending. Runs only once the run is recorded,
@@ -298,7 +294,7 @@ def finish_pending_purges(store: Any, watermark: int) -> PurgeReport | None:
                          (watermark, watermark)).fetchone() is not None
     finally:
         ledger.close()
-    return complete_purges(store, run_saw_forgotten=saw) if pending or saw else None
+    return complete_purges(store, method, run_saw_forgotten=saw) if pending or saw else None
 
 
 def purge_mark(db: sqlite3.Connection) -> int:
@@ -306,47 +302,6 @@ def purge_mark(db: sqlite3.Connection) -> int:
     if not _has_table(db):
         return 0
     return int(db.execute("SELECT MAX(request) FROM purged").fetchone()[0] or 0)
-
-
-def copy_holders(db: sqlite3.Connection) -> dict[int, int]:
-    """partition → the newest request whose purged artifacts its node may hold a copy of.
-
-    Nodes keep only the frozen modules of a chain (their module cache, ``store.module_cache``): a
-    module goes to the nodes that train a later position of its chain, and those are the partitions
-    of that position's lineage. No other artifact is stored on a node (aggregated models, FedShard's
-    shards, SAFE's adapters and HO-SFL's halves live only in the messages)."""
-    if not _has_table(db):
-        return {}
-    by_chain: dict[tuple[Any, Any], list[tuple[int, set[int]]]] = {}
-    for artifact, meta in db.execute("SELECT artifact, meta FROM artifacts"):
-        where = _chain_place(meta)
-        if where is not None:
-            parts = {int(r[0]) for r in db.execute("SELECT DISTINCT u.partition FROM lineage l JOIN units u "
-                                                   "ON u.unit = l.unit WHERE l.artifact=?", (artifact,))}
-            by_chain.setdefault(where[0], []).append((where[1], parts))
-    holders: dict[int, int] = {}
-    rows = db.execute("SELECT p.request, a.meta FROM purged p JOIN artifacts a ON a.artifact = p.artifact "
-                      "WHERE p.sha256 NOT IN (SELECT sha256 FROM artifacts WHERE valid=1)")
-    for request, meta in rows:
-        where = _chain_place(meta)
-        if where is None:
-            continue
-        for position, parts in by_chain.get(where[0], []):
-            if position > where[1]:
-                for part in parts:
-                    holders[part] = max(holders.get(part, 0), int(request))
-    return holders
-
-
-def _chain_place(meta: str) -> tuple[tuple[Any, Any], int] | None:
-    """((shard, sequence), position) of a chain module, from its ledger meta; None for other artifacts."""
-    try:
-        data = json.loads(meta)
-    except (TypeError, ValueError):
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("position"), int) or "sequence" not in data:
-        return None
-    return (json.dumps(data.get("shard")), json.dumps(data.get("sequence"))), data["position"]
 
 
 def visible_partitions(root: Path) -> set[int]:
@@ -358,11 +313,15 @@ def visible_partitions(root: Path) -> set[int]:
     return {int(p.name) for p in folder.iterdir() if p.name.isdigit() and p.is_dir()}
 
 
-def unconfirmed_copies(db: sqlite3.Connection, visible: set[int]) -> dict[int, int]:
+def unconfirmed_copies(db: sqlite3.Connection, visible: set[int], method: Method | None) -> dict[int, int]:
     """Possible holders the coordinator cannot see whose node has not confirmed dropping their copies:
-    partition → the request it has yet to confirm."""
+    partition → the request it has yet to confirm. Which nodes keep copies of which artifacts is the
+    store's method's to say (its declaration's ``copy_holders``; none keeps any without one)."""
+    if method is None or method.copy_holders is None or not _has_table(db):
+        return {}
     confirmed = copies_dropped_up_to(db)
-    return {p: r for p, r in sorted(copy_holders(db).items()) if p not in visible and confirmed.get(p, 0) < r}
+    holders = method.copy_holders(db)
+    return {p: r for p, r in sorted(holders.items()) if p not in visible and confirmed.get(p, 0) < r}
 
 
 def audit_leftover(value: Any) -> bool:

@@ -61,9 +61,9 @@ MAX_METRICS_BYTES = 512 * 2**20
 def ledger_rules() -> tuple[InvalidationRule, ...]:
     """What a forget request does beyond lineage, inside its transaction: every method's rules (each a no-op
     on other methods' stores)."""
-    from fedforget.core.method import families, resolve
+    from fedforget.core.known_methods import families
 
-    return tuple(resolve(rule) for method in families() for rule in method.ledger_rules)
+    return tuple(rule for method in families() for rule in method.ledger_rules)
 
 
 def safetensors_metadata(path: Path) -> dict[str, str] | None:

@@ -13,7 +13,6 @@ Each class is one ``method=`` value of the run config; :func:`start_from_context
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 
 from flwr.app import Context
@@ -26,15 +25,9 @@ from fedforget.strategies.base import MethodStrategy
 
 
 def _declared_strategies() -> tuple[type[MethodStrategy], ...]:
-    """Each registered method's strategy classes, one per variant in its declaration's order, from its package's
-    ``strategy`` module: a method added to the registry is in this list without a line here."""
-    found: list[type[MethodStrategy]] = []
-    for method in FAMILIES:
-        module = importlib.import_module(f"fedforget.methods.{method.name}.strategy")
-        classes = {cls.variant: cls for cls in vars(module).values()
-                   if isinstance(cls, type) and issubclass(cls, MethodStrategy) and getattr(cls, "variant", None)}
-        found += [classes[variant] for variant in method.variants]
-    return tuple(found)
+    """Each registered method's strategy classes, one per variant in its declaration's order (its
+    ``strategies`` hook): a method added to the registry is in this list without a line here."""
+    return tuple(cls for method in FAMILIES if method.strategies is not None for cls in method.strategies())
 
 
 STRATEGIES: tuple[type[MethodStrategy], ...] = _declared_strategies()

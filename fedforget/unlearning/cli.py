@@ -26,7 +26,7 @@ from fedforget.cli_kit.support import (
     read_only_errors,
     store_errors,
 )
-from fedforget.core.method import resolve
+from fedforget.service.cli import add_commands as add_service_commands
 from fedforget.store import Store, StoreError
 from fedforget.store.ledger import LedgerUsageError
 from fedforget.store.store import resolve_store_path
@@ -625,11 +625,12 @@ def purge(
     the purged sha256s, whatever its name. Exit 1 while a copy is left, deployed nodes' copies not yet
     confirmed included (`fedforget forget --propagate` reaches them), or while a symlink out of the store,
     a fifo or a device under it keeps the check from proving it."""
+    from fedforget.methods.registry import store_method
     from fedforget.store.purge import complete_purges
 
     handle = open_store(store, writes=None if check else "purge")
     try:
-        report = complete_purges(handle, check=check, by_content=True).to_json()
+        report = complete_purges(handle, store_method(handle.manifest()), check=check, by_content=True).to_json()
         scrubbed = Scrub() if check else scrub_complete(handle)  # a purge this finished may complete a request
     except (StoreError, LedgerUsageError) as exc:
         fail(str(exc))
@@ -675,10 +676,9 @@ def purge(
         raise SystemExit(1)
 
 
-#: The service's commands (``fedforget serve``, ``fedforget token``), named rather than imported: the service sits
-#: on the floor above this one and is built on its functions (docs/architecture.md).
-SERVICE_COMMANDS = "fedforget.service.cli:add_commands"
-resolve(SERVICE_COMMANDS)(app)
+# The service's commands (``fedforget serve``, ``fedforget token``): this module assembles the whole CLI, so it
+# sits on the top floor, above the service (docs/architecture.md, "Floors").
+add_service_commands(app)
 
 
 @app.command()
@@ -731,11 +731,11 @@ def run(
 
 def add_method_commands(cli: typer.Typer) -> None:
     """Each method's own commands (``fedforget theory``, ``fedforget fairness``), as it declares them."""
-    from fedforget.methods.registry import FAMILIES, resolve
+    from fedforget.methods.registry import FAMILIES
 
     for method in FAMILIES:
         if method.commands:
-            resolve(method.commands)(cli)
+            method.commands(cli)
 
 
 add_method_commands(app)

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 import fedforget
-from fedforget.core.method import families
+from fedforget.methods.registry import FAMILIES
 from fedforget.store.secret_files import mkdir_private
 from fedforget.store.store import resolve_store_path
 
@@ -202,7 +202,7 @@ def refusal_in_log(log_path: Path) -> str | None:
 @functools.cache
 def progress_lines() -> tuple[tuple[re.Pattern[str], str], ...]:
     """Each method's progress lines (its declared ``progress``), compiled once, in registry order."""
-    return tuple((re.compile(pattern), label) for method in families() for pattern, label in method.progress.items())
+    return tuple((re.compile(pattern), label) for method in FAMILIES for pattern, label in method.progress.items())
 
 
 def method_progress(line: str) -> tuple[str, int, int] | None:

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fedforget.core.slicing import UnitId
-from fedforget.methods.registry import entry_for_plan, resolve, store_method
+from fedforget.methods.registry import entry_for_plan, store_method
 from fedforget.store import Store
 from fedforget.store.ledger import ForgetResult, LedgerUsageError
 from fedforget.store.purge import complete_purges
@@ -52,7 +52,7 @@ def forget_request(store: Store, samples: Sequence[int] = (), slices: Sequence[s
         samples = [*samples, *named.values()]
     method = store_method(manifest)
     if method is not None and method.forget_check:  # ids this method never forgets are refused before any change
-        resolve(method.forget_check)(store, samples)
+        method.forget_check(store, samples)
     ledger = store.ledger()
     try:
         before = {"serving": ledger.serving(), "artifacts": ledger.artifacts()} if audit_before else None
@@ -62,7 +62,7 @@ def forget_request(store: Store, samples: Sequence[int] = (), slices: Sequence[s
         result.affected = {"groups": [], "sequences": []}
         entry = entry_for_plan(plan.get("kind")) if plan else None
         if entry is not None and entry.forget_detail:
-            result.affected.update(resolve(entry.forget_detail)(plan, result))
+            result.affected.update(entry.forget_detail(plan, result))
     finally:
         ledger.close()
     result.records = named
@@ -70,5 +70,5 @@ def forget_request(store: Store, samples: Sequence[int] = (), slices: Sequence[s
         from fedforget.unlearning.audit import record_audit_before
 
         record_audit_before(store, result.request, before["serving"], before["artifacts"])
-    result.purged = complete_purges(store).to_json()  # also finishes a purge a crash left pending
+    result.purged = complete_purges(store, method).to_json()  # also finishes a purge a crash left pending
     return result

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from fedforget.core.config import RENAMED, ConfigError, parse_run_config, warn_renamed
 from fedforget.inprocess import default_run_config
-from fedforget.methods.registry import method_entry, resolve
+from fedforget.methods.registry import method_entry
 
 #: A ``key=value`` pair as ``flwr run`` finds them (flwr.common.config.parse_config_args): what it skips
 #: between pairs is dropped without a word, so it is refused here.
@@ -64,7 +64,7 @@ def check_run_config(text: str, app_config: Mapping[str, object] | None = None, 
     cfg = parse_run_config({**default_run_config(), **(app_config or {}), **overrides}, warn=False)  # one line
     method = method_entry(cfg.method)
     if method.submit_check:  # what the ServerApp would refuse only once it has the task's data
-        resolve(method.submit_check)(cfg)
+        method.submit_check(cfg)
     if not set(overrides) & set(RENAMED):
         return text
     warn_renamed(overrides)

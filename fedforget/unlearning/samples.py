@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedforget.core.method import held_samples
+from fedforget.methods.registry import held_samples
 from fedforget.store import Store
 from fedforget.store.ledger import FIND_COMMANDS, LedgerUsageError
 from fedforget.store.records import node_named, node_of_partition, record_of, record_sample_id

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from fedforget.core.config import stored_run_config
-from fedforget.methods.registry import FAMILIES, resolve
+from fedforget.methods.registry import FAMILIES
 from fedforget.store import Store
 
 
@@ -123,7 +123,7 @@ def method_status(view: StatusView) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for method in FAMILIES:
         if method.status:
-            out.update(resolve(method.status)(view))
+            out.update(method.status(view))
     return out
 
 
@@ -188,7 +188,7 @@ def print_status(status: dict[str, Any], console: Console, show_artifacts: bool 
         console.print(f"   sha256 {a['sha256']}", soft_wrap=True, style="dim")
     for method in FAMILIES:
         if method.print_status:
-            resolve(method.print_status)(status, console)
+            method.print_status(status, console)
     if status["retrain_required"]:
         console.print("[bold red]retrain required[/]: no valid model is left to serve; run `fedforget retrain`")
     elif not status["serving"] and not status.get("unbuilt", {}).get("artifacts"):

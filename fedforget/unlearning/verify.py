@@ -41,7 +41,7 @@ from typing import Any
 
 from fedforget.core.method import HeldSamples
 from fedforget.core.record_ids import LOCAL_RECORDS
-from fedforget.methods.registry import resolve, store_method
+from fedforget.methods.registry import store_method
 from fedforget.store import Store, StoreError
 from fedforget.store.forget_plan import PlanError, resolve_requests, sample_plan
 from fedforget.store.index_check import index_problems
@@ -138,7 +138,7 @@ def _scratch_run(store: Store, workdir: Path, forgotten: dict[int, list[int]]) -
     method = store_method(manifest)
     secretless: set[int] = set()
     if method is not None and method.prepare_scratch:  # what the method's scratch run needs besides the config
-        secretless = resolve(method.prepare_scratch)(store, cfg, scratch_root, workdir, config)
+        secretless = method.prepare_scratch(store, cfg, scratch_root, workdir, config)
     run_in_process(config, int(manifest["num-partitions"]))
     return Store.open(scratch_root), secretless
 
@@ -180,7 +180,7 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
         dp_covered: set[str] = set()
         dp_nodes: dict[str, set[int]] = {}
         if method is not None and method.dp_exposure:  # adapters that carry forgotten samples under DP only
-            dp_covered, dp_nodes = resolve(method.dp_exposure)(ledger)
+            dp_covered, dp_nodes = method.dp_exposure(ledger)
     finally:
         ledger.close()
     served = set(serving.get("artifacts", []))

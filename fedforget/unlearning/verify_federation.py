@@ -24,7 +24,7 @@ from fedforget.core.config import stored_run_config
 from fedforget.core.record_ids import store_record_key
 from fedforget.federation.client_site import VERIFY_SCRATCH
 from fedforget.federation.record_key import hand_over
-from fedforget.methods.registry import resolve, store_method
+from fedforget.methods.registry import store_method
 from fedforget.store import Store
 from fedforget.store.acks import request_acks
 from fedforget.store.ledger import LedgerUsageError
@@ -89,7 +89,7 @@ def federation_reference(federation: str, console: Console):  # noqa: ANN201
         method = store_method(store.manifest())
         if method is not None and method.prepare_scratch:  # e.g. FedShard's stored tree, as a file the ServerApp reads
             cfg = stored_config(store)
-            secretless = resolve(method.prepare_scratch)(store, cfg, scratch_root, area, config)
+            secretless = method.prepare_scratch(store, cfg, scratch_root, area, config)
         hand_over(scratch_root, store_record_key(store.manifest()))  # the nodes' ids keyed as the store's are
         code, log_path = flwr_run(federation, reference_config(store, config), str(scratch_root), console,
                                   app=store_app(store))

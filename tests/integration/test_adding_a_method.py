@@ -26,11 +26,13 @@ TREES = ("fedforget", "pyproject.toml", "docs", "mkdocs.yml", "tests/unit/method
 
 # -- the recipe's steps: the only part that knows how a method registers -------------------------------------
 def register(root: Path) -> None:
-    """The one registration line: the package in the registry's ``METHOD_PACKAGES``."""
+    """The registration in ``registry.py``: the package's import and its ``METHOD`` in ``FAMILIES``."""
     path = root / "fedforget" / "methods" / "registry.py"
-    text, count = re.subn(r'^(METHOD_PACKAGES: tuple\[str, \.\.\.\] = \(.*)\)$', rf'\1, "{NAME}")',
-                          path.read_text(encoding="utf-8"), count=1, flags=re.M)
-    assert count == 1, "the registry's METHOD_PACKAGES line moved: update register()"
+    text, imported = re.subn(r"^(from fedforget\.methods import .*)$", rf"\1, {NAME}", path.read_text(encoding="utf-8"),
+                             count=1, flags=re.M)
+    text, listed = re.subn(r"^(FAMILIES: tuple\[Method, \.\.\.\] = \((?:.*\n)*?.*)\)$", rf"\1, {NAME}.METHOD)", text,
+                           count=1, flags=re.M)
+    assert imported == listed == 1, "the registry's import of the packages or FAMILIES moved: update register()"
     path.write_text(text, encoding="utf-8")
 
 
@@ -104,7 +106,8 @@ def test_a_method_added_by_the_recipe_trains_forgets_exactly_and_touches_only_th
         ["fedforget/methods/registry.py", "pyproject.toml"]), "an existing file changed beyond these"
     old, new = ((r / "fedforget" / "methods" / "registry.py").read_text(encoding="utf-8").splitlines()
                 for r in (REPO, root))
-    assert len(old) == len(new) and sum(a != b for a, b in zip(old, new, strict=True)) == 1, "not one line"
+    assert len(old) == len(new) and sum(a != b for a, b in zip(old, new, strict=True)) == 2, \
+        "the registration is two lines: the package's import and its METHOD in FAMILIES"
 
     script = (FIXTURE / "run_the_method.py").read_text(encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "200"}

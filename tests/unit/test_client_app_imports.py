@@ -44,6 +44,7 @@ def test_every_methods_forget_message_runs_the_one_handler_without_torch(tmp_pat
     caches a method declares (derived from samples it may have just deleted)."""
     env = {"FEDFORGET_CACHE": str(tmp_path / "cache")}
     setup = f"""
+        import fedforget.methods.registry  # as the ClientApp does: it hands the methods to the config parser
         from flwr.app import Context, RecordDict
         run_config = {{"task": "digits-mlp", "train-size": 300, "test-size": 100, "seed": 3,
                        "store": {str(tmp_path / "store")!r}}}
@@ -81,7 +82,8 @@ def test_every_methods_forget_message_runs_the_one_handler_without_torch(tmp_pat
 
 
 def test_method_registry_imports_only_the_standard_library():
-    """The ClientApp reads the registry in every per-message process: it holds names, not code."""
+    """The ClientApp reads the registry in every per-message process: its declarations' hooks import their
+    code when called."""
     code = """
         import sys
         before = set(sys.modules)
@@ -90,3 +92,26 @@ def test_method_registry_imports_only_the_standard_library():
         assert added == {"fedforget"}, sorted(added)
     """
     assert heavy_modules_after(code) == []
+
+
+def test_core_and_store_import_no_method():
+    """Shared floors get a method's declaration handed down; importing them loads none (and no registry)."""
+    code = """
+        import sys
+        import fedforget.core, fedforget.core.config, fedforget.core.defaults, fedforget.core.run_footprint
+        import fedforget.core.serving_plans, fedforget.store, fedforget.store.purge, fedforget.store.check
+        loaded = sorted(m for m in sys.modules if m.startswith("fedforget.methods"))
+        assert loaded == [], loaded
+    """
+    assert heavy_modules_after(code) == []
+
+
+def test_no_code_is_named_by_a_string():
+    """Declarations hold functions and classes, never ``"module:function"`` strings to import."""
+    import re
+
+    pattern = re.compile(r"[\"']fedforget\.[\w.]+:\w+[\"']")
+    package = Path(__file__).resolve().parents[2] / "fedforget"
+    named = [f"{p.relative_to(package)}: {m.group(0)}" for p in sorted(package.rglob("*.py"))
+             for m in pattern.finditer(p.read_text(encoding="utf-8"))]
+    assert named == []

@@ -111,7 +111,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
               "fedforget.inprocess")),
     ("coordinator", ("fedforget.unlearning",)),
     ("service", ("fedforget.service",)),
-    ("tools", ("fedforget.launch", "fedforget.faults")),
+    ("tools", ("fedforget.launch", "fedforget.faults", "fedforget.unlearning.cli")),
 )
 
 

@@ -327,7 +327,7 @@ def test_two_processes_forgetting_at_once_both_land(path):
 
 # -- crash safety ------------------------------------------------------------------------------------------
 
-CRASHING_FORGET = ("import sys; from fedforget.store.ledger import Ledger; "
+CRASHING_FORGET = ("import sys; import fedforget.methods.registry; from fedforget.store.ledger import Ledger; "
                    "Ledger(sys.argv[1]).forget(samples=[int(sys.argv[2])])")
 CRASH_TARGET = sid(2, 0, 3)
 

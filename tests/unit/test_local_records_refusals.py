@@ -165,6 +165,7 @@ def test_the_record_index_reads_without_torch_or_datasets(tmp_path):
     """
     assert heavy_modules_after(code) == []
     assert "torch" in heavy_modules_after(code + "\n" + f"""
+        import fedforget.methods.registry  # as every app does: the run config's parser gets the methods' tables
         from fedforget.tasks.local_records import read_local_records
         from fedforget.core.config import RunConfig
         read_local_records({str(tmp_path / "d")!r}, RunConfig(task="digits-mlp"), "node-1", 10)

@@ -24,7 +24,7 @@ def test_the_closing_line_says_nothing_is_served_instead_of_nan(monkeypatch, res
     try:
         built = SimpleNamespace(metrics=None, manifest=None, summary="retrain rebuilt 0 artifact(s)")
         server = SimpleNamespace(finished=lambda *_args: None, cfg=SimpleNamespace(method="fedavg"))
-        driver._finish(server, SimpleNamespace(store=None), built, result, serving, {"action": "retrain"})
+        driver._finish(server, SimpleNamespace(store=None), None, built, result, serving, {"action": "retrain"})
     finally:
         flwr.removeHandler(handler)
     [line] = [line for line in lines if line.startswith("fedforget: retrain")]

@@ -35,14 +35,12 @@ _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z]|\d|\b)|[A-Z]?[a-z]+|[A-Z]+|\d+")
 
 
 def registered_names(methods_dir: Path = PACKAGE / "methods") -> frozenset[str]:
-    """Every method package in the registry's ``METHOD_PACKAGES`` and every variant its ``Method(...)`` declares,
-    read from the source."""
-    packages: tuple[str, ...] = ()
+    """Every method package the registry imports and every variant its ``Method(...)`` declares, read from the
+    source."""
+    packages: list[str] = []
     for node in ast.walk(ast.parse((methods_dir / "registry.py").read_text(encoding="utf-8"))):
-        if isinstance(node, ast.AnnAssign | ast.Assign):
-            targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
-            if any(isinstance(t, ast.Name) and t.id == "METHOD_PACKAGES" for t in targets):
-                packages = ast.literal_eval(node.value)
+        if isinstance(node, ast.Import):
+            packages += [a.name.rpartition(".")[2] for a in node.names if a.name.startswith("fedforget.methods.")]
     names = set(packages)
     for package in packages:
         for node in ast.walk(ast.parse((methods_dir / package / "__init__.py").read_text(encoding="utf-8"))):

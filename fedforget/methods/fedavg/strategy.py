@@ -4,6 +4,7 @@ retrain-from-scratch baseline of forgetting (``start(grid=grid, action="retrain"
 from __future__ import annotations
 
 from fedforget.federation.method_strategy import MethodStrategy
+from fedforget.methods.fedavg import METHOD
 
 
 class FedAvgLoRA(MethodStrategy):
@@ -13,5 +14,7 @@ class FedAvgLoRA(MethodStrategy):
     each round samples partitions with a seed, sends them the global model, averages every reply in partition
     order (Flower's float32 arithmetic) and evaluates the result on the server's test set.
     ``configure_train``/``aggregate_train`` see the model under its tensor names."""
+
+    method = METHOD
 
     variant = "fedavg"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fedforget.federation.method_strategy import MethodStrategy
+from fedforget.methods.fedshard import METHOD
 
 
 class FedShard(MethodStrategy):
@@ -12,6 +13,8 @@ class FedShard(MethodStrategy):
     each round, every member of a shard with rounds left trains the shard's model on all its slices and the
     shard averages its members' replies in partition order; the stage's shards are then merged into the next.
     ``configure_train``/``aggregate_train`` see the shards' models as ``<artifact>:<tensor>``."""
+
+    method = METHOD
 
     variant = "fedshard"
     rounds_key = None

@@ -27,9 +27,9 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch.func import functional_call
 
+import fedforget.methods.hosfl.zo as zo
 from fedforget.core.config import RunConfig
 from fedforget.federation.client_site import ClientSite
-from fedforget.methods.hosfl import zo
 from fedforget.methods.hosfl.messages import (
     Activations,
     BackpropStep,

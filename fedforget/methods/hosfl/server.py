@@ -47,6 +47,7 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 from torch import nn
 
+import fedforget.methods.hosfl.zo as zo
 from fedforget.core.config import ConfigError, RunConfig
 from fedforget.core.seeds import derive_seed
 from fedforget.federation.driver import Built, MethodServer, drive
@@ -54,7 +55,6 @@ from fedforget.federation.failover import FRAMING_PER_TENSOR, check_reply, excha
 from fedforget.federation.registration import Federation
 from fedforget.federation.run_setup import ServerRun
 from fedforget.federation.units import all_units
-from fedforget.methods.hosfl import zo
 from fedforget.methods.hosfl.messages import (
     BACKPROP,
     FORWARD,

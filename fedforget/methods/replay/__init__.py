@@ -2,20 +2,54 @@
 
 Every round's global model (and the strategy's server state) is a checkpoint whose lineage is every
 partition that trained up to it; a forget invalidates the rounds from the first that saw the data, and a
-retrain rolls back to the last round that did not and replays the rest without it."""
+retrain rolls back to the last round that did not and replays the rest without it.
+
+Each hook imports its code when called: the ClientApp reads this declaration in every per-message process."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from fedforget.core.method import Method
-from fedforget.federation.message_types import FORGET, LORA_SERVING, SINGLE_RULE
+from fedforget.federation.message_types import FORGET, SINGLE_RULE
+from fedforget.methods.replay.config import ReplayConfig
+from fedforget.methods.shared_hooks import lora_serving, train_adapter
+
+if TYPE_CHECKING:
+    from flwr.serverapp import Grid
+
+    from fedforget.core.config import RunConfig
+    from fedforget.federation.method_strategy import MethodStrategy
+
+
+def run(grid: Grid, cfg: RunConfig, strategy: MethodStrategy) -> None:
+    from fedforget.methods.replay.server import run_replay
+
+    run_replay(grid, cfg, strategy)
+
+
+def plan_artifacts(plan: dict[str, Any]) -> set[str]:
+    from fedforget.methods.replay.plan import plan_artifacts as plan_artifacts_
+
+    return plan_artifacts_(plan)
+
+
+def strategies() -> tuple[type, ...]:
+    from fedforget.methods.replay.strategy import Forgettable
+
+    return (Forgettable,)
+
 
 METHOD = Method(
     name="replay",
     variants=("replay",),
-    driver="fedforget.methods.replay.server:run_replay",
-    handlers={"train.replay": "fedforget.federation.adapter_round:train_adapter"},
-    serving=LORA_SERVING,
+    driver=run,
+    strategies=strategies,
+    handlers={"train.replay": train_adapter},
+    serving=lora_serving,
     serving_rules={"replay": SINGLE_RULE},
     forget_message=FORGET,
-    config="fedforget.methods.replay.config:ReplayConfig",
+    config=ReplayConfig,
     planning=("fedforget.methods.replay.config", "fedforget.methods.replay.plan"),
-    plan_artifacts="fedforget.methods.replay.plan:plan_artifacts",
+    plan_artifacts=plan_artifacts,
 )

@@ -21,6 +21,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 from flwr.supercore import log
 
+import fedforget.methods.replay.flower_strategies as flower_strategies
 from fedforget.core.config import RunConfig, sample_clients
 from fedforget.core.seeds import derive_seed
 from fedforget.federation.driver import Built, MethodServer, drive
@@ -29,7 +30,6 @@ from fedforget.federation.messaging import PARTITION_KEY, record_bytes, to_numpy
 from fedforget.federation.round_engine import Arrays, Round, RoundResult, Send
 from fedforget.federation.run_setup import DEFAULT_ADAPTER, ServerRun
 from fedforget.federation.units import all_units
-from fedforget.methods.replay import flower_strategies
 from fedforget.methods.replay.plan import replay_plan, resume_round, round_artifact, state_artifact
 from fedforget.store.ledger import Ledger
 from fedforget.store.store import StoreError

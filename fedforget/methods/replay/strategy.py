@@ -5,6 +5,7 @@ from __future__ import annotations
 from flwr.serverapp.strategy import Strategy
 
 from fedforget.federation.method_strategy import MethodStrategy
+from fedforget.methods.replay import METHOD
 
 
 class Forgettable(MethodStrategy):
@@ -21,6 +22,8 @@ class Forgettable(MethodStrategy):
     ``aggregate_train`` makes the model from the replies in partition order; each round is then checkpointed.
     This class's ``configure_train``/``aggregate_train`` see the model under its tensor names.
     """
+
+    method = METHOD
 
     variant = "replay"
 

@@ -16,15 +16,18 @@ from tests.unit.test_import_graph import PACKAGE, import_graph, module_files
 
 
 def method_of(module: str) -> str | None:
-    """``fedforget.methods.<name>.…`` → ``<name>``; None for shared modules and the registry itself."""
+    """``fedforget.methods.<name>.…`` → ``<name>``; None for shared modules, the registry itself and the hooks
+    several methods declare (``shared_hooks``)."""
     parts = module.split(".")
-    if len(parts) >= 3 and parts[:2] == ["fedforget", "methods"] and parts[2] not in ("registry", "method"):
+    if (len(parts) >= 3 and parts[:2] == ["fedforget", "methods"]
+            and parts[2] not in ("registry", "method", "shared_hooks")):
         return parts[2]
     return None
 
 
-#: the public lists of every method, which import each method's own declarations (its strategy classes)
-FACADES = frozenset({"fedforget.strategies"})
+#: the public lists of every method, which import each method's own declarations (its strategy classes; its
+#: ``METHOD``, which the registry lists)
+FACADES = frozenset({"fedforget.strategies", "fedforget.methods.registry"})
 
 
 def crossings(graph: Mapping[str, set[str]]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:

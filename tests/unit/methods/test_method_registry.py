@@ -1,10 +1,15 @@
 """The method registry is the one list of methods: every run-config method has an entry, every hook it
-names imports, the ClientApp serves exactly its handlers, and planning modules stay pure."""
+declares is a function whose deferred imports exist, the ClientApp serves exactly its handlers, and
+planning modules stay pure."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import importlib.util
+import inspect
+import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -13,15 +18,23 @@ from fedforget.core.config import CONFIG_GROUPS, METHOD_GROUP, METHODS
 from fedforget.federation.message_types import CHAIN, FORGET
 from fedforget.federation.messaging import CHAIN_MESSAGE, FORGET_MESSAGE
 from fedforget.methods import registry
-from fedforget.methods.registry import FAMILIES, METHOD_PACKAGES, SHARED_HANDLERS, client_handlers, resolve
+from fedforget.methods.registry import FAMILIES, METHOD_PACKAGES, SHARED_HANDLERS, client_handlers
 
 METHODS_DIR = Path(registry.__file__).parent
 SHARED_PREFIXES = ("fedforget.federation.", "fedforget.core.", "fedforget.training.", "fedforget.tasks.",
-                   "fedforget.store.", "fedforget.unlearning.")
+                   "fedforget.store.", "fedforget.unlearning.", "fedforget.methods.shared_hooks")
 
 
-def _hooks() -> list[str]:
-    return sorted({h for m in FAMILIES for h in m.hooks()} | set(SHARED_HANDLERS.values()))
+def _hooks() -> list[Callable[..., object]]:
+    return list(dict.fromkeys([*(h for m in FAMILIES for h in m.hooks()), *SHARED_HANDLERS.values()]))
+
+
+def deferred_imports(hook: Callable[..., object]) -> Iterator[tuple[str, str]]:
+    """(module, name) of each ``from module import name`` inside ``hook``'s body."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(hook)))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            yield from ((node.module, a.name) for a in node.names)
 
 
 def test_every_configured_method_has_one_entry():
@@ -43,25 +56,26 @@ def test_each_entry_names_the_config_table_its_methods_read():
 
     for m in FAMILIES:
         if m.config:
-            assert m.config.startswith(m.package + ".config:")
-            table = resolve(m.config)
-            assert issubclass(table, ConfigTable) and table.group == m.name
+            assert m.config.__module__ == m.package + ".config"
+            assert issubclass(m.config, ConfigTable) and m.config.group == m.name
     assert {v: (m.name if m.config else None) for m in FAMILIES for v in m.variants} == METHOD_GROUP
     assert {g for g in METHOD_GROUP.values() if g} <= set(CONFIG_GROUPS)
 
 
-@pytest.mark.parametrize("target", _hooks())
-def test_every_hook_is_an_importable_function(target: str):
-    module, sep, name = target.partition(":")
-    assert sep and module.startswith("fedforget.") and name.isidentifier()
-    assert callable(resolve(target))
+@pytest.mark.parametrize("hook", _hooks(), ids=lambda h: f"{h.__module__}.{h.__qualname__}")
+def test_every_hook_is_a_function_whose_deferred_imports_exist(hook: Callable[..., object]):
+    assert inspect.isfunction(hook)
+    for module, name in deferred_imports(hook):
+        assert hasattr(importlib.import_module(module), name), (module, name)
 
 
-def test_a_method_names_only_its_own_code_or_shared_code():
+def test_a_method_declares_only_its_own_code_or_shared_code():
+    """Each hook is defined in its package or in shared code, and imports only from those."""
     for method in FAMILIES:
         for hook in method.hooks():
-            module = hook.partition(":")[0]
-            assert module.startswith(method.package + ".") or module.startswith(SHARED_PREFIXES), (method.name, hook)
+            assert hook.__module__ == method.package or hook.__module__.startswith(SHARED_PREFIXES), hook
+            for module, _ in deferred_imports(hook):
+                assert module.startswith((method.package + ".", *SHARED_PREFIXES)), (method.name, module)
 
 
 def test_planning_modules_are_pure_and_their_methods_own():
@@ -112,13 +126,14 @@ def test_forget_messages_have_handlers():
 
 def test_unknown_method_is_refused():
     with pytest.raises(ValueError, match="unknown method 'nope'"):
-        registry.get_method("nope")
+        registry.method_entry("nope")
 
 
-def test_get_method_resolves_the_driver():
-    from fedforget.methods.fedavg.server import run_fedavg
+def test_a_variant_finds_its_declaration():
+    from fedforget.methods import fedavg
 
-    assert registry.get_method("fedavg") is run_fedavg
+    assert registry.method_entry("fedavg") is fedavg.METHOD
+    assert registry.store_method({"method": "sisa"}) is registry.method_entry("fedsgt")
 
 
 def test_safe_declares_the_feature_cache_its_nodes_write():
@@ -137,11 +152,11 @@ def test_defaults_and_footprints_are_the_methods_own_pure_code():
 
     keys = set(RunConfig().to_dict())
     for m in FAMILIES:
-        for target in (m.defaults, m.footprint):
-            if target:
-                assert target.partition(":")[0] in m.planning, (m.name, target)
+        if m.footprint:
+            assert {module for module, _ in deferred_imports(m.footprint)} <= set(m.planning), m.name
         if m.defaults:
-            declared = resolve(m.defaults)
+            declared = m.defaults
+            assert declared is importlib.import_module(m.package + ".config").DEFAULTS
             assert isinstance(declared, Defaults)
             assert set(declared.variants) <= set(m.variants)
             assert {v for v, _ in declared.pairs} <= set(m.variants)
