@@ -6,8 +6,11 @@ The edits are generated, not picked: for every table of the ledger's schema, one
 row changed, a row deleted, a row copied with one value changed; for the log itself, an entry rewritten with
 its hash recomputed (at the start, in the middle, at the end), deleted, swapped, the tail cut back cleanly
 (frontier and heads made to match), the newest head deleted; the manifest's identity fields edited; the whole
-store rolled back to a backup after a later forget was signed. Negative controls: an untouched copy passes
-every command, and a store written before the log adopts one on its first command and passes after it.
+store rolled back to a backup after a later forget was signed. A writer without the key appends entries the
+way a run does: for every logged table, every insert, delete and change of a column the allow-list
+(``fedforget.store.log_rules``) does not grant is refused by the whole check. Negative controls: an untouched
+copy passes every command, and a store written before the log adopts one on its first command and passes
+after it.
 """
 
 from __future__ import annotations
@@ -458,12 +461,10 @@ def lower_acks(path: Path) -> None:
 RETRACT = ("DELETE FROM requests WHERE id=1", "DELETE FROM forgotten WHERE request=1")
 INVENT = ("INSERT INTO requests(id, at, kind, spec, samples, units, invalidated, latency_ms) "
           "SELECT 5, at, kind, spec, 0, '[]', '[]', 0 FROM requests WHERE id=1",)
+#: what a run's entry does to take a forget back, as a run appends it (every other write a run may not make, to
+#: any logged table, is fuzzed below: test_a_run_entry_writing_what_a_run_may_not_is_refused_naming_the_table)
 RUN_ENTRIES = [
-    *[pytest.param(run_entry(kind, *RETRACT), id=f"retract-a-forget-as-{kind}") for kind in ("artifact", "retrain",
-                                                                                           "forget")],
-    pytest.param(run_entry("artifact", *INVENT), id="invent-a-request-as-artifact"),
-    pytest.param(run_entry("artifact", "UPDATE requests SET units='[]' WHERE id=1"), id="alter-a-request"),
-    pytest.param(run_entry("purge", "DELETE FROM purged WHERE request=1"), id="drop-a-purge"),
+    *[pytest.param(run_entry(kind, *RETRACT), id=f"retract-a-forget-as-{kind}") for kind in ("retrain", "forget")],
     pytest.param(lower_acks, id="lower-an-acknowledgement"),
     pytest.param(run_entry("artifact", "DELETE FROM meta WHERE key='acks'"), id="drop-the-acknowledgements"),
     pytest.param(run_entry("scrub", "DELETE FROM record_names WHERE request=2", requests=[2]),
