@@ -165,7 +165,7 @@ def _problem(table: str, rule: RunMay, op: str, column: str | None, old: list[An
     if len(old) != len(rule.columns) or (new is not None and len(new) != len(rule.columns)):
         return f"writes a row of {len(old)} values into the {table} table, which has {len(rule.columns)} columns"
     if rule.keys is not None and str(old[0]) not in rule.keys and op != "delete":
-        return f"writes {rule.name(old)} into the {table} table, which a run never writes"
+        return f"writes {rule.name(old)} into the {table} table, a key no run writes"
     if op == "insert":
         if rule.insert:
             return _acks_added(old) if table == "meta" and old[0] == ACKS else None
@@ -175,15 +175,9 @@ def _problem(table: str, rule: RunMay, op: str, column: str | None, old: list[An
             return None
         if table == "meta" and old[0] == ACKS:
             return "drops the clients' acknowledgements (the meta table)"
-        if table == "purged":
-            return f"removes {rule.name(old)} (the purged table)"
-        if table == "requests":
-            return f"removes {rule.name(old)} (the requests table)"
-        return f"deletes {rule.name(old)} from the {table} table"
+        return f"removes {rule.name(old)} from the {table} table"
     assert new is not None and column is not None
     if column not in rule.change:
-        if table == "requests":
-            return f"changes {rule.name(old)} (its {column}, the requests table)"
         return f"changes the {column} of {rule.name(old)} in the {table} table"
     return rule.check(old, new) if rule.check is not None else None
 
