@@ -113,6 +113,6 @@ ACT
 #    of the public files that hold every client's training rows too (fedforget/tasks/server_data.py).
 say "test-only copies of the shipped tasks' test splits"
 FEDFORGET_CACHE="$ROOT/.cache" FEDFORGET_FMNIST_DIR="$FMNIST_DIR" FEDFORGET_FORTUNES_DIR="$FORTUNES_DIR" HF_HUB_OFFLINE=1 \
-  "$VENV/bin/python" -m fedforget.tasks.server_data write-defaults $REWRITE_COPIES
+  "$VENV/bin/python" -m fedforget.server_test_writer write-defaults $REWRITE_COPIES
 
 say "ready: source .venv/bin/activate (local SuperLink of this checkout: 127.0.0.1:$SL_HTTP, control :$SL_CONTROL)"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from logging import INFO
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from flwr.serverapp import Grid
 from flwr.supercore import log
@@ -29,9 +29,6 @@ from fedforget.store.crash import crash_point
 from fedforget.store.ledger import Ledger
 from fedforget.store.purge import finish_pending_purges
 from fedforget.tasks.server_data import load_server_test
-
-if TYPE_CHECKING:
-    from fedforget.federation.method_strategy import MethodStrategy
 
 
 @dataclass
@@ -81,7 +78,7 @@ class MethodServer:
         """Once the run is recorded and served: delete what the rebuilt artifacts replaced."""
 
 
-def drive(grid: Grid, cfg: RunConfig, server: MethodServer, strategy: MethodStrategy) -> None:
+def drive(grid: Grid, cfg: RunConfig, server: MethodServer, strategy: Any) -> None:
     """Run ``cfg.action`` (train or retrain) of ``server``'s method on the nodes ``grid`` reaches; ``strategy``
     is the one started: its declaration (``strategy.method``: the message that makes a node forget, what a purge
     covers) and the hooks its rounds call (:mod:`fedforget.federation.round_engine`)."""

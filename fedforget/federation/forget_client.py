@@ -14,17 +14,16 @@ from pathlib import Path
 
 from flwr.app import Context, Message
 
-from fedforget.core import known_methods
 from fedforget.federation.client_site import ClientSite
 from fedforget.federation.control_messages import ForgetAck, ForgetSamples
-from fedforget.store.purge import delete_files_named_by
+from fedforget.store.purge import delete_files_named_by, feature_cache_patterns
 from fedforget.store.tombstones import add_tombstones
 
 
 def drop_feature_caches(state_dir: Path) -> int:
     """Delete the files of every declared feature cache in ``state_dir``; how many went."""
     gone = 0
-    for pattern in sorted({p for method in known_methods.families() for p in method.feature_caches}):
+    for pattern in feature_cache_patterns(None):
         for path in state_dir.glob(pattern):
             if path.is_file():
                 path.unlink()

@@ -24,6 +24,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 from flwr.supercore import log
 
+from fedforget.core import known_methods
 from fedforget.core.config import (
     METHOD_GROUP,
     TABLES,
@@ -68,6 +69,15 @@ def overridden(strategy: object, hook: str) -> bool:
     return function is not None and not getattr(function, "__fedforget_default_hook__", False)
 
 
+class _Declaration:
+    """A strategy class's ``method``: the declaration of the method its ``variant`` runs, from the methods this
+    process was assembled with (the declaration names the class among its ``strategies``; the class does not
+    import its declaration back, so the two stay one-way)."""
+
+    def __get__(self, instance: object, owner: type) -> Method:
+        return known_methods.by_variant()[owner.variant]
+
+
 def _tables_for(variant: str, task: str) -> tuple[type[ConfigTable], ...]:
     groups = (METHOD_GROUP.get(variant), TASK_GROUP.get(task))
     return (RunConfig, *(TABLES[g] for g in groups if g))
@@ -96,7 +106,7 @@ class MethodStrategy(Strategy):
     #: the run config's ``method=`` value this class runs
     variant: ClassVar[str]
     #: the declaration of the method that runs it (handed down to the run: its driver, forget message, purge)
-    method: ClassVar[Method]
+    method: ClassVar[Method] = _Declaration()  # type: ignore[assignment]
     #: the run-config key ``start(num_rounds=...)`` sets (None: the method sizes its own rounds)
     rounds_key: ClassVar[str | None] = "num-rounds"
 

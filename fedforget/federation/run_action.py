@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from flwr.serverapp import Grid
 
@@ -21,9 +21,6 @@ from fedforget.store.log import without_head_signer
 from fedforget.store.store import CLIENTS, StoreError, resolve_store_path
 from fedforget.tasks.data_access import serving_role
 
-if TYPE_CHECKING:
-    from fedforget.federation.method_strategy import MethodStrategy
-
 
 class RunLockRefused(StoreError):
     """The store's run lock (:mod:`fedforget.store.lock`) was not taken: another live run holds it, or its
@@ -35,7 +32,7 @@ def reliable(grid: Grid) -> ReliableGrid:
     return grid if isinstance(grid, ReliableGrid) else ReliableGrid(grid)
 
 
-def run_action(grid: Grid, cfg: RunConfig, strategy: MethodStrategy) -> None:
+def run_action(grid: Grid, cfg: RunConfig, strategy: Any) -> None:
     """``cfg.action`` (train, retrain or propagate) of ``cfg.method`` on the nodes ``grid`` reaches: the method is
     ``strategy.method`` (its declaration), its rounds go through ``strategy``'s hooks.
 

@@ -14,10 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import fedforget.methods.chains as chains
+import fedforget.methods.fedavg as fedavg
+import fedforget.methods.fedshard as fedshard
+import fedforget.methods.hosfl as hosfl
+import fedforget.methods.replay as replay
+import fedforget.methods.safe as safe
 from fedforget.core import known_methods
 from fedforget.core.method import HeldSamples, Method
 from fedforget.federation.message_types import FORGET, QUERY
-from fedforget.methods import chains, fedavg, fedshard, hosfl, replay, safe
 
 if TYPE_CHECKING:
     from flwr.app import Context, Message

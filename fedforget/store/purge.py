@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fedforget.core import known_methods
 from fedforget.core.method import Method
 from fedforget.store.acks import copies_dropped_up_to
 from fedforget.store.content_scan import scan_store
@@ -211,7 +212,7 @@ def complete_purges(store: Any, method: Method | None, check: bool = False, by_c
         report.not_databases = scan.not_databases
         files = sorted({*files, *(store.root / rel for rel, sha in scan.hashed.items() if sha in doomed)})
     report.files = [str(p.relative_to(store.root)) for p in files]
-    caches = [p for part in sorted(touched) for pattern in (method.feature_caches if method else ())
+    caches = [p for part in sorted(touched) for pattern in feature_cache_patterns(method)
               for p in sorted((store.root / "clients" / str(part)).glob(pattern))]
     report.feature_caches = [str(p.relative_to(store.root)) for p in caches]
     span = _metrics_span(store.root, last, mark, whole)
@@ -239,6 +240,13 @@ def complete_purges(store: Any, method: Method | None, check: bool = False, by_c
     finally:
         ledger.close()
     return report
+
+
+def feature_cache_patterns(method: Method | None) -> list[str]:
+    """Every feature cache a method of this process declares (``method``'s first): a cache holds features of raw
+    samples, so a purge drops any it finds, whichever method's run left it in the client's folder."""
+    return list(dict.fromkeys([*(method.feature_caches if method else ()),
+                               *(p for m in known_methods.families() for p in m.feature_caches)]))
 
 
 def complete_requests(ledger: Any) -> list[int]:

@@ -8,7 +8,7 @@ client's training rows. The server therefore reads one of two things, never that
 - else a **test-only copy** of the task's test split in ``cache_dir()/test-splits/<sha256 of its key>/``:
   ``test.safetensors`` (inputs, labels, ids) and ``test.json`` (the key, ``num_classes``, the tensor
   file's size and sha256). A missing, foreign or torn copy is written again by a *separate process*
-  (``python -m fedforget.tasks.server_data write``, the run config as JSON on stdin), so the calling
+  (``python -m fedforget.server_test_writer write``, the run config as JSON on stdin), so the calling
   process never opens the public file. ``make setup`` writes the copies of the shipped tasks' defaults.
 """
 
@@ -192,7 +192,7 @@ def _replace(path: Path, data: bytes) -> None:
 
 
 def _run_writer(cfg: RunConfig) -> None:
-    """``python -m fedforget.tasks.server_data write`` on this config; its one-line error as ours."""
+    """``python -m fedforget.server_test_writer write`` on this config; its one-line error as ours."""
     env = dict(os.environ)
     package_root = str(Path(__file__).resolve().parents[2])
     if package_root not in {str(Path(p).resolve()) for p in sys.path if p}:
@@ -200,12 +200,12 @@ def _run_writer(cfg: RunConfig) -> None:
         # too; a root already on the path (site-packages) is left where it is, after the standard library
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     try:
-        done = subprocess.run([sys.executable, "-m", "fedforget.tasks.server_data", "write"],
+        done = subprocess.run([sys.executable, "-m", WRITER, "write"],
                               input=json.dumps(cfg.to_dict()), capture_output=True, text=True, env=env,
                               timeout=WRITE_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
         raise ServerTestError(f"writing the test-only copy of task {cfg.task!r} took over {WRITE_TIMEOUT_S:.0f} s; "
-                              "run `python -m fedforget.tasks.server_data write-defaults` and retry") from None
+                              "run `python -m fedforget.server_test_writer write-defaults` and retry") from None
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         raise ServerTestError(lines[-1] if lines else f"the test-only copy writer exited {done.returncode}")
@@ -293,6 +293,8 @@ def write_defaults(force: bool) -> int:
     return 0
 
 
+#: The writer's process: its own module, which assembles the methods before it parses the config it is handed
+WRITER = "fedforget.server_test_writer"
 #: The run-config keys the writer reads from the config on its stdin (those :func:`copy_key` reads).
 WRITER_KEYS = ("task", "test-size", "train-size", "hf.dataset", "hf.model", "hf.input-column", "hf.label-column")
 
@@ -316,10 +318,7 @@ def main(argv: list[str]) -> int:
         return 0
     if argv in (["write-defaults"], ["write-defaults", "--force"]):
         return write_defaults(force=len(argv) == 2)
-    print("usage: python -m fedforget.tasks.server_data write < config.json | write-defaults [--force]",
+    print("usage: python -m fedforget.server_test_writer write < config.json | write-defaults [--force]",
           file=sys.stderr)
     return 2
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -16,7 +16,7 @@ from fedforget.core.config import RunConfig
 from fedforget.tasks import server_data
 from fedforget.tasks.assets import AssetMissing
 from fedforget.tasks.registry import load_task_data
-from fedforget.tasks.server_data import META, TENSORS, ServerTestError, copy_dir, copy_key, load_server_test
+from fedforget.tasks.server_data import META, TENSORS, WRITER, ServerTestError, copy_dir, copy_key, load_server_test
 
 DIGITS = ("digits-mlp", "digits-mlp-val", "digits-mlp-perm", "digits-mlp-perm-val")
 
@@ -65,6 +65,7 @@ AUDIT = textwrap.dedent("""
         if event == "open" and args and isinstance(args[0], (str, bytes)):
             opened.append(args[0] if isinstance(args[0], str) else args[0].decode(errors="replace"))
     sys.addaudithook(hook)
+    import fedforget.methods.registry  # a process that parses run configs is assembled with the methods
     from fedforget.core.config import RunConfig
     from fedforget.tasks.server_data import load_server_test
     test = load_server_test(RunConfig(task="digits-mlp"))
@@ -102,7 +103,8 @@ def test_the_server_process_never_opens_the_digits_data_set_when_its_copy_exists
 
 
 def test_servers_that_start_together_on_an_empty_cache_all_get_the_copy(cache: Path) -> None:
-    script = ("from fedforget.core.config import RunConfig; from fedforget.tasks.server_data import load_server_test; "
+    script = ("import fedforget.methods.registry; from fedforget.core.config import RunConfig; "
+              "from fedforget.tasks.server_data import load_server_test; "
               "print(len(load_server_test(RunConfig(task='digits-mlp')).examples))")
     env = {**os.environ, "FEDFORGET_CACHE": str(cache)}
     procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -177,7 +179,7 @@ def test_a_writer_that_fails_says_why_in_one_line(cache: Path, monkeypatch: pyte
 
 @pytest.mark.parametrize("stdin", ["", "{", "[1]", '{"task": "no-such-task"}'])
 def test_the_writer_refuses_a_bad_config_in_one_line(cache: Path, stdin: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "fedforget.tasks.server_data", "write"], input=stdin,
+    done = subprocess.run([sys.executable, "-m", WRITER, "write"], input=stdin,
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode in (1, 2) and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not cache.joinpath("test-splits").exists() or not any(cache.joinpath("test-splits").rglob("*.json"))

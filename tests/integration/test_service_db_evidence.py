@@ -150,7 +150,7 @@ def test_a_request_that_fails_after_its_forget_committed_keeps_its_row_and_is_ap
     import fedforget.unlearning.forget as forget_module
     from fedforget.service.requests_db import RequestsDB, canonical_spec
 
-    def purge_fails(target):  # noqa: ANN001, ANN202
+    def purge_fails(*_):  # noqa: ANN002, ANN202
         raise OSError("disk gone")
 
     db = RequestsDB(Store.open(store))

@@ -66,7 +66,7 @@ def test_every_methods_forget_message_runs_the_one_handler_without_torch(tmp_pat
         from flwr.app import Array, ArrayRecord, Message, RecordDict
         from flwr.supercore.task_identity import TaskIdentity
         from pathlib import Path
-        from fedforget.methods.registry import client_handlers, resolve
+        from fedforget.methods.registry import client_handlers
         TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
         cache = Path({str(tmp_path / "node1")!r}) / "safe-features-train.safetensors"
         cache.parent.mkdir(parents=True, exist_ok=True)
@@ -74,7 +74,7 @@ def test_every_methods_forget_message_runs_the_one_handler_without_torch(tmp_pat
         samples = ArrayRecord({{"samples": Array(np.array([{sample}], dtype=np.int64))}})
         for kind, deleted in (("query.safeforget", 1), ("query.forget", 0)):
             msg = Message(RecordDict({{"arrays": samples}}), dst_node_id=1, message_type=kind)
-            reply = resolve(client_handlers()[kind])(msg, context(1))
+            reply = client_handlers()[kind](msg, context(1))
             assert reply.content["info"]["deleted"] == deleted, reply.content
         assert not cache.exists()
     """

@@ -108,7 +108,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("what methods share", ("fedforget.federation", "fedforget.cli_kit")),
     ("methods", ("fedforget.methods",)),
     ("apps", ("fedforget.strategies", "fedforget.server_app", "fedforget.client_app", "fedforget.client",
-              "fedforget.inprocess")),
+              "fedforget.inprocess", "fedforget.server_test_writer")),
     ("coordinator", ("fedforget.unlearning",)),
     ("service", ("fedforget.service",)),
     ("tools", ("fedforget.launch", "fedforget.faults", "fedforget.unlearning.cli")),

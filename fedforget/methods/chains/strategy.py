@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import ClassVar
 
 from fedforget.federation.method_strategy import MethodStrategy
-from fedforget.methods.chains import METHOD
 from fedforget.methods.chains.plan import FEDCIO_LAYOUT, FEDSGT_LAYOUT, S3T_LAYOUT, SISA_LAYOUT, ChainLayout
 
 
@@ -18,7 +17,6 @@ class _Chains(MethodStrategy):
     them), and each position averages its replies in partition order. ``configure_train`` sees the positions'
     models as ``<artifact>:<tensor>``; ``aggregate_train`` returns what the positions go on from."""
 
-    method = METHOD
     #: how the variant groups, orders and places its chains
     layout: ClassVar[ChainLayout]
     rounds_key = "chains.rounds-per-phase"

@@ -4,7 +4,6 @@ retrain-from-scratch baseline of forgetting (``start(grid=grid, action="retrain"
 from __future__ import annotations
 
 from fedforget.federation.method_strategy import MethodStrategy
-from fedforget.methods.fedavg import METHOD
 
 
 class FedAvgLoRA(MethodStrategy):
@@ -15,6 +14,5 @@ class FedAvgLoRA(MethodStrategy):
     order (Flower's float32 arithmetic) and evaluates the result on the server's test set.
     ``configure_train``/``aggregate_train`` see the model under its tensor names."""
 
-    method = METHOD
 
     variant = "fedavg"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from fedforget.federation.method_strategy import MethodStrategy
-from fedforget.methods.fedshard import METHOD
 
 
 class FedShard(MethodStrategy):
@@ -14,7 +13,6 @@ class FedShard(MethodStrategy):
     shard averages its members' replies in partition order; the stage's shards are then merged into the next.
     ``configure_train``/``aggregate_train`` see the shards' models as ``<artifact>:<tensor>``."""
 
-    method = METHOD
 
     variant = "fedshard"
     rounds_key = None

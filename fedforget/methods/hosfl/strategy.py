@@ -6,12 +6,10 @@ from __future__ import annotations
 from typing import ClassVar
 
 from fedforget.federation.method_strategy import MethodStrategy
-from fedforget.methods.hosfl import METHOD
 from fedforget.methods.hosfl.plan import HOSFL_PROTOCOL, SFL_PROTOCOL, ZO_SFL_PROTOCOL, SplitProtocol
 
 
 class _Split(MethodStrategy):
-    method = METHOD
     round_hooks = False  # a round exchanges activations and feedback, not models to average
     #: how the variant's clients and server step
     protocol: ClassVar[SplitProtocol]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from flwr.serverapp.strategy import Strategy
 
 from fedforget.federation.method_strategy import MethodStrategy
-from fedforget.methods.replay import METHOD
 
 
 class Forgettable(MethodStrategy):
@@ -23,7 +22,6 @@ class Forgettable(MethodStrategy):
     This class's ``configure_train``/``aggregate_train`` see the model under its tensor names.
     """
 
-    method = METHOD
 
     variant = "replay"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import ClassVar
 
 from fedforget.federation.method_strategy import MethodStrategy
-from fedforget.methods.safe import METHOD
 from fedforget.methods.safe.config import PROTOSISA_LAYOUT, SAFE_LAYOUT, SafeLayout
 
 
@@ -17,7 +16,6 @@ class SAFE(MethodStrategy):
     over its clique's replies in partition order, the server's safe shard last. ``configure_train``/
     ``aggregate_train`` see the adapters as ``<adapter>:<tensor>``."""
 
-    method = METHOD
 
     variant = "safe"
     #: how the variant shards the clients' data
@@ -30,7 +28,6 @@ class ProtoSISA(MethodStrategy):
     ``start`` draws uniform random shards and trains their adapters with SAFE's rounds on the round engine
     (:class:`~fedforget.methods.safe.server.SafeRound`)."""
 
-    method = METHOD
 
     variant = "protosisa"
     layout: ClassVar[SafeLayout] = PROTOSISA_LAYOUT
