@@ -8,6 +8,7 @@ change touched are exactly the recipe's table, so no other method's files and no
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -28,7 +29,8 @@ TREES = ("fedforget", "pyproject.toml", "docs", "mkdocs.yml", "tests/unit/method
 def register(root: Path) -> None:
     """The registration in ``registry.py``: the package's import and its ``METHOD`` in ``FAMILIES``."""
     path = root / "fedforget" / "methods" / "registry.py"
-    text, imported = re.subn(r"^(from fedforget\.methods import .*)$", rf"\1, {NAME}", path.read_text(encoding="utf-8"),
+    text, imported = re.subn(r"^(import fedforget\.methods\.safe as safe)$",
+                             rf"\1\nimport fedforget.methods.{NAME} as {NAME}", path.read_text(encoding="utf-8"),
                              count=1, flags=re.M)
     text, listed = re.subn(r"^(FAMILIES: tuple\[Method, \.\.\.\] = \((?:.*\n)*?.*)\)$", rf"\1, {NAME}.METHOD)", text,
                            count=1, flags=re.M)
@@ -106,8 +108,10 @@ def test_a_method_added_by_the_recipe_trains_forgets_exactly_and_touches_only_th
         ["fedforget/methods/registry.py", "pyproject.toml"]), "an existing file changed beyond these"
     old, new = ((r / "fedforget" / "methods" / "registry.py").read_text(encoding="utf-8").splitlines()
                 for r in (REPO, root))
-    assert len(old) == len(new) and sum(a != b for a, b in zip(old, new, strict=True)) == 2, \
-        "the registration is two lines: the package's import and its METHOD in FAMILIES"
+    changes = [line for line in difflib.unified_diff(old, new, lineterm="", n=0)
+               if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    assert changes[-1:] and changes[0] == f"+import fedforget.methods.{NAME} as {NAME}" and len(changes) == 3, \
+        f"the registration is the package's import and its METHOD in FAMILIES: {changes}"
 
     script = (FIXTURE / "run_the_method.py").read_text(encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "200"}
