@@ -56,7 +56,8 @@ FINDER = ("import json, os; names = set({names}); found = []\n"
           "    dirs[:] = [d for d in dirs if os.path.join(root, d) not in ('/proc', '/sys', '/dev')]\n"
           "    found += [os.path.join(root, f) for f in files if f in names]\n"
           "print(json.dumps(found))")
-SERVED = ("from fedforget.store import Store; import json; s = Store.open('{store}'); l = s.ledger(); "
+SERVED = ("import fedforget.methods.registry; from fedforget.store import Store; import json; "
+          "s = Store.open('{store}'); l = s.ledger(); "
           "print(json.dumps({{a['artifact']: a['sha256'] for a in l.artifacts()}}))")
 
 
