@@ -400,7 +400,7 @@ class ChainRound(Round):
 
 
 # -- the two actions -------------------------------------------------------------------------
-def run_chains(grid: Grid, cfg: RunConfig, strategy: object = None) -> None:
+def run_chains(grid: Grid, cfg: RunConfig, strategy: Any) -> None:
     """ServerApp entry for fedsgt / s3t / sisa / fedcio (``action`` = train or retrain)."""
     drive(grid, cfg, ChainsServer(grid, cfg), strategy)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from functools import partial
 from logging import INFO, WARNING
+from typing import Any
 
 import numpy as np
 import torch
@@ -193,7 +194,7 @@ def _ordered(replies: Sequence[Message | None], is_train: bool) -> list[Message]
     return ordered
 
 
-def run_fedavg(grid: Grid, cfg: RunConfig, strategy: object = None) -> None:
+def run_fedavg(grid: Grid, cfg: RunConfig, strategy: Any) -> None:
     """Train one global LoRA adapter + head with FedAvg, evaluate every round, store the result.
 
     ``action='retrain'`` is the retrain-from-scratch baseline: clients first delete the forgotten

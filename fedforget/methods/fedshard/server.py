@@ -278,7 +278,7 @@ def _inits(trainer: ShardTrainer, stage: Sequence[ShardNode], below: Sequence[Sh
     return out
 
 
-def run_fedshard(grid: Grid, cfg: RunConfig, strategy: object = None) -> None:
+def run_fedshard(grid: Grid, cfg: RunConfig, strategy: Any) -> None:
     """ServerApp entry for ``method='fedshard'`` (``action`` = train or retrain)."""
     drive(grid, cfg, FedShardServer(grid, cfg), strategy)
 

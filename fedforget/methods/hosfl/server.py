@@ -39,6 +39,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from logging import INFO, WARNING
+from typing import Any
 
 import numpy as np
 import torch
@@ -451,7 +452,7 @@ class SplitRun:
                      summary=f"{cfg.method} trained {self.artifact} (sha256 {sha})")
 
 
-def run_split_method(grid: Grid, cfg: RunConfig, strategy: object = None) -> None:
+def run_split_method(grid: Grid, cfg: RunConfig, strategy: Any) -> None:
     """Entry point for ``hosfl``, ``sfl`` and ``zo-sfl`` (the registry maps all three here).
 
     ``action='retrain'`` rebuilds the one split model from scratch without the forgotten samples,

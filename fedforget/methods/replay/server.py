@@ -40,7 +40,7 @@ MESSAGE = "train.replay"
 SEED_ARTIFACT = "replay/global"
 
 
-def run_replay(grid: Grid, cfg: RunConfig, strategy: object = None) -> None:
+def run_replay(grid: Grid, cfg: RunConfig, strategy: Any) -> None:
     """Train (or replay from the last valid round) a Flower strategy's rounds into the store."""
     drive(grid, cfg, ReplayServer(grid, cfg), strategy)
 

@@ -334,7 +334,7 @@ def evaluate_safe(run: ServerRun, ledger: Ledger) -> dict[str, float]:
     return result
 
 
-def run_safe(grid: Grid, cfg: RunConfig, strategy: object = None) -> None:
+def run_safe(grid: Grid, cfg: RunConfig, strategy: Any) -> None:
     """ServerApp entry for ``safe`` and ``protosisa`` (``action`` = train or retrain)."""
     drive(grid, cfg, SafeServer(grid, cfg), strategy)
 
