@@ -1,7 +1,7 @@
 """How much of a training a replay retrain runs again: the rounds from the first one whose drawn nodes held
 the forgotten record, over every partition, for the draws ``method='replay'`` makes.
 
-Pure planning (the same seeded draw as the server, ``replay.server.ReplayServer._sampled``), so it covers
+Pure planning (the same seeded draw as the server, ``replay.server.sampled``), so it covers
 federations far larger than a CPU can train; that a retrain replays exactly these rounds and no others is
 what ``tests/integration/methods/replay`` checks on real runs. Reported per (nodes, rounds, fraction-train):
 the mean and worst fraction of rounds replayed when one partition's record is forgotten (1.0 = a retrain

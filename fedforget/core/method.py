@@ -52,7 +52,6 @@ class Method:
 
     name: str  # its package: fedforget.methods.<name>
     variants: tuple[str, ...]  # the run config's ``method=`` values this package runs
-    driver: Hook  # driver(grid, cfg): what the ServerApp runs on the Grid
     handlers: Mapping[str, Hook]  # message type → handler(msg, context) on the ClientApp
     serving: Hook  # the stored serving plan → class probabilities
     serving_rules: Mapping[str, Hook]  # plan kind → pure rule(plan_json, valid) → serving plan
@@ -114,7 +113,7 @@ class Method:
 
     def hooks(self) -> tuple[Hook, ...]:
         """Every function it declares, each once."""
-        named = [self.driver, *self.handlers.values(), self.serving, *self.serving_rules.values(),
+        named = [*self.handlers.values(), self.serving, *self.serving_rules.values(),
                  *(h for h in (self.forget_detail, self.forget_check, self.plan_artifacts, self.status,
                                self.print_status, self.submit_check, self.prepare_scratch, self.dp_exposure,
                                self.copy_holders, self.commands, self.footprint) if h),

@@ -2,7 +2,11 @@
 ``FedAvg(...).start(grid=grid, ...)``, returning Flower's :class:`~flwr.serverapp.strategy.Result`.
 
 A method trains into a store (the ledger of what each artifact saw, its artifacts, its serving plan), so its
-``start`` is a whole run of ``action`` (train, retrain or propagate). Its rounds are run by the one round
+``start`` is a whole run of ``action`` (train, retrain or propagate): the driver
+(:mod:`fedforget.federation.driver`) registers the nodes and opens the store, then calls this class's own
+methods — :meth:`MethodStrategy.needs`, :meth:`~MethodStrategy.check`, :meth:`~MethodStrategy.train` or
+:meth:`~MethodStrategy.retrain`, :meth:`~MethodStrategy.evaluate_served` — which a method's subclass, in its own
+folder, writes. Its rounds are run by the one round
 engine (:mod:`fedforget.federation.round_engine`), which is handed this strategy and calls its
 ``configure_train``/``aggregate_train`` once per round: a subclass may override them as it would Flower's, and a
 retrain or ``verify`` through the app that trained the store runs the same overrides, so what they change is
@@ -16,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from logging import INFO
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
@@ -37,9 +41,15 @@ from fedforget.core.config import (
 )
 from fedforget.core.config_keys import ConfigTable
 from fedforget.core.method import Method
+from fedforget.federation.built import Built
 from fedforget.federation.refusal import refusals, refusals_logged
 from fedforget.federation.run_action import RunLockRefused, remove_unwritten_store, run_action
 from fedforget.store.store import Store, StoreError, resolve_store_path
+
+if TYPE_CHECKING:
+    from fedforget.federation.registration import Federation
+    from fedforget.federation.run_setup import ServerRun
+    from fedforget.store.ledger import Ledger
 
 #: metrics.jsonl values a training row reports per round, as Flower's aggregated train MetricRecord
 TRAIN_METRICS = ("train-loss", "train-examples", "bytes-down", "bytes-up", "client-rounds")
@@ -141,6 +151,36 @@ class MethodStrategy(Strategy):
                             "and feedback): start() calls no configure_train/aggregate_train to override")
         if getattr(cls, "variant", None):
             cls.__signature__ = _signature(cls.variant)  # type: ignore[attr-defined]
+
+    # -- what start() runs: the driver calls these, the method's subclass writes them ----------
+    def needs(self) -> tuple[str, ...]:
+        """What this method's planning asks each node for at registration, beyond its sample ids and slices
+        (``labels``, ``class-counts``; :mod:`fedforget.federation.control_messages`). The docs list it per method."""
+        return ()
+
+    def check(self, cfg: RunConfig, federation: Federation, num_classes: int) -> None:
+        """Refuse a run this federation cannot do, before the store exists (raises ConfigError)."""
+
+    def train(self, grid: Grid, run: ServerRun, ledger: Ledger) -> Built:
+        """Load the sample index and the plan into the fresh ledger, then train everything (``action=train``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how it trains: write its train()")
+
+    def retrain(self, grid: Grid, run: ServerRun, ledger: Ledger, watermark: int, reusable: set[str]) -> Built:
+        """Rebuild what is not in ``reusable`` (valid, intact artifacts), recording it with ``watermark``
+        (``action=retrain``). The nodes have already dropped every sample forgotten up to ``watermark``."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how it retrains: write its retrain()")
+
+    def evaluate_served(self, run: ServerRun, ledger: Ledger) -> dict[str, float]:
+        """The served model's test accuracy and loss, on the server's test set."""
+        from fedforget.federation.serving_eval import evaluate_serving
+
+        return evaluate_serving(run, ledger)
+
+    def first_served(self, run: ServerRun, ledger: Ledger, serving: dict[str, Any]) -> None:
+        """After training, what the method keeps of the first model it serves."""
+
+    def finished(self, run: ServerRun, built: Built) -> None:
+        """Once the run is recorded and served: delete what the rebuilt artifacts replaced."""
 
     # -- Flower's Strategy --------------------------------------------------------------------
     def summary(self) -> None:

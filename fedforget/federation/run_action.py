@@ -33,8 +33,9 @@ def reliable(grid: Grid) -> ReliableGrid:
 
 
 def run_action(grid: Grid, cfg: RunConfig, strategy: Any) -> None:
-    """``cfg.action`` (train, retrain or propagate) of ``cfg.method`` on the nodes ``grid`` reaches: the method is
-    ``strategy.method`` (its declaration), its rounds go through ``strategy``'s hooks.
+    """``cfg.action`` (train, retrain or propagate) of ``strategy`` on the nodes ``grid`` reaches: the strategy's
+    own methods train and retrain (:func:`~fedforget.federation.driver.drive`), its declaration
+    (``strategy.method``) names how nodes forget.
 
     Raises :class:`RunLockRefused` when another live run holds the store's lock, and
     :class:`~fedforget.core.config.ConfigError` for a config this federation cannot run, or whose relative
@@ -52,7 +53,9 @@ def run_action(grid: Grid, cfg: RunConfig, strategy: Any) -> None:
 
             run_propagation(reliable(grid), cfg, strategy.method)
             return
-        strategy.method.driver(reliable(grid), cfg, strategy)
+        from fedforget.federation.driver import drive  # the server's run: torch, the model
+
+        drive(reliable(grid), cfg, strategy)
 
 
 def remove_unwritten_store(root: Path) -> None:

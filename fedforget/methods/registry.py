@@ -3,8 +3,9 @@
 
 The answer to "where is method X?" is ``fedforget/methods/X/``. Importing this module imports every
 declaration, each costing the standard library only (its hooks import their code when called): the
-ClientApp reads it in every fresh per-message process. Adding a method is a folder with its declaration,
-its package's import here and its ``METHOD`` in :data:`FAMILIES`. Importing it also hands the declarations
+ClientApp reads it in every fresh per-message process. Adding a method is a folder with its declaration
+and one line here, the import of its ``METHOD``: :data:`FAMILIES` is every declaration this module imports,
+in the order of those lines. Importing it also hands the declarations
 to the run config's parser and the store's ledger (:mod:`fedforget.core.known_methods`), which read every
 method at once; everything else gets the one declaration it needs passed down by whoever knows the method.
 """
@@ -14,22 +15,23 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import fedforget.methods.chains as chains
-import fedforget.methods.fedavg as fedavg
-import fedforget.methods.fedshard as fedshard
-import fedforget.methods.hosfl as hosfl
-import fedforget.methods.replay as replay
-import fedforget.methods.safe as safe
 from fedforget.core import known_methods
 from fedforget.core.method import HeldSamples, Method
 from fedforget.federation.message_types import FORGET, QUERY
 
+# -- the registration: one line per method (read through globals() below, hence no other use) -------------
+from fedforget.methods.chains import METHOD as CHAINS  # noqa: F401
+from fedforget.methods.fedavg import METHOD as FEDAVG  # noqa: F401
+from fedforget.methods.fedshard import METHOD as FEDSHARD  # noqa: F401
+from fedforget.methods.hosfl import METHOD as HOSFL  # noqa: F401
+from fedforget.methods.replay import METHOD as REPLAY  # noqa: F401
+from fedforget.methods.safe import METHOD as SAFE  # noqa: F401
+
 if TYPE_CHECKING:
     from flwr.app import Context, Message
 
-#: The registration: every method's declaration, in the order the look-ups try them (its package imported above).
-FAMILIES: tuple[Method, ...] = (fedavg.METHOD, chains.METHOD, hosfl.METHOD, fedshard.METHOD, safe.METHOD,
-                                replay.METHOD)
+#: Every method's declaration imported above, in the order of the registration's lines (the look-ups' order).
+FAMILIES: tuple[Method, ...] = tuple(value for value in dict(globals()).values() if isinstance(value, Method))
 METHOD_PACKAGES: tuple[str, ...] = tuple(m.name for m in FAMILIES)
 BY_VARIANT: dict[str, Method] = {v: m for m in FAMILIES for v in m.variants}
 

@@ -27,14 +27,12 @@ TREES = ("fedforget", "pyproject.toml", "docs", "mkdocs.yml", "tests/unit/method
 
 # -- the recipe's steps: the only part that knows how a method registers -------------------------------------
 def register(root: Path) -> None:
-    """The registration in ``registry.py``: the package's import and its ``METHOD`` in ``FAMILIES``."""
+    """The registration in ``registry.py``: one line, the import of the package's ``METHOD``."""
     path = root / "fedforget" / "methods" / "registry.py"
-    text, imported = re.subn(r"^(import fedforget\.methods\.safe as safe)$",
-                             rf"\1\nimport fedforget.methods.{NAME} as {NAME}", path.read_text(encoding="utf-8"),
-                             count=1, flags=re.M)
-    text, listed = re.subn(r"^(FAMILIES: tuple\[Method, \.\.\.\] = \((?:.*\n)*?.*)\)$", rf"\1, {NAME}.METHOD)", text,
-                           count=1, flags=re.M)
-    assert imported == listed == 1, "the registry's import of the packages or FAMILIES moved: update register()"
+    text, imported = re.subn(r"^(from fedforget\.methods\.safe import METHOD as SAFE  # noqa: F401)$",
+                             rf"\1\nfrom fedforget.methods.{NAME} import METHOD as {NAME.upper()}  # noqa: F401",
+                             path.read_text(encoding="utf-8"), count=1, flags=re.M)
+    assert imported == 1, "the registry's lines moved: update register()"
     path.write_text(text, encoding="utf-8")
 
 
@@ -110,8 +108,8 @@ def test_a_method_added_by_the_recipe_trains_forgets_exactly_and_touches_only_th
                 for r in (REPO, root))
     changes = [line for line in difflib.unified_diff(old, new, lineterm="", n=0)
                if line[:1] in "+-" and not line.startswith(("+++", "---"))]
-    assert changes[-1:] and changes[0] == f"+import fedforget.methods.{NAME} as {NAME}" and len(changes) == 3, \
-        f"the registration is the package's import and its METHOD in FAMILIES: {changes}"
+    assert changes == [f"+from fedforget.methods.{NAME} import METHOD as {NAME.upper()}  # noqa: F401"], \
+        f"the registration is one line, the import of the package's METHOD: {changes}"
 
     script = (FIXTURE / "run_the_method.py").read_text(encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "200"}

@@ -39,8 +39,9 @@ def registered_names(methods_dir: Path = PACKAGE / "methods") -> frozenset[str]:
     source."""
     packages: list[str] = []
     for node in ast.walk(ast.parse((methods_dir / "registry.py").read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            packages += [a.name.rpartition(".")[2] for a in node.names if a.name.startswith("fedforget.methods.")]
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fedforget.methods."):
+            if any(a.name == "METHOD" for a in node.names):
+                packages.append(node.module.rpartition(".")[2])
     names = set(packages)
     for package in packages:
         for node in ast.walk(ast.parse((methods_dir / package / "__init__.py").read_text(encoding="utf-8"))):

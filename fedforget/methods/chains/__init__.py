@@ -15,16 +15,7 @@ from fedforget.methods.shared_hooks import module_training
 if TYPE_CHECKING:
     import sqlite3
 
-    from flwr.serverapp import Grid
-
     from fedforget.core.config import RunConfig
-    from fedforget.federation.method_strategy import MethodStrategy
-
-
-def run(grid: Grid, cfg: RunConfig, strategy: MethodStrategy) -> None:
-    from fedforget.methods.chains.server import run_chains
-
-    run_chains(grid, cfg, strategy)
 
 
 def probabilities(*args: Any) -> Any:  # noqa: ANN401 - serve.chain_probabilities' arguments and result
@@ -90,7 +81,6 @@ def strategies() -> tuple[type, ...]:
 METHOD = Method(
     name="chains",
     variants=("fedsgt", "s3t", "sisa", "fedcio"),
-    driver=run,
     strategies=strategies,
     handlers={CHAIN: module_training},
     serving=probabilities,

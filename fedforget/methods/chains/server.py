@@ -25,18 +25,16 @@ from flwr.supercore import log
 from fedforget.core.config import ConfigError, RunConfig
 from fedforget.core.seeds import derive_seed, derive_seed32
 from fedforget.core.slicing import UnitId
-from fedforget.federation.control_messages import NEED_CLASS_COUNTS, ModuleNeed
-from fedforget.federation.driver import Built, MethodServer, drive
+from fedforget.federation.control_messages import ModuleNeed
 from fedforget.federation.failover import check_chain_reply
 from fedforget.federation.messaging import CHAIN_MESSAGE, PARTITION_KEY, to_numpy
 from fedforget.federation.module_messages import DEFAULT_SLOTS, MODULES_KEY, PREFIX_KEY, Slot, TrainModule
 from fedforget.federation.module_stack import default_module_init, fresh_module, initial_head, slot_name, split_state
-from fedforget.federation.registration import Federation
 from fedforget.federation.round_engine import Contribution, Round, Send
 from fedforget.federation.run_setup import ServerRun
 from fedforget.methods.chains.config import parse_prior
 from fedforget.methods.chains.grouping import group_units
-from fedforget.methods.chains.plan import Chain, ChainPlan, chain_layout, layer_blocks, rebuild_from
+from fedforget.methods.chains.plan import Chain, ChainPlan, chain_layout, layer_blocks
 from fedforget.methods.chains.shipping import ModuleShipping, check_need_reply, need_of
 from fedforget.store.crash import crash_point
 from fedforget.store.ledger import Ledger
@@ -397,39 +395,3 @@ class ChainRound(Round):
                 "modules-carried": sum(len(x.message.content[MODULES_KEY]) for x in sends
                                        if MODULES_KEY in x.message.content),
                 "module-needs": self.needs}
-
-
-# -- the two actions -------------------------------------------------------------------------
-def run_chains(grid: Grid, cfg: RunConfig, strategy: Any) -> None:
-    """ServerApp entry for fedsgt / s3t / sisa / fedcio (``action`` = train or retrain)."""
-    drive(grid, cfg, ChainsServer(grid, cfg), strategy)
-
-
-class ChainsServer(MethodServer):
-    """Chains of LoRA modules over groups of slices: a retrain continues each chain from its longest valid
-    prefix."""
-
-    def needs(self) -> tuple[str, ...]:
-        return (NEED_CLASS_COUNTS,) if chain_layout(self.cfg.method).clustered else ()  # k-means of label histograms
-
-    def check(self, federation: Federation, num_classes: int) -> None:
-        refuse_groups_without_data(self.cfg, len(federation.nodes))
-
-    def train(self, run: ServerRun, ledger: Ledger) -> Built:
-        plan = build_chain_plan(self.cfg, run)
-        position_targets(plan, run)  # reject an impossible placement before any training
-        ledger.load_samples(run.plan.slices)
-        ledger.set_plan(plan.serving_json())
-        run.store.update_manifest(plan=plan.to_json())
-        trainer = ChainTrainer(self.grid, run, plan, ledger, watermark=0)
-        trainer.train({c.key: 1 for c in plan.chains()})
-        return Built(trainer.rebuilt, trainer.unbuilt, trainer.excluded, {"waves": trainer.wave},
-                     {"rounds-done": trainer.wave}, f"{self.cfg.method} trained {len(trainer.rebuilt)} artifacts")
-
-    def retrain(self, run: ServerRun, ledger: Ledger, watermark: int, reusable: set[str]) -> Built:
-        plan = ChainPlan.from_json(run.store.manifest()["plan"])
-        trainer = ChainTrainer(self.grid, run, plan, ledger, watermark)
-        trainer.train(rebuild_from(plan, reusable))
-        return Built(trainer.rebuilt, trainer.unbuilt, trainer.excluded,
-                     {"waves": trainer.wave, "rebuilt": trainer.rebuilt},
-                     summary=f"retrain rebuilt {len(trainer.rebuilt)} artifact(s) up to request {watermark}")

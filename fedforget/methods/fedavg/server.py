@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import partial
-from logging import INFO, WARNING
-from typing import Any
+from logging import INFO
 
 import numpy as np
 import torch
@@ -15,11 +14,10 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords, validate_message_reply_consistency
 from flwr.supercore import log
 
-from fedforget.core.config import RunConfig, sample_clients
+from fedforget.core.config import sample_clients
 from fedforget.core.seeds import derive_seed
 from fedforget.core.weighted_mean import weighted_mean
-from fedforget.federation.driver import Built, MethodServer, drive
-from fedforget.federation.failover import PartitionsExcluded, check_reply, exchange_redo_or_exclude
+from fedforget.federation.failover import check_reply, exchange_redo_or_exclude
 from fedforget.federation.messaging import (
     PARTITION_KEY,
     RECEIVED,
@@ -30,8 +28,6 @@ from fedforget.federation.messaging import (
 )
 from fedforget.federation.round_engine import Arrays, Round, RoundResult, Send
 from fedforget.federation.run_setup import DEFAULT_ADAPTER, ServerRun
-from fedforget.federation.units import all_units
-from fedforget.store.ledger import Ledger
 from fedforget.training.supervised import evaluate
 
 ARTIFACT = "fedavg/global"
@@ -194,41 +190,6 @@ def _ordered(replies: Sequence[Message | None], is_train: bool) -> list[Message]
     return ordered
 
 
-def run_fedavg(grid: Grid, cfg: RunConfig, strategy: Any) -> None:
-    """Train one global LoRA adapter + head with FedAvg, evaluate every round, store the result.
-
-    ``action='retrain'`` is the retrain-from-scratch baseline: clients first delete the forgotten
-    samples for good, then the whole training runs again on what remains.
-    """
-    drive(grid, cfg, FedAvgServer(grid, cfg), strategy)
-
-
-class FedAvgServer(MethodServer):
-    """One artifact trained on every partition: a forget invalidates it, a retrain trains it again."""
-
-    def train(self, run: ServerRun, ledger: Ledger) -> Built:
-        ledger.load_samples(run.plan.slices)
-        ledger.set_plan({"kind": "single", "artifact": ARTIFACT})
-        return self._build(run, ledger, watermark=0)
-
-    def retrain(self, run: ServerRun, ledger: Ledger, watermark: int, reusable: set[str]) -> Built:
-        return self._build(run, ledger, watermark)
-
-    def _build(self, run: ServerRun, ledger: Ledger, watermark: int) -> Built:
-        cfg = self.cfg
-        try:
-            sha, participants = _train(self.grid, run)
-        except PartitionsExcluded as lost:  # the global model needs every partition: it stays unbuilt
-            log(WARNING, "fedforget: %s stays unbuilt: partition(s) %s were lost; run `fedforget retrain` "
-                "when they are back", ARTIFACT, sorted(lost.partitions))
-            return Built([], [ARTIFACT], set(lost.partitions), manifest={"rounds-done": cfg.num_rounds},
-                         summary=f"{ARTIFACT} unbuilt")
-        ledger.record_artifact(ARTIFACT, sha, "lora+head", all_units(run, participants), watermark,
-                               {"adapter": DEFAULT_ADAPTER, "rounds": cfg.num_rounds, "slot": DEFAULT_ADAPTER})
-        return Built([ARTIFACT], manifest={"rounds-done": cfg.num_rounds},
-                     summary=f"fedavg trained {ARTIFACT} (sha256 {sha})")
-
-
 def check_fedavg_reply(run: ServerRun, reply: Message, partition: int, sent: Message) -> str | None:
     """A train reply carries the tensors sent back, trained on at most the partition's examples, and
     the received model's finite evaluation on at most the test split; an evaluate reply carries finite
@@ -243,7 +204,7 @@ def check_fedavg_reply(run: ServerRun, reply: Message, partition: int, sent: Mes
     return check_reply(reply, partition, numbers=("accuracy", "loss"), max_bytes=0)
 
 
-def _train(grid: Grid, run: ServerRun) -> tuple[str, set[int]]:
+def train_global(grid: Grid, run: ServerRun) -> tuple[str, set[int]]:
     """``num-rounds`` rounds of :class:`FedAvgRound` from the seeded initial model, the server evaluating it
     first; the stored global model and the partitions it saw."""
     rnd = FedAvgRound(grid, run)

@@ -16,16 +16,7 @@ from fedforget.methods.shared_hooks import lora_serving, module_training
 if TYPE_CHECKING:
     import sqlite3
 
-    from flwr.serverapp import Grid
-
     from fedforget.core.config import RunConfig
-    from fedforget.federation.method_strategy import MethodStrategy
-
-
-def run(grid: Grid, cfg: RunConfig, strategy: MethodStrategy) -> None:
-    from fedforget.methods.fedshard.server import run_fedshard
-
-    run_fedshard(grid, cfg, strategy)
 
 
 def serving_rule(plan_json: dict[str, Any], valid: Any) -> dict[str, Any]:  # noqa: ANN401 - a collection of ids
@@ -80,7 +71,6 @@ def strategies() -> tuple[type, ...]:
 METHOD = Method(
     name="fedshard",
     variants=("fedshard",),
-    driver=run,
     strategies=strategies,
     handlers={"train.fedshard": module_training},  # the chains' module training, in its own namespace
     serving=lora_serving,

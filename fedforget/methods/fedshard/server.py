@@ -39,15 +39,12 @@ from flwr.supercore import log
 
 from fedforget.core.config import RunConfig
 from fedforget.core.seeds import derive_seed
-from fedforget.federation.control_messages import NEED_CLASS_COUNTS
-from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import check_chain_reply
 from fedforget.federation.messaging import PARTITION_KEY, to_numpy, to_record
 from fedforget.federation.module_messages import TrainModule
 from fedforget.federation.module_stack import default_module_init, initial_head
 from fedforget.federation.round_engine import Contribution, Round, Send
 from fedforget.federation.run_setup import ServerRun
-from fedforget.federation.serve import load_tensors
 from fedforget.methods.fedshard.angles import signed_update_angles, update_angles
 from fedforget.methods.fedshard.lora_merge import merge_lora
 from fedforget.methods.fedshard.plan import (
@@ -229,7 +226,7 @@ def load_plan_file(path: str) -> ShardTree:
     return ShardTree.from_json(data.get("plan", data))
 
 
-def _train_tree(trainer: ShardTrainer, cfg: RunConfig, partitions: list[int], replay: ShardTree | None) -> ShardTree:
+def train_tree(trainer: ShardTrainer, cfg: RunConfig, partitions: list[int], replay: ShardTree | None) -> ShardTree:
     stage = replay.stages[0] if replay else first_stage(
         partitions, cfg.fedshard.fanout, derive_seed(cfg.seed, "fedshard", "stage-1"),
         cfg.fedshard.rounds_max * (num_stages(len(partitions), cfg.fedshard.fanout) if cfg.fedshard.flat else 1))
@@ -239,7 +236,7 @@ def _train_tree(trainer: ShardTrainer, cfg: RunConfig, partitions: list[int], re
     previous: dict[int, ShardResult] = {}
     path_cost = {c: 0.0 for c in partitions}
     while True:
-        inits = _inits(trainer, stage, stages[-1] if stages else None, previous)
+        inits = stage_inits(trainer, stage, stages[-1] if stages else None, previous)
         results = trainer.train_stage(stage, inits)
         finals = [results[s.index].state for s in stage]
         angles, signed = stage_angles(finals, [inits[s.index] for s in stage], [results[s.index].weight for s in stage])
@@ -264,7 +261,7 @@ def _train_tree(trainer: ShardTrainer, cfg: RunConfig, partitions: list[int], re
     return tree
 
 
-def _inits(trainer: ShardTrainer, stage: Sequence[ShardNode], below: Sequence[ShardNode] | None,
+def stage_inits(trainer: ShardTrainer, stage: Sequence[ShardNode], below: Sequence[ShardNode] | None,
            results: dict[int, ShardResult]) -> dict[int, Arrays]:
     """θ^0 at stage 1; else the re-aggregation of each shard's non-empty children (Eq. 9), weighted by
     their examples, with LoRA factors merged by ``lora-merge`` (methods/fedshard/lora_merge.py)."""
@@ -276,71 +273,6 @@ def _inits(trainer: ShardTrainer, stage: Sequence[ShardNode], below: Sequence[Sh
         out[s.index] = (merge_lora([k.state for k in kids], [k.weight for k in kids], trainer.cfg.fedshard.lora_merge)
                         if kids else dict(trainer.theta0))
     return out
-
-
-def run_fedshard(grid: Grid, cfg: RunConfig, strategy: Any) -> None:
-    """ServerApp entry for ``method='fedshard'`` (``action`` = train or retrain)."""
-    drive(grid, cfg, FedShardServer(grid, cfg), strategy)
-
-
-class FedShardServer(MethodServer):
-    """A tree of shards trained stage by stage: a retrain rebuilds the invalid shards, each from its
-    re-aggregated children."""
-
-    def needs(self) -> tuple[str, ...]:
-        return (NEED_CLASS_COUNTS,)  # the fairness report weighs each client's per-class accuracy drop by them
-
-    def train(self, run: ServerRun, ledger: Ledger) -> Built:
-        cfg = self.cfg
-        replay = load_plan_file(cfg.fedshard.plan_file) if cfg.fedshard.plan_file else None
-        if replay and sorted(c for s in replay.stages[0] for c in s.clients) != sorted(run.nodes):
-            raise ValueError(f"plan-file {cfg.fedshard.plan_file} covers other clients than the {len(run.nodes)} "
-                             "connected")
-        ledger.load_samples(run.plan.slices)
-        trainer = ShardTrainer(self.grid, run, ledger, watermark=0)
-        tree = _train_tree(trainer, cfg, sorted(run.nodes), replay)
-        ledger.set_plan(tree.serving_json(cfg.fedshard.fallback))
-        ledger.set_meta("client-angles", {str(c): a for c, a in trainer.client_angles.items()})
-        run.store.update_manifest(plan=tree.to_json(), **{"rounds-done": sum(
-            max(s.rounds for s in stage) for stage in tree.stages)})
-        return Built(trainer.rebuilt, trainer.unbuilt, trainer.excluded, {"client-rounds": trainer.client_rounds},
-                     summary=f"fedshard trained {len(trainer.rebuilt)} shard(s) in {len(tree.stages)} stage(s)")
-
-    def first_served(self, run: ServerRun, ledger: Ledger, serving: dict) -> None:
-        record_first_per_class_accuracy(run, ledger, serving)
-
-    def retrain(self, run: ServerRun, ledger: Ledger, watermark: int, reusable: set[str]) -> Built:
-        tree = ShardTree.from_json(run.store.manifest()["plan"])
-        valid = reusable
-        stored = {a["artifact"]: a for a in ledger.artifacts()}
-        trainer = ShardTrainer(self.grid, run, ledger, watermark, gone=set(ledger.exhausted_partitions()))
-        results: dict[int, ShardResult] = {}
-        below: list[ShardNode] | None = None
-        for stage in tree.stages:
-            inits = _inits(trainer, stage, below, results)
-            todo = [s for s in stage if s.artifact not in valid]
-            trained = trainer.train_stage(todo, {s.index: inits[s.index] for s in todo}) if todo else {}
-            results = {}
-            for s in stage:
-                if s.index in trained:
-                    results[s.index] = trained[s.index]
-                else:
-                    row = stored[s.artifact]
-                    state = {k: v.numpy() for k, v in load_tensors(run.store, row["sha256"]).items()}
-                    results[s.index] = ShardResult(state, int(row["meta"]["weight"]))
-            if todo:
-                angles, signed = stage_angles([results[s.index].state for s in stage],
-                                              [inits[s.index] for s in stage],
-                                              [results[s.index].weight for s in stage])
-                for s in todo:
-                    trainer.record(s, results[s.index], angles[s.index], signed[s.index])
-                log(INFO, "fedforget: FedShard stage %d/%d: retrained %s", stage[0].stage, len(tree.stages),
-                    ", ".join(s.artifact for s in todo))
-            below = stage
-        return Built(trainer.rebuilt, trainer.unbuilt, trainer.excluded,
-                     {"rebuilt": trainer.rebuilt, "client-rounds": trainer.client_rounds},
-                     summary=f"retrain rebuilt {len(trainer.rebuilt)} shard(s) in {trainer.client_rounds} "
-                             f"client-rounds up to request {watermark}")
 
 
 def record_first_per_class_accuracy(run: ServerRun, ledger: Ledger, serving: dict) -> None:

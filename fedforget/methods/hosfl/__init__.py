@@ -13,16 +13,7 @@ from fedforget.methods.hosfl.config import DEFAULTS, HosflConfig
 
 if TYPE_CHECKING:
     from flwr.app import Context, Message
-    from flwr.serverapp import Grid
 
-    from fedforget.core.config import RunConfig
-    from fedforget.federation.method_strategy import MethodStrategy
-
-
-def run(grid: Grid, cfg: RunConfig, strategy: MethodStrategy) -> None:
-    from fedforget.methods.hosfl.server import run_split_method
-
-    run_split_method(grid, cfg, strategy)
 
 
 def forward(msg: Message, context: Context) -> Message:
@@ -70,7 +61,6 @@ def strategies() -> tuple[type, ...]:
 METHOD = Method(
     name="hosfl",
     variants=("hosfl", "sfl", "zo-sfl"),
-    driver=run,
     strategies=strategies,
     handlers={"train.forward": forward, "train.zo": zo_phase, "train.backprop": backprop},
     serving=probabilities,  # one [θ_c; θ_s] artifact

@@ -39,7 +39,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from logging import INFO, WARNING
-from typing import Any
 
 import numpy as np
 import torch
@@ -51,9 +50,8 @@ from torch import nn
 import fedforget.methods.hosfl.zo as zo
 from fedforget.core.config import ConfigError, RunConfig
 from fedforget.core.seeds import derive_seed
-from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import FRAMING_PER_TENSOR, check_reply, exchange_redo_or_exclude
-from fedforget.federation.registration import Federation
+from fedforget.federation.method_strategy import Built
 from fedforget.federation.run_setup import ServerRun
 from fedforget.federation.units import all_units
 from fedforget.methods.hosfl.messages import (
@@ -452,47 +450,7 @@ class SplitRun:
                      summary=f"{cfg.method} trained {self.artifact} (sha256 {sha})")
 
 
-def run_split_method(grid: Grid, cfg: RunConfig, strategy: Any) -> None:
-    """Entry point for ``hosfl``, ``sfl`` and ``zo-sfl`` (the registry maps all three here).
-
-    ``action='retrain'`` rebuilds the one split model from scratch without the forgotten samples,
-    as ``fedavg`` does: a split model is trained on every partition, so nothing of it stays valid.
-    """
-    drive(grid, cfg, SplitServer(grid, cfg), strategy)
-
-
-class SplitServer(MethodServer):
-    """One split model trained on every partition: a forget invalidates it, a retrain trains it again."""
-
-    def __init__(self, grid: Grid, cfg: RunConfig) -> None:
-        super().__init__(grid, cfg)
-        self.replaced: str | None = None  # the replay history a retrain replaces
-
-    def check(self, federation: Federation, num_classes: int) -> None:
-        _check_clients_per_round(self.cfg, federation.nodes)
-
-    def train(self, run: ServerRun, ledger: Ledger) -> Built:
-        ledger.load_samples(run.plan.slices)
-        ledger.set_plan({"kind": "split", "artifact": f"{self.cfg.method}/global"})
-        return self._rounds(run, ledger, watermark=0)
-
-    def retrain(self, run: ServerRun, ledger: Ledger, watermark: int, reusable: set[str]) -> Built:
-        _check_clients_per_round(self.cfg, run.nodes)
-        self.replaced = (run.store.manifest().get("split") or {}).get("history")
-        return self._rounds(run, ledger, watermark)
-
-    def _rounds(self, run: ServerRun, ledger: Ledger, watermark: int) -> Built:
-        state = SplitRun(self.grid, run, watermark)
-        state.run_rounds()
-        return state.finish(ledger)
-
-    def finished(self, run: ServerRun, built: Built) -> None:
-        """The replaced run's (seeds, v̄) were computed on the forgotten samples: nothing needs them now."""
-        if self.replaced and self.replaced != (built.manifest.get("split") or {}).get("history"):
-            run.store.artifact_path(self.replaced).unlink(missing_ok=True)
-
-
-def _check_clients_per_round(cfg: RunConfig, nodes: dict[int, int]) -> None:
+def check_clients_per_round(cfg: RunConfig, nodes: dict[int, int]) -> None:
     if cfg.hosfl.clients_per_round > len(nodes):
         raise ConfigError(f"run-config 'hosfl.clients-per-round'={cfg.hosfl.clients_per_round} is more than the "
                           f"{len(nodes)} nodes of this federation; use 1..{len(nodes)}")

@@ -8,24 +8,12 @@ Each hook imports its code when called: the ClientApp reads this declaration in 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fedforget.core.method import Method
 from fedforget.federation.message_types import FORGET, SINGLE_RULE
 from fedforget.methods.replay.config import ReplayConfig
 from fedforget.methods.shared_hooks import lora_serving, train_adapter
-
-if TYPE_CHECKING:
-    from flwr.serverapp import Grid
-
-    from fedforget.core.config import RunConfig
-    from fedforget.federation.method_strategy import MethodStrategy
-
-
-def run(grid: Grid, cfg: RunConfig, strategy: MethodStrategy) -> None:
-    from fedforget.methods.replay.server import run_replay
-
-    run_replay(grid, cfg, strategy)
 
 
 def plan_artifacts(plan: dict[str, Any]) -> set[str]:
@@ -43,7 +31,6 @@ def strategies() -> tuple[type, ...]:
 METHOD = Method(
     name="replay",
     variants=("replay",),
-    driver=run,
     strategies=strategies,
     handlers={"train.replay": train_adapter},
     serving=lora_serving,

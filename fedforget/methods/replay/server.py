@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from logging import INFO, WARNING
+from logging import INFO
 from typing import Any
 
 import numpy as np
@@ -24,25 +24,18 @@ from flwr.supercore import log
 import fedforget.methods.replay.flower_strategies as flower_strategies
 from fedforget.core.config import RunConfig, sample_clients
 from fedforget.core.seeds import derive_seed
-from fedforget.federation.driver import Built, MethodServer, drive
-from fedforget.federation.failover import PartitionsExcluded, check_reply
+from fedforget.federation.failover import check_reply
 from fedforget.federation.messaging import PARTITION_KEY, record_bytes, to_numpy
 from fedforget.federation.round_engine import Arrays, Round, RoundResult, Send
 from fedforget.federation.run_setup import DEFAULT_ADAPTER, ServerRun
 from fedforget.federation.units import all_units
-from fedforget.methods.replay.plan import replay_plan, resume_round, round_artifact, state_artifact
+from fedforget.methods.replay.plan import round_artifact, state_artifact
 from fedforget.store.ledger import Ledger
-from fedforget.store.store import StoreError
 from fedforget.training.supervised import evaluate
 
 MESSAGE = "train.replay"
 #: what seeds the nodes' data order: one name for every round's model, as fedavg's
 SEED_ARTIFACT = "replay/global"
-
-
-def run_replay(grid: Grid, cfg: RunConfig, strategy: Any) -> None:
-    """Train (or replay from the last valid round) a Flower strategy's rounds into the store."""
-    drive(grid, cfg, ReplayServer(grid, cfg), strategy)
 
 
 class _Sampled:
@@ -114,102 +107,68 @@ class ReplayRound(Round):
         self.sent = [s.message for s in sends]
 
 
-class ReplayServer(MethodServer):
-    """Rounds as checkpoints: train all of them, or resume from the last one no forgotten data reached."""
+def sampled(run: ServerRun, server_round: int) -> list[int]:
+    """The partitions drawn for ``server_round``: seeded per round, so a replay draws the same ones."""
+    cfg = run.cfg
+    return sample_clients(sorted(run.nodes), cfg.fraction_train,
+                          derive_seed(cfg.seed, "sample", SEED_ARTIFACT, server_round))
 
-    def train(self, run: ServerRun, ledger: Ledger) -> Built:
-        ledger.load_samples(run.plan.slices)
-        ledger.set_plan(replay_plan(self.cfg.num_rounds, flower_strategies.is_stateful(self.cfg.replay)))
-        return self._rounds(run, ledger, watermark=0, resume=0)
 
-    def retrain(self, run: ServerRun, ledger: Ledger, watermark: int, reusable: set[str]) -> Built:
-        resume = resume_round(reusable, self.cfg.num_rounds, flower_strategies.is_stateful(self.cfg.replay))
-        log(INFO, "fedforget: replay resumes after round %d of %d", resume, self.cfg.num_rounds)
-        return self._rounds(run, ledger, watermark, resume)
+def forgotten_meanwhile(cfg: RunConfig, ledger: Ledger, resume: int) -> bool:
+    """Whether a request applied since this run chose where to resume invalidated that round (and its purge
+    took the files): every round replayed from it would be stale."""
+    valid = ledger.valid_artifacts()
+    return any(a not in valid for a in round_artifacts(resume, cfg.replay.strategy))
 
-    def _sampled(self, run: ServerRun, server_round: int) -> list[int]:
-        return sample_clients(sorted(run.nodes), self.cfg.fraction_train,
-                              derive_seed(self.cfg.seed, "sample", SEED_ARTIFACT, server_round))
 
-    def _rounds(self, run: ServerRun, ledger: Ledger, watermark: int, resume: int) -> Built:
-        cfg, name = self.cfg, self.cfg.replay.strategy
-        strategy = flower_strategies.build(cfg.replay)
-        initial = {k: v.detach().numpy() for k, v in run.bundle.initial_state.items()}
-        try:
-            arrays = dict(initial) if resume == 0 else self._restore(run, ledger, strategy, resume, initial)
-        except StoreError:
-            if not self._forgotten_meanwhile(ledger, resume):
-                raise
-            log(INFO, "fedforget: a request applied during this run forgot round %d, the one replay resumes from; "
-                      "the next retrain rebuilds from the last round still valid", resume)
-            unbuilt = [a for r in range(resume + 1, cfg.num_rounds + 1) for a in self._artifacts(r, name)]
-            return Built([], unbuilt, summary=f"replay ({name}) built nothing: round {resume} was forgotten meanwhile")
-        seen = {p for r in range(1, resume + 1) for p in self._sampled(run, r)}
-        rnd = ReplayRound(self.grid, run, strategy, self._sampled)
-        rebuilt: list[str] = []
-        for server_round in range(resume + 1, cfg.num_rounds + 1):
-            try:
-                arrays = rnd.run(server_round, {SEED_ARTIFACT: arrays}).states[SEED_ARTIFACT]
-            except PartitionsExcluded as lost:
-                log(WARNING, "fedforget: replay stops before round %d: partition(s) %s were lost; run "
-                    "`fedforget retrain` when they are back", server_round, sorted(lost.partitions))
-                unbuilt = [a for r in range(server_round, cfg.num_rounds + 1)
-                           for a in self._artifacts(r, name)]
-                return Built(rebuilt, unbuilt, set(lost.partitions), manifest={"rounds-done": server_round - 1},
-                             summary=f"replay built {len(rebuilt)} artifact(s), stopped at round {server_round}")
-            seen.update(rnd.chosen)
-            rebuilt += self._checkpoint(run, ledger, strategy, server_round, arrays, sorted(seen), watermark)
-            self._report(run, server_round, arrays, rnd.chosen, rnd.sent, rnd.replies, rnd.metrics)
-        return Built(rebuilt, manifest={"rounds-done": cfg.num_rounds},
-                     summary=f"replay ({name}) built {len(rebuilt)} artifact(s) from round {resume + 1}")
+def round_artifacts(server_round: int, name: str) -> list[str]:
+    """The artifacts one round records: its model, and the strategy's server state when it has one."""
+    return [round_artifact(server_round)] + ([state_artifact(server_round)] if flower_strategies.STATE[name]
+                                             else [])
 
-    def _forgotten_meanwhile(self, ledger: Ledger, resume: int) -> bool:
-        """Whether a request applied since this run chose where to resume invalidated that round (and its purge
-        took the files): every round replayed from it would be stale."""
-        valid = ledger.valid_artifacts()
-        return any(a not in valid for a in self._artifacts(resume, self.cfg.replay.strategy))
 
-    def _artifacts(self, server_round: int, name: str) -> list[str]:
-        return [round_artifact(server_round)] + ([state_artifact(server_round)] if flower_strategies.STATE[name]
-                                                 else [])
+def checkpoint(run: ServerRun, ledger: Ledger, strategy: FedAvg, server_round: int, arrays: dict[str, np.ndarray],
+               seen: list[int], watermark: int) -> list[str]:
+    """Record the round's model (and the strategy's state) with every partition trained so far as lineage."""
+    cfg = run.cfg
+    name, lineage = cfg.replay.strategy, all_units(run, seen)
+    meta = {"round": server_round, "strategy": name, "adapter": DEFAULT_ADAPTER, "slot": DEFAULT_ADAPTER}
+    sha = run.store.put_arrays(arrays, {"artifact": round_artifact(server_round), "method": cfg.method,
+                                        "task": cfg.task})
+    ledger.record_artifact(round_artifact(server_round), sha, "lora+head", lineage, watermark, meta)
+    written = [round_artifact(server_round)]
+    if flower_strategies.STATE[name]:
+        state = flower_strategies.state_arrays(strategy, name)
+        sha = run.store.put_arrays(state, {"artifact": state_artifact(server_round), "method": cfg.method})
+        ledger.record_artifact(state_artifact(server_round), sha, "strategy-state", lineage, watermark,
+                               {"round": server_round, "strategy": name})
+        written.append(state_artifact(server_round))
+    return written
 
-    def _checkpoint(self, run: ServerRun, ledger: Ledger, strategy, server_round: int,  # noqa: ANN001
-                    arrays: dict[str, np.ndarray], seen: list[int], watermark: int) -> list[str]:
-        name, lineage = self.cfg.replay.strategy, all_units(run, seen)
-        meta = {"round": server_round, "strategy": name, "adapter": DEFAULT_ADAPTER, "slot": DEFAULT_ADAPTER}
-        sha = run.store.put_arrays(arrays, {"artifact": round_artifact(server_round), "method": self.cfg.method,
-                                            "task": self.cfg.task})
-        ledger.record_artifact(round_artifact(server_round), sha, "lora+head", lineage, watermark, meta)
-        written = [round_artifact(server_round)]
-        if flower_strategies.STATE[name]:
-            state = flower_strategies.state_arrays(strategy, name)
-            sha = run.store.put_arrays(state, {"artifact": state_artifact(server_round), "method": self.cfg.method})
-            ledger.record_artifact(state_artifact(server_round), sha, "strategy-state", lineage, watermark,
-                                   {"round": server_round, "strategy": name})
-            written.append(state_artifact(server_round))
-        return written
 
-    def _restore(self, run: ServerRun, ledger: Ledger, strategy, resume: int,  # noqa: ANN001
-                 initial: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        shas = {a["artifact"]: a["sha256"] for a in ledger.artifacts()}
-        stored = run.store.get_arrays(shas[round_artifact(resume)])
-        name = self.cfg.replay.strategy
-        if flower_strategies.STATE[name]:
-            flower_strategies.restore_state(strategy, name, run.store.get_arrays(shas[state_artifact(resume)]))
-        return {k: np.array(stored[k], copy=True) for k in initial}  # the model's order, as the first round sent
+def restore(run: ServerRun, ledger: Ledger, strategy: FedAvg, resume: int,
+            initial: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The model of round ``resume`` (and the strategy's state then), to replay the rounds after it."""
+    shas = {a["artifact"]: a["sha256"] for a in ledger.artifacts()}
+    stored = run.store.get_arrays(shas[round_artifact(resume)])
+    name = run.cfg.replay.strategy
+    if flower_strategies.STATE[name]:
+        flower_strategies.restore_state(strategy, name, run.store.get_arrays(shas[state_artifact(resume)]))
+    return {k: np.array(stored[k], copy=True) for k in initial}  # the model's order, as the first round sent
 
-    def _report(self, run: ServerRun, server_round: int, arrays: dict[str, np.ndarray], chosen: list[int],
-                messages: list[Message], replies: list[Message], metrics) -> None:  # noqa: ANN001
-        model = run.bundle.model
-        model.load_trainable_state(DEFAULT_ADAPTER, {k: torch.from_numpy(np.array(v)) for k, v in arrays.items()})
-        result = evaluate(model, run.test.inputs, run.test.labels)
-        run.store.append_metrics({
-            "round": server_round, "num-rounds": self.cfg.num_rounds, "accuracy": result["accuracy"],
-            "loss": result["loss"], "artifact": round_artifact(server_round), "action": self.cfg.action,
-            "trained": chosen, "bytes-down": sum(record_bytes(m.content["arrays"]) for m in messages),
-            "bytes-up": sum(record_bytes(r.content["arrays"]) for r in replies),
-            "train-loss": float((metrics or {}).get("train-loss", 0.0)),
-            "train-examples": sum(int(r.content["metrics"]["num-examples"]) for r in replies),
-        })
-        log(INFO, "round %d/%d: test accuracy %.4f, loss %.4f", server_round, self.cfg.num_rounds,
-            result["accuracy"], result["loss"])
+
+def report(run: ServerRun, server_round: int, arrays: dict[str, np.ndarray], rnd: ReplayRound) -> None:
+    """The round's metrics row: the server's test accuracy of its model, what it sent and received."""
+    cfg, model = run.cfg, run.bundle.model
+    model.load_trainable_state(DEFAULT_ADAPTER, {k: torch.from_numpy(np.array(v)) for k, v in arrays.items()})
+    result = evaluate(model, run.test.inputs, run.test.labels)
+    run.store.append_metrics({
+        "round": server_round, "num-rounds": cfg.num_rounds, "accuracy": result["accuracy"],
+        "loss": result["loss"], "artifact": round_artifact(server_round), "action": cfg.action,
+        "trained": rnd.chosen, "bytes-down": sum(record_bytes(m.content["arrays"]) for m in rnd.sent),
+        "bytes-up": sum(record_bytes(r.content["arrays"]) for r in rnd.replies),
+        "train-loss": float((rnd.metrics or {}).get("train-loss", 0.0)),
+        "train-examples": sum(int(r.content["metrics"]["num-examples"]) for r in rnd.replies),
+    })
+    log(INFO, "round %d/%d: test accuracy %.4f, loss %.4f", server_round, cfg.num_rounds,
+        result["accuracy"], result["loss"])

@@ -15,16 +15,8 @@ if TYPE_CHECKING:
     import sqlite3
 
     from flwr.app import Context, Message
-    from flwr.serverapp import Grid
 
     from fedforget.core.config import RunConfig
-    from fedforget.federation.method_strategy import MethodStrategy
-
-
-def run(grid: Grid, cfg: RunConfig, strategy: MethodStrategy) -> None:
-    from fedforget.methods.safe.server import run_safe
-
-    run_safe(grid, cfg, strategy)
 
 
 def train_cliques(msg: Message, context: Context) -> Message:
@@ -122,7 +114,6 @@ def strategies() -> tuple[type, ...]:
 METHOD = Method(
     name="safe",
     variants=("safe", "protosisa"),
-    driver=run,
     strategies=strategies,
     handlers={"train.safe": train_cliques, "query.safeproto": prototype_sums, "query.safeforget": forget_samples},
     serving=probabilities,

@@ -17,7 +17,6 @@ bad reply rejected; a partition excluded for good leaves every artifact that rea
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from functools import partial
 from logging import INFO
@@ -30,11 +29,8 @@ from flwr.supercore import log
 
 from fedforget.core.config import RunConfig
 from fedforget.core.seeds import derive_seed
-from fedforget.federation.control_messages import NEED_LABELS
-from fedforget.federation.driver import Built, MethodServer, drive
 from fedforget.federation.failover import FRAMING_PER_TENSOR, check_reply, exchange_redo_or_exclude
 from fedforget.federation.messaging import to_numpy
-from fedforget.federation.registration import Federation
 from fedforget.federation.round_engine import SERVER_ORDER, Contribution, Round, Send
 from fedforget.federation.run_setup import ServerRun
 from fedforget.methods.safe.adapters import init_adapters
@@ -42,9 +38,9 @@ from fedforget.methods.safe.budget import adapter_budget
 from fedforget.methods.safe.client import PARAM_KEYS, SEP, frozen_backbone, frozen_theta
 from fedforget.methods.safe.config import safe_layout
 from fedforget.methods.safe.dp import request_budget
-from fedforget.methods.safe.graph import SafePlan, build_safe_plan, check_clique_classes
+from fedforget.methods.safe.graph import SafePlan, build_safe_plan
 from fedforget.methods.safe.messages import CliqueResults, CliqueWork, PrototypeQuery, TrainCliques
-from fedforget.methods.safe.shard import SafeShard, load_safe_shard, safe_shard_ids, whole_train_split
+from fedforget.methods.safe.shard import SafeShard
 from fedforget.methods.safe.shard_plan import class_counts
 from fedforget.store.ledger import Ledger
 
@@ -332,81 +328,3 @@ def evaluate_safe(run: ServerRun, ledger: Ledger) -> dict[str, float]:
     result = safe_accuracy(run.cfg, run.store, ledger.plan(), serving, ledger.artifacts())
     ledger.set_meta("accuracy", {"serving": sorted(serving["artifacts"]), **result})
     return result
-
-
-def run_safe(grid: Grid, cfg: RunConfig, strategy: Any) -> None:
-    """ServerApp entry for ``safe`` and ``protosisa`` (``action`` = train or retrain)."""
-    drive(grid, cfg, SafeServer(grid, cfg), strategy)
-
-
-class SafeServer(MethodServer):
-    """One adapter per clique (per class and clique under SAFE-DP) and per-cell prototypes: a retrain
-    rebuilds the invalid adapters and the stale prototypes."""
-
-    def __init__(self, grid: Grid, cfg: RunConfig) -> None:
-        super().__init__(grid, cfg)
-        self.whole = None  # the whole train split, read once by ``check`` when a safe shard is drawn
-        self.shard_ids: list[int] = []
-
-    def needs(self) -> tuple[str, ...]:
-        return (NEED_LABELS,)  # SAFE's cells are (client, class group): each record's class leaves its node
-
-    def check(self, federation: Federation, num_classes: int) -> None:
-        """Before the store exists: a bad graph or too few unused rows writes nothing."""
-        cfg = self.cfg
-        check_clique_classes(safe_layout(cfg.method), num_classes, cfg.safe.fine, cfg.task)
-        self.whole = whole_train_split(cfg) if cfg.safe.shard > 0 else None  # read once: the draw, then the rows
-        used = [i for p in sorted(federation.plan.slices) for i in federation.plan.partition_ids(p)]
-        self.shard_ids = safe_shard_ids(cfg, used, self.whole)
-
-    def train(self, run: ServerRun, ledger: Ledger) -> Built:
-        cfg, grid = self.cfg, self.grid
-        shard = load_safe_shard(cfg, run.store.root, self.shard_ids, self.whole)
-        self.whole = None
-        plan, cells = make_plan(cfg, run, shard)
-        dim = token_dim(cfg, run.test.inputs)
-        width = plan.coarse * plan.num_classes
-        ledger.load_samples({p: [cells[p].get(c, []) for c in range(width)] for p in sorted(cells)})
-        ledger.set_plan(plan.to_json())
-        run.store.update_manifest(plan=plan.to_json(), cells={str(p): {str(c): v for c, v in cs.items()}
-                                                              for p, cs in cells.items()},
-                                  **{"token-dim": dim, "adapter-budget": adapter_budget(cfg).to_json(),
-                                     "safe-shard-ids": self.shard_ids})
-        trainer = SafeTrainer(grid, run, plan, ledger, 0, dim, shard)
-        trainer.train(trainer.specs(None))
-        units = sorted(u for u in plan.sizes if plan.sizes[u] > 0) if plan.prototypes else []
-        protos = collect_prototypes(grid, run, plan, ledger, units, 0, dim, trainer.unbuilt, trainer.excluded)
-        protos += record_shard_prototypes(run, plan, ledger, shard, plan.shard_proto_artifacts(), 0)
-        return Built(trainer.rebuilt + protos, trainer.unbuilt, trainer.excluded,
-                     {"rebuilt": trainer.rebuilt, "prototypes": len(protos), "client-rounds": trainer.client_rounds,
-                      "samples-visited": trainer.samples_visited, "safe-shard-visited": trainer.shard_visited},
-                     {"rounds-done": cfg.num_rounds},
-                     f"{cfg.method} trained {len(trainer.rebuilt)} adapter artifact(s) over {len(plan.cliques())} "
-                     "clique(s)")
-
-    def retrain(self, run: ServerRun, ledger: Ledger, watermark: int, reusable: set[str]) -> Built:
-        cfg, grid = self.cfg, self.grid
-        manifest = run.store.manifest()
-        plan = SafePlan.from_json(manifest["plan"])
-        dim = int(manifest["token-dim"])
-        shard = load_safe_shard(cfg, run.store.root, [int(i) for i in manifest.get("safe-shard-ids", [])])
-        valid = reusable
-        trainer = SafeTrainer(grid, run, plan, ledger, watermark, dim, shard)
-        invalid = [s for s in trainer.specs(None) if s["id"] not in valid]
-        started = time.monotonic()
-        if invalid:
-            trainer.train(invalid)
-        stale = [u for u in sorted(plan.sizes) if plan.sizes[u] > 0 and plan.prototypes
-                 and plan.proto_id(u) not in valid]
-        protos = collect_prototypes(grid, run, plan, ledger, stale, watermark, dim, trainer.unbuilt, trainer.excluded)
-        missing = [a for a in plan.shard_proto_artifacts() if a not in valid]
-        protos += record_shard_prototypes(run, plan, ledger, shard, missing, watermark)
-        return Built(trainer.rebuilt + protos, trainer.unbuilt, trainer.excluded,
-                     {"rebuilt": trainer.rebuilt, "prototypes": protos, "client-rounds": trainer.client_rounds,
-                      "samples-visited": trainer.samples_visited, "safe-shard-visited": trainer.shard_visited,
-                      "seconds": time.monotonic() - started},
-                     summary=f"retrain rebuilt {len(trainer.rebuilt)} adapter artifact(s) and {len(protos)} "
-                             f"prototype cell(s) up to request {watermark}")
-
-    def evaluate(self, run: ServerRun, ledger: Ledger) -> dict[str, float]:
-        return evaluate_safe(run, ledger)

@@ -2,7 +2,7 @@
 afterwards from the newly forgotten data are recorded stale and purged when it ends, nothing the new request
 invalidated is served, ``purge --check`` and the store check are clean, and the next retrain rebuilds the
 rounds so that ``fedforget verify`` is exact. The request lands deterministically after the retrain restored
-its resume round (or just before it reads it), by wrapping ``ReplayServer._restore``. Negative controls: a
+its resume round (or just before it reads it), by wrapping ``replay.server.restore``. Negative controls: a
 run that skips the end-of-run purge, and a replay that records its rounds as if the new request were applied
 on the nodes, are both caught."""
 
@@ -93,17 +93,17 @@ def _forget_during(store: Store, monkeypatch, sample: int, before_restore: bool 
     """Apply a request for ``sample`` once the retrain has restored its resume round (or just before it reads
     it); returns the list the request's CLI result and the resume round land in."""
     applied: list = []
-    real = server.ReplayServer._restore
+    real = server.restore
 
-    def restore(self, run, ledger, strategy, resume, initial):  # noqa: ANN001, ANN202
+    def restore(run, ledger, strategy, resume, initial):  # noqa: ANN001, ANN202
         if before_restore and not applied:
             applied.append((_forget(store, sample), resume))
-        restored = real(self, run, ledger, strategy, resume, initial)
+        restored = real(run, ledger, strategy, resume, initial)
         if not applied:
             applied.append((_forget(store, sample), resume))
         return restored
 
-    monkeypatch.setattr(server.ReplayServer, "_restore", restore)
+    monkeypatch.setattr(server, "restore", restore)
     return applied
 
 

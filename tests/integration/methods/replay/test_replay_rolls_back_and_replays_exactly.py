@@ -86,7 +86,7 @@ def test_a_replay_without_the_strategys_server_state_is_not_exact(tmp_path, monk
 def test_a_replay_that_draws_other_nodes_than_the_first_run_is_not_exact(tmp_path, monkeypatch):
     """Flower draws node ids without a seed; a replay must draw the partitions the first run drew."""
     store = _train(tmp_path / "store", "fedavg")
-    monkeypatch.setattr(server.ReplayServer, "_sampled", lambda self, run, server_round: sorted(run.nodes))
+    monkeypatch.setattr(server, "sampled", lambda run, server_round: sorted(run.nodes))
     _forget_then_retrain(store)
     monkeypatch.undo()
     report = _verify(store)
