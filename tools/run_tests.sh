@@ -4,13 +4,15 @@
 #   1. ruff
 #   2. unit + integration, TEST_WORKERS in parallel (CPU-bound, no deadlines); the container images build
 #      beside them (tools/docker_images.sh, logged to .deploy/images.log)
-#   3. the Flower-runtime end-to-end tests (Ray, loopback SuperLink + SuperNodes, the installed wheel),
-#      E2E_WORKERS at a time: their SuperNodes heartbeat on deadlines, and a crowded machine turns a
-#      late heartbeat into a node declared gone and work redone
-#   4. the compose tests, alone, for the same reason
+#   3. the end-to-end tests (Ray, loopback SuperLink + SuperNodes, the installed wheel, the compose topology
+#      on the Docker engine), E2E_WORKERS at a time: their SuperNodes heartbeat on deadlines, and a crowded
+#      machine turns a late heartbeat into a node declared gone and work redone. The longest start first
+#      (tests/conftest.py orders them by their measured durations) and each worker takes the next test when
+#      it is free (--dist load --maxschedchunk 1), so no worker idles while the other runs the last long
+#      test; the two compose tests are first in line, on one worker, one after the other
 #
 # Every tier runs even when an earlier one fails; the exit status is non-zero when any failed.
-# CONTAINERS=0 leaves out the engine, the images and tier 4 (the compose tests then skip and say so).
+# CONTAINERS=0 leaves out the engine and the images (the compose tests then skip and say so).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 TEST_WORKERS=${TEST_WORKERS:-3}
@@ -66,24 +68,13 @@ if [[ -n $images ]]; then
   else tail -40 .deploy/images.log; done_tier "container images" failed; fi
 fi
 
-tier "end-to-end on Flower's runtimes (-n $E2E_WORKERS)"
-compose=()  # run in tier 4 when the containers are in; otherwise they skip here and say why
-[[ $CONTAINERS == 1 ]] && compose=(--deselect tests/e2e/test_docker_compose.py)
-if FEDFORGET_DOCKER_E2E=0 python -m pytest -q -rs -n "$E2E_WORKERS" --dist worksteal -m e2e "${compose[@]}" "${EXTRA[@]}"; then
+tier "end-to-end on Flower's runtimes and the containers (-n $E2E_WORKERS)"
+# with CONTAINERS=0 the compose tests skip and say why
+if FEDFORGET_DOCKER_E2E=$CONTAINERS python -m pytest -q -rs -n "$E2E_WORKERS" --dist load --maxschedchunk 1 -m e2e \
+    "${EXTRA[@]}"; then
   done_tier "end-to-end" passed
 else
   done_tier "end-to-end" failed
-fi
-
-if [[ $CONTAINERS == 1 ]]; then
-  tier "containers (docker compose)"
-  if [[ " ${failed[*]} " == *"container images"* ]]; then
-    done_tier containers failed
-  elif FEDFORGET_DOCKER_E2E=1 python -m pytest -q -rs tests/e2e/test_docker_compose.py "${EXTRA[@]}"; then
-    done_tier containers passed
-  else
-    done_tier containers failed
-  fi
 fi
 
 write_timings

@@ -33,6 +33,9 @@ from ..integration.helpers import artifact_shas, flwr_run_config
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
+#: the tier runs this module's tests one after the other on one worker (tests/conftest.py): they share the images,
+#: the data split and the in-process reference, and two compose topologies at once would crowd a 2-core machine
+RUN_TOGETHER = True
 NODES = 3
 VICTIM = 1
 CONFIG = {"method": "fedsgt", "task": "digits-mlp", "chains.groups": 2, "chains.budget": 2, "slices-per-client": 1,
