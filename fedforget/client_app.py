@@ -15,6 +15,7 @@ from collections.abc import Callable
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
+from fedforget.federation.carried_config import carried_run_config
 from fedforget.methods.registry import client_handlers
 from fedforget.tasks.data_access import node_role
 
@@ -24,10 +25,13 @@ Handler = Callable[[Message, Context], Message]
 
 
 def lazy_handler(target: Handler) -> Handler:
-    """``target`` under the node's role; it imports its code on its first message."""
+    """``target`` under the node's role, reading the run's config the message carries; it imports its code on its
+    first message."""
 
     def handle(msg: Message, context: Context) -> Message:
-        with node_role():  # a node reads its own training rows; the in-process server around it reads none
+        # a node reads its own training rows (the in-process server around it reads none), and trains by the
+        # strategy the server started, whose config the message carries
+        with node_role(), carried_run_config(msg, context):
             return target(msg, context)
 
     handle.__name__ = handle.__qualname__ = target.__name__

@@ -9,7 +9,7 @@ would raise again); the run stops with its reason instead.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from logging import WARNING
 
 import numpy as np
@@ -18,6 +18,7 @@ from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
+from fedforget.federation.carried_config import Value, carry
 from fedforget.federation.control_messages import PARTITION_KEY as PARTITION_KEY  # re-exported: replies name it
 from fedforget.federation.message_types import CHAIN, FORGET
 
@@ -142,11 +143,13 @@ class ReliableGrid(Grid):
     """The runtime's Grid, with :func:`send_with_retries` as its ``send_and_receive``.
 
     Flower's strategies call ``send_and_receive``; wrapping the Grid gives them the short poll and the
-    safe retries without re-implementing their round loop.
+    safe retries without re-implementing their round loop. Given the run's config, every message it pushes
+    carries it (:mod:`fedforget.federation.carried_config`): the nodes train by the strategy as it was built.
     """
 
-    def __init__(self, inner: Grid) -> None:
+    def __init__(self, inner: Grid, run_config: Mapping[str, Value] | None = None) -> None:
         self.inner = inner
+        self.run_config = dict(run_config) if run_config is not None else None
 
     def set_run(self, run) -> None:  # noqa: ANN001
         self.inner.set_run(run)
@@ -162,13 +165,15 @@ class ReliableGrid(Grid):
         return self.inner.get_node_ids()
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        return self.inner.push_messages(messages)
+        if self.run_config is None:
+            return self.inner.push_messages(messages)
+        return self.inner.push_messages([carry(m, self.run_config) for m in messages])
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
         return self.inner.pull_messages(message_ids)
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
-        return send_with_retries(self.inner, list(messages), timeout if timeout is not None else float("inf"))
+        return send_with_retries(self, list(messages), timeout if timeout is not None else float("inf"))
 
 
 def to_record(arrays: dict[str, np.ndarray]) -> ArrayRecord:

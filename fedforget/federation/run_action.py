@@ -27,9 +27,12 @@ class RunLockRefused(StoreError):
     lock file is unusable."""
 
 
-def reliable(grid: Grid) -> ReliableGrid:
-    """``grid`` with the short poll and the safe retries (once: a wrapped Grid is not wrapped again)."""
-    return grid if isinstance(grid, ReliableGrid) else ReliableGrid(grid)
+def reliable(grid: Grid, cfg: RunConfig) -> ReliableGrid:
+    """``grid`` with the short poll and the safe retries, its messages carrying the run's config (a wrapped
+    Grid is not wrapped again)."""
+    if isinstance(grid, ReliableGrid):
+        return grid if grid.run_config is not None else ReliableGrid(grid.inner, cfg.to_dict())
+    return ReliableGrid(grid, cfg.to_dict())
 
 
 def run_action(grid: Grid, cfg: RunConfig, strategy: Any) -> None:
@@ -51,11 +54,11 @@ def run_action(grid: Grid, cfg: RunConfig, strategy: Any) -> None:
         if cfg.action == "propagate":  # deletion on the clients now, no training (`forget --propagate`)
             from fedforget.federation.propagate import run_propagation
 
-            run_propagation(reliable(grid), cfg, strategy.method)
+            run_propagation(reliable(grid, cfg), cfg, strategy.method)
             return
         from fedforget.federation.driver import drive  # the server's run: torch, the model
 
-        drive(reliable(grid), cfg, strategy)
+        drive(reliable(grid, cfg), cfg, strategy)
 
 
 def remove_unwritten_store(root: Path) -> None:

@@ -53,15 +53,10 @@ def strategy_for(run_config: Mapping[str, object]) -> MethodStrategy:
 def start_from_context(strategy: MethodStrategy, grid: Grid, context: Context) -> Result:
     """Start ``strategy`` with the action the run config asks for (``action``: train, retrain or propagate),
     the way the fedforget coordinator submits them to your app: Flower's ``Strategy.start`` receives no
-    ``Context``, so a ServerApp passes it here."""
-    from fedforget.core.config import ConfigError, parse_run_config
+    ``Context``, so a ServerApp passes it here. The strategy is what it was built with: its messages carry its
+    config to the nodes, whatever the app's run config holds."""
+    from fedforget.core.config import parse_run_config
 
     with refusals_logged():  # a refusal is one line in the run's log, not Flower's traceback
-        nodes = parse_run_config(dict(context.run_config), warn=False)
-        differ = sorted(k for k, v in strategy.config.to_dict().items()
-                        if k != "action" and nodes.to_dict().get(k) != v)
-        if differ:  # the ClientApp reads the app's run config: a key set only in code would split the federation
-            raise ConfigError(f"{type(strategy).__name__} sets {', '.join(differ)} to values the app's run config "
-                              "(which the nodes read) does not hold; set them in [tool.flwr.app.config] or build "
-                              f"the strategy with {type(strategy).__name__}.from_run_config(context.run_config)")
-        return strategy.start(grid=grid, action=nodes.action)
+        asked = parse_run_config(dict(context.run_config), warn=False)
+        return strategy.start(grid=grid, action=asked.action)

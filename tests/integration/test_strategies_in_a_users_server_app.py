@@ -6,6 +6,8 @@ runs, naming the key."""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context
@@ -74,12 +76,32 @@ def test_fedavg_result_holds_the_served_model_and_a_retrain_through_the_users_ap
     assert len(results) == 2 and results[1].arrays
 
 
-def test_a_key_set_only_in_code_is_refused_because_the_nodes_would_not_see_it(tmp_path):
-    store = tmp_path / "store"
-    app = _users_app(lambda: FedSGT(store=str(store), **KEYS, **{**CHAINS, "groups": 2, "budget": 2}), [])
-    with pytest.raises(ConfigError, match="chains.groups"):
-        run_in_process(_run_config(store, "fedsgt", **KEYS, **CHAINS), NODES, server_app=app)
-    assert not store.exists()
+def test_a_strategy_built_in_code_trains_by_its_own_values_not_the_apps_run_config(tmp_path, monkeypatch):
+    """The app's run config holds other chains and training values than the ServerApp builds FedSGT with: the
+    nodes train by the strategy's (its messages carry them), so the store equals fedforget's own app run with the
+    strategy's values; a forget and a retrain through the same app are exact. Negative control: nodes that read
+    the app's run config instead train other bytes."""
+    import fedforget.client_app as client_app
+    from fedforget.unlearning.verify import verify_store
+
+    built = {**KEYS, "groups": 2, "budget": 2, "lr": 0.05, "local_epochs": 2}
+    mine, theirs, ignored = tmp_path / "mine", tmp_path / "theirs", tmp_path / "ignored"
+    apps_config = _run_config(mine, "fedsgt", **KEYS, **CHAINS)  # what the app's pyproject would hold
+    run_in_process(apps_config, NODES, server_app=_users_app(lambda: FedSGT(store=str(mine), **built), []))
+    run_in_process(_run_config(theirs, "fedsgt", **built), NODES)
+    assert artifact_shas(Store.open(mine)) == artifact_shas(Store.open(theirs))
+
+    store = Store.open(mine)
+    forget_request(store, samples=[store.manifest()["partitions"]["1"][0][0]])
+    run_in_process({**apps_config, "action": "retrain"}, NODES,
+                   server_app=_users_app(lambda: FedSGT(store=str(mine), **built), []))
+    assert verify_store(Store.open(mine))["exact"] is True
+
+    with monkeypatch.context() as patched:
+        patched.setattr(client_app, "carried_run_config", lambda msg, context: contextlib.nullcontext())
+        run_in_process({**apps_config, "store": str(ignored)}, NODES,
+                       server_app=_users_app(lambda: FedSGT(store=str(ignored), **built), []))
+    assert artifact_shas(Store.open(ignored)) != artifact_shas(Store.open(theirs))
 
 
 def test_strategy_parameters_are_checked_when_it_is_built():
