@@ -14,10 +14,12 @@ Each class is one ``method=`` value of the run config; :func:`start_from_context
 from __future__ import annotations
 
 from collections.abc import Mapping
+from logging import INFO
 
 from flwr.app import Context
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
+from flwr.supercore import log
 
 from fedforget.federation.refusal import refusals_logged
 from fedforget.methods.registry import FAMILIES
@@ -35,7 +37,7 @@ STRATEGIES: tuple[type[MethodStrategy], ...] = _declared_strategies()
 BY_VARIANT: dict[str, type[MethodStrategy]] = {cls.variant: cls for cls in STRATEGIES}
 globals().update({cls.__name__: cls for cls in STRATEGIES})  # ``from fedforget.strategies import FedSGT``
 
-__all__ = ["BY_VARIANT", "STRATEGIES", "MethodStrategy", "start_from_context", "strategy_for",
+__all__ = ["BY_VARIANT", "RUN_KEYS", "STRATEGIES", "MethodStrategy", "start_from_context", "strategy_for",
            *sorted(cls.__name__ for cls in STRATEGIES)]
 
 
@@ -50,18 +52,29 @@ def strategy_for(run_config: Mapping[str, object]) -> MethodStrategy:
         return BY_VARIANT[variant].from_run_config(run_config)
 
 
+#: the keys a coordinator run sets itself (retrain, ``verify --federation``'s reference into a scratch store): the
+#: run config's value is the run's, whatever the strategy was built with
+RUN_KEYS = ("action", "store", "reference")
+
+
 def start_from_context(strategy: MethodStrategy, grid: Grid, context: Context) -> Result:
     """Start ``strategy`` with the action the run config asks for (``action``: train, retrain or propagate),
     the way the fedforget coordinator submits them to your app: Flower's ``Strategy.start`` receives no
-    ``Context``, so a ServerApp passes it here."""
+    ``Context``, so a ServerApp passes it here. The run config's ``store`` and ``reference`` are the run's too
+    (:data:`RUN_KEYS`), so a retrain and ``verify --federation``'s reference reach a strategy built in code."""
     from fedforget.core.config import ConfigError, parse_run_config
 
     with refusals_logged():  # a refusal is one line in the run's log, not Flower's traceback
         nodes = parse_run_config(dict(context.run_config), warn=False)
+        given = nodes.to_dict()
         differ = sorted(k for k, v in strategy.config.to_dict().items()
-                        if k != "action" and nodes.to_dict().get(k) != v)
+                        if k not in RUN_KEYS and given.get(k) != v)
         if differ:  # the ClientApp reads the app's run config: a key set only in code would split the federation
             raise ConfigError(f"{type(strategy).__name__} sets {', '.join(differ)} to values the app's run config "
                               "(which the nodes read) does not hold; set them in [tool.flwr.app.config] or build "
                               f"the strategy with {type(strategy).__name__}.from_run_config(context.run_config)")
-        return strategy.start(grid=grid, action=nodes.action)
+        if strategy.config.store != nodes.store:
+            log(INFO, "fedforget: the run config's store=%s is this run's (%s was built with store=%s)", nodes.store,
+                type(strategy).__name__, strategy.config.store)
+        run = strategy.for_run(store=given["store"], reference=given["reference"])
+        return run.start(grid=grid, action=nodes.action)
