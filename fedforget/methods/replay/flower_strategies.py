@@ -31,6 +31,9 @@ STATE: dict[str, tuple[str, ...]] = {
     "fedavg": (), "fedprox": (), "fedavgm": ("current_arrays", "momentum_vector"),
     "fedadagrad": ("m_t", "v_t"), "fedadam": ("m_t", "v_t"), "fedyogi": ("m_t", "v_t"),
 }
+#: strategy → the attributes each round overwrites from its own inputs (the round's model): no state carried
+ROUND_INPUTS: dict[str, tuple[str, ...]] = {"fedadagrad": ("current_arrays",), "fedadam": ("current_arrays",),
+                                            "fedyogi": ("current_arrays",)}
 
 #: Flower Strategy methods fedforget never calls: it runs the rounds itself (an override would not run)
 NEVER_CALLED = ("start",)
@@ -126,16 +129,33 @@ def keys_of(strategy: Strategy) -> dict[str, object]:
     return keys
 
 
+def attributes(strategy: Strategy) -> dict[str, object]:
+    """The attributes a round must leave as they were (all but the checkpointed state and the round's inputs),
+    comparable across processes."""
+    name = base_name(type(strategy)) or ""
+    skip = {*STATE.get(name, ()), *ROUND_INPUTS.get(name, ())}
+    return {k: _canonical(v) for k, v in sorted(vars(strategy).items()) if k not in skip}
+
+
+def carried_state(strategy: Strategy, before: dict[str, object]) -> str | None:
+    """Why a round of ``strategy`` cannot be resumed from a checkpoint (None: it can): it changed an attribute
+    that is not the state a checkpoint holds (``before``: :func:`attributes` at the run's start)."""
+    now = attributes(strategy)
+    changed = sorted(k for k in {*before, *now} if before.get(k) != now.get(k))
+    if not changed:
+        return None
+    return (f"{type(strategy).__name__} cannot be replayed exactly: its rounds change {', '.join(changed)}, server "
+            "state a checkpoint does not hold (a retrain resuming from a round would start without it); keep the "
+            "strategy's attributes as built")
+
+
 def identity(strategy: Strategy) -> dict[str, Any] | None:
     """What a store records of a subclass (None for Flower's own class, which its keys rebuild): its class and
     every attribute it was built with, so a retrain through an app that now builds another refuses."""
     cls = type(strategy)
     if cls in CLASSES.values():
         return None
-    name = base_name(cls)
-    state = set(STATE.get(name or "", ()))
-    return {"class": f"{cls.__module__}.{cls.__qualname__}",
-            "attributes": {k: _canonical(v) for k, v in sorted(vars(strategy).items()) if k not in state}}
+    return {"class": f"{cls.__module__}.{cls.__qualname__}", "attributes": attributes(strategy)}
 
 
 def _canonical(value: object) -> object:

@@ -141,6 +141,8 @@ class Forgettable(MethodStrategy):
     def _rounds(self, grid: Grid, run: ServerRun, ledger: Ledger, watermark: int, resume: int) -> Built:
         """Rounds ``resume + 1`` to ``num_rounds`` of the Flower strategy (a fresh copy of it), from round
         ``resume``'s checkpoint (the seeded model for 0); each round's model checkpointed and evaluated."""
+        import fedforget.methods.replay.flower_strategies as flower_strategies
+        from fedforget.core.config import ConfigError
         from fedforget.federation.failover import PartitionsExcluded
         from fedforget.methods.replay.server import (
             SEED_ARTIFACT,
@@ -167,6 +169,7 @@ class Forgettable(MethodStrategy):
             unbuilt = [a for r in range(resume + 1, cfg.num_rounds + 1) for a in round_artifacts(r, name)]
             return Built([], unbuilt, summary=f"replay ({name}) built nothing: round {resume} was forgotten meanwhile")
         seen = {p for r in range(1, resume + 1) for p in sampled(run, r)}
+        as_built = flower_strategies.attributes(flower)
         rnd = ReplayRound(grid, run, flower, sampled)
         rebuilt: list[str] = []
         for server_round in range(resume + 1, cfg.num_rounds + 1):
@@ -178,6 +181,9 @@ class Forgettable(MethodStrategy):
                 unbuilt = [a for r in range(server_round, cfg.num_rounds + 1) for a in round_artifacts(r, name)]
                 return Built(rebuilt, unbuilt, set(lost.partitions), manifest={"rounds-done": server_round - 1},
                              summary=f"replay built {len(rebuilt)} artifact(s), stopped at round {server_round}")
+            carried = flower_strategies.carried_state(flower, as_built)
+            if carried is not None:  # before the round is recorded: a resume from it could not be exact
+                raise ConfigError(carried)
             seen.update(rnd.chosen)
             rebuilt += checkpoint(run, ledger, flower, server_round, arrays, sorted(seen), watermark)
             report(run, server_round, arrays, rnd)

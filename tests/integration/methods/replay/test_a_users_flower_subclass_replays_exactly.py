@@ -57,6 +57,19 @@ class NoisyFedAvg(FedAvg):
         return ArrayRecord({k: Array(v.numpy() + np.random.normal(0, 0.01)) for k, v in arrays.items()}), metrics
 
 
+class RememberingFedAvg(FedAvg):
+    """Averages with the previous round's model: server state of its own, which no checkpoint holds."""
+
+    previous: ArrayRecord | None = None
+
+    def aggregate_train(self, server_round, replies):  # noqa: ANN001, ANN201
+        arrays, metrics = super().aggregate_train(server_round, replies)
+        if self.previous is not None:
+            arrays = ArrayRecord({k: Array((v.numpy() + self.previous[k].numpy()) / 2) for k, v in arrays.items()})
+        self.previous = arrays
+        return arrays, metrics
+
+
 def _clipped(clip: float = 0.05) -> ClippedFedAvg:
     return ClippedFedAvg(clip=clip, fraction_train=0.34)
 
@@ -210,3 +223,13 @@ def test_two_runs_of_one_forgettable_fedadam_share_no_server_state(tmp_path, mon
         run_in_process({**run_config(strategy), "store": str(tmp_path / name)}, NODES, server_app=app)
     assert artifact_shas(Store.open(tmp_path / "c")) == artifact_shas(Store.open(tmp_path / "a"))
     assert artifact_shas(Store.open(tmp_path / "d")) != artifact_shas(Store.open(tmp_path / "c"))
+
+
+def test_a_subclass_that_keeps_state_of_its_own_is_refused_before_its_first_round_is_recorded(tmp_path):
+    """Its first round changes an attribute no checkpoint holds: refused in one line, no round recorded."""
+    path = tmp_path / "store"
+    strategy = Forgettable(RememberingFedAvg(fraction_train=0.34), store=str(path), **KEYS)
+    with pytest.raises(ConfigError, match="its rounds change previous, server state a checkpoint does not hold") as e:
+        run_in_process(run_config(strategy), NODES, server_app=users_app(lambda: strategy))
+    assert "\n" not in str(e.value)
+    assert not artifact_rows(Store.open(path))
