@@ -92,16 +92,24 @@ class Forgettable(MethodStrategy):
                               action)
 
     def _check_recorded(self) -> None:
-        """Refuse (one line, nothing written) a retrain whose strategy is not the class and attributes the store
-        recorded (its keys, which the run config holds, are compared when the store is opened)."""
+        """Refuse (one line, nothing written) a retrain whose strategy is not the one the store recorded: its
+        keys (the store's config), and a subclass's class and attributes."""
         import fedforget.methods.replay.flower_strategies as flower_strategies
-        from fedforget.core.config import ConfigError
+        from fedforget.core.config import ConfigError, stored_run_config
         from fedforget.store.store import Store, StoreError, resolve_store_path
 
         try:
-            recorded = Store.open(resolve_store_path(self.config.store)).manifest().get(RECORDED)
+            manifest = Store.open(resolve_store_path(self.config.store)).manifest()
         except StoreError:
             return  # opening the store refuses it, with its reason
+        stored, mine = stored_run_config(manifest.get("config", {})), self.config.to_dict()
+        keys = sorted(k for k in mine
+                      if (k.startswith("replay.") or k == "fraction-train") and stored.get(k) != mine[k])
+        if keys:
+            raise ConfigError(f"this store's rounds were run with {', '.join(f'{k}={stored.get(k)}' for k in keys)}, "
+                              f"and this run builds {', '.join(f'{k}={mine[k]}' for k in keys)}; a retrain replays "
+                              "them, so build the strategy with the parameters the store recorded")
+        recorded = manifest.get(RECORDED)
         built = self.flower_strategy()
         running = flower_strategies.identity(built)
         if recorded == running:

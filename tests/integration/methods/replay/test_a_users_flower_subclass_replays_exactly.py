@@ -192,6 +192,11 @@ def test_a_retrain_through_an_app_that_now_builds_other_parameters_is_refused(tm
     with pytest.raises(ConfigError, match=r"Forgettable sets replay.proximal-mu to values") as refused:
         _retrain(store, now)
     assert "\n" not in str(refused.value) and tree_bytes(path) == before
+    started = Forgettable(FedProx(proximal_mu=0.2), store=str(path), **keys)  # started without the run config
+    with pytest.raises(ConfigError, match=r"run with replay.proximal-mu=0.1, and this run builds "
+                                          r"replay.proximal-mu=0.2") as refused:
+        started.start(grid=None, action="retrain")  # type: ignore[arg-type] # refused before the grid is used
+    assert "\n" not in str(refused.value) and tree_bytes(path) == before
 
 
 @pytest.mark.parametrize(("flower", "why"), [
