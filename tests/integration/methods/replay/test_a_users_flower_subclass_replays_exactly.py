@@ -4,8 +4,9 @@ verify --federation`` (its reference run is the app's own ServerApp with ``refer
 played in process) is exact; negative control: the same store verified in process, where fedforget's own app
 builds the plain parent class from the keys, is not. A retrain that builds another strategy than the store
 recorded (another class, other attributes, other keys, fedforget's own app) refuses in one line with nothing
-written; so do a DP wrapper and a non-deterministic override before the store exists. Two runs of one
-``Forgettable(FedAdam(...))`` instance share no server state (negative control: one shared copy)."""
+written; so do a DP wrapper and a non-deterministic override before the store exists, and a subclass that
+keeps state of its own before its first round is recorded. Two runs of one ``Forgettable(FedAdam(...))``
+instance share no server state (negative control: one shared copy)."""
 
 from __future__ import annotations
 
