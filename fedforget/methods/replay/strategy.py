@@ -132,9 +132,20 @@ class Forgettable(MethodStrategy):
         ledger.load_samples(run.plan.slices)
         recorded = flower_strategies.identity(self.flower_strategy())
         if recorded is not None:  # a subclass: what a retrain must build again (Flower's own: its keys)
-            run.store.update_manifest(**{RECORDED: recorded})
+            run.store.update_manifest(**{RECORDED: recorded, **self._app_of_subclass(run)})
         ledger.set_plan(replay_plan(run.cfg.num_rounds, flower_strategies.is_stateful(run.cfg.replay)))
         return self._rounds(grid, run, ledger, watermark=0, resume=0)
+
+    def _app_of_subclass(self, run: ServerRun) -> dict[str, object]:
+        """The Flower app whose code defines the subclass, as the manifest's ``app`` (the app the coordinator
+        submits for a retrain and ``verify --federation``), unless the store records one already (a user task's)."""
+        from fedforget.tasks.user_task import app_of_task
+
+        if "app" in run.store.manifest():
+            return {}
+        cls = type(self._flower)
+        app = app_of_task(f"{cls.__module__}:{cls.__qualname__}")
+        return {} if app is None else {"app": app}
 
     def retrain(self, grid: Grid, run: ServerRun, ledger: Ledger, watermark: int, reusable: set[str]) -> Built:
         """Resume from the last round no forgotten data reached; replay the rest."""

@@ -126,6 +126,7 @@ def _verify_through(store: Store, app: ServerApp, monkeypatch) -> dict:  # noqa:
     def flwr_run(federation, submitted, store_dir, console, app=None):  # noqa: ANN001, ANN202
         config = parse_config_args([submitted])
         assert config["action"] == "train" and config["reference"] is True
+        assert app == Path(store.manifest()["app"]["dir"])  # the app whose code defines the subclass
         run_in_process({**config, "store": store_dir}, NODES, server_app=reference_app)
         return 0, Path(store_dir) / "flwr-run.log"
 
@@ -141,6 +142,7 @@ def test_a_deterministic_override_trains_forgets_retrains_and_verifies_exactly_t
     store = copy_store(trained, tmp_path)
     assert store.manifest()[RECORDED]["class"].endswith(".ClippedFedAvg")
     assert store.manifest()[RECORDED]["attributes"]["clip"] == 0.05
+    assert (Path(store.manifest()["app"]["dir"]) / "pyproject.toml").is_file()  # the app holding ClippedFedAvg
     app = users_app(lambda: Forgettable(_clipped(), store="runs/built-in-code", **KEYS))  # the run's store wins
     before = {a: r["sha256"] for a, r in artifact_rows(store).items()}
     _forget_late_partition(store)
