@@ -1,5 +1,10 @@
 """Which Flower strategies a retrain can replay, how each is built from the run config and read back from an
-instance, and the server state a round leaves in it (what a checkpoint must hold to resume it exactly)."""
+instance, and the server state a round leaves in it (what a checkpoint must hold to resume it exactly).
+
+A user's subclass of one of them replays when its own code could only compute the same again; what can be
+seen not to (a DP wrapper's noise, an override of ``start``, code that samples nodes or draws random numbers,
+a round that changes an attribute no checkpoint holds) is refused in one line rather than replayed
+approximately."""
 
 from __future__ import annotations
 
