@@ -5,8 +5,8 @@ played in process) is exact; negative control: the same store verified in proces
 builds the plain parent class from the keys, is not. A retrain that builds another strategy than the store
 recorded (another class, other attributes, other keys, fedforget's own app) refuses in one line with nothing
 written; so do a DP wrapper and a non-deterministic override before the store exists, and a subclass that
-keeps state of its own before its first round is recorded. Two runs of one ``Forgettable(FedAdam(...))``
-instance share no server state (negative control: one shared copy)."""
+keeps state of its own or sends to other nodes than the round's, before its first round is recorded. Two
+runs of one ``Forgettable(FedAdam(...))`` instance share no server state (negative control: one shared copy)."""
 
 from __future__ import annotations
 
@@ -69,6 +69,13 @@ class RememberingFedAvg(FedAvg):
             arrays = ArrayRecord({k: Array((v.numpy() + self.previous[k].numpy()) / 2) for k, v in arrays.items()})
         self.previous = arrays
         return arrays, metrics
+
+
+class DroppingFedProx(FedProx):
+    """Sends the round to all but the first node it is handed: not the round fedforget drew."""
+
+    def configure_train(self, server_round, arrays, config, grid):  # noqa: ANN001, ANN201
+        return list(super().configure_train(server_round, arrays, config, grid))[1:]
 
 
 def _clipped(clip: float = 0.05) -> ClippedFedAvg:
@@ -238,6 +245,15 @@ def test_a_subclass_that_keeps_state_of_its_own_is_refused_before_its_first_roun
     path = tmp_path / "store"
     strategy = Forgettable(RememberingFedAvg(fraction_train=0.34), store=str(path), **KEYS)
     with pytest.raises(ConfigError, match="its rounds change previous, server state a checkpoint does not hold") as e:
+        run_in_process(run_config(strategy), NODES, server_app=users_app(lambda: strategy))
+    assert "\n" not in str(e.value)
+    assert not artifact_rows(Store.open(path))
+
+
+def test_a_configure_train_that_sends_to_other_nodes_than_it_is_handed_is_refused_at_the_round(tmp_path):
+    path = tmp_path / "store"
+    strategy = Forgettable(DroppingFedProx(fraction_train=0.34), store=str(path), **KEYS)
+    with pytest.raises(ConfigError, match="DroppingFedProx.configure_train sent round 1 to other nodes") as e:
         run_in_process(run_config(strategy), NODES, server_app=users_app(lambda: strategy))
     assert "\n" not in str(e.value)
     assert not artifact_rows(Store.open(path))
