@@ -15,6 +15,7 @@ replayed exactly. ``Result.arrays`` is what the store serves once the run ends.
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -271,6 +272,14 @@ class MethodStrategy(Strategy):
         if action == "propagate":
             return Result()
         return served_result(Store.open(store_root), rows_before, evaluate_fn)
+
+    def for_run(self, **keys: object) -> MethodStrategy:
+        """This strategy with keys a coordinator run sets itself (``store``, ``reference``: run-config names) as the
+        run holds them; its parameters, its class and what it was built with stay (a shallow copy)."""
+        twin = copy.copy(self)
+        twin._raw = {**self._raw, **keys}
+        twin.config = parse_run_config(twin._raw)
+        return twin
 
     def run_config(self, action: str = "train", num_rounds: int | None = None,
                    timeout: float | None = None) -> RunConfig:

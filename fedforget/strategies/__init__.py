@@ -14,10 +14,12 @@ Each class is one ``method=`` value of the run config; :func:`start_from_context
 from __future__ import annotations
 
 from collections.abc import Mapping
+from logging import INFO
 
 from flwr.app import Context
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
+from flwr.supercore import log
 
 from fedforget.federation.refusal import refusals_logged
 from fedforget.methods.registry import FAMILIES
@@ -35,7 +37,7 @@ STRATEGIES: tuple[type[MethodStrategy], ...] = _declared_strategies()
 BY_VARIANT: dict[str, type[MethodStrategy]] = {cls.variant: cls for cls in STRATEGIES}
 globals().update({cls.__name__: cls for cls in STRATEGIES})  # ``from fedforget.strategies import FedSGT``
 
-__all__ = ["BY_VARIANT", "STRATEGIES", "MethodStrategy", "start_from_context", "strategy_for",
+__all__ = ["BY_VARIANT", "RUN_KEYS", "STRATEGIES", "MethodStrategy", "start_from_context", "strategy_for",
            *sorted(cls.__name__ for cls in STRATEGIES)]
 
 
@@ -50,13 +52,25 @@ def strategy_for(run_config: Mapping[str, object]) -> MethodStrategy:
         return BY_VARIANT[variant].from_run_config(run_config)
 
 
+#: the keys a coordinator run sets itself (retrain, ``verify --federation``'s reference into a scratch store): the
+#: run config's value is the run's, whatever the strategy was built with
+RUN_KEYS = ("action", "store", "reference")
+
+
 def start_from_context(strategy: MethodStrategy, grid: Grid, context: Context) -> Result:
     """Start ``strategy`` with the action the run config asks for (``action``: train, retrain or propagate),
     the way the fedforget coordinator submits them to your app: Flower's ``Strategy.start`` receives no
-    ``Context``, so a ServerApp passes it here. The strategy is what it was built with: its messages carry its
-    config to the nodes, whatever the app's run config holds."""
+    ``Context``, so a ServerApp passes it here. The strategy is what it was built with (its messages carry its
+    config to the nodes, whatever the app's run config holds), but for the keys that are the run's own
+    (:data:`RUN_KEYS`): the run config's ``action``, ``store`` and ``reference``, so that a retrain and
+    ``verify --federation``'s reference reach a strategy built in code."""
     from fedforget.core.config import parse_run_config
 
     with refusals_logged():  # a refusal is one line in the run's log, not Flower's traceback
         asked = parse_run_config(dict(context.run_config), warn=False)
-        return strategy.start(grid=grid, action=asked.action)
+        given = asked.to_dict()
+        if strategy.config.store != asked.store:
+            log(INFO, "fedforget: the run config's store=%s is this run's (%s was built with store=%s)", asked.store,
+                type(strategy).__name__, strategy.config.store)
+        run = strategy.for_run(store=given["store"], reference=given["reference"])
+        return run.start(grid=grid, action=asked.action)

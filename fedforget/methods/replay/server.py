@@ -22,7 +22,7 @@ from flwr.serverapp.strategy import FedAvg
 from flwr.supercore import log
 
 import fedforget.methods.replay.flower_strategies as flower_strategies
-from fedforget.core.config import RunConfig, sample_clients
+from fedforget.core.config import ConfigError, RunConfig, sample_clients
 from fedforget.core.seeds import derive_seed
 from fedforget.federation.failover import check_reply
 from fedforget.federation.messaging import PARTITION_KEY, record_bytes, to_numpy
@@ -79,6 +79,11 @@ class ReplayRound(Round):
                                                  _Sampled([run.nodes[p] for p in chosen])))
         finally:
             strategy.fraction_train, strategy.min_train_nodes, strategy.min_available_nodes = keep
+        drawn = sorted(run.nodes[p] for p in chosen)
+        if sorted(m.metadata.dst_node_id for m in made) != drawn:
+            raise ConfigError(f"{type(strategy).__name__}.configure_train sent round {server_round} to other nodes "
+                              "than the round's drawn partitions; fedforget draws them with a seed (fraction-train) "
+                              "and a replay draws the same, so send one message to each node of the grid it hands")
         partition_of = {n: p for p, n in run.nodes.items()}
         sends = []
         for m in made:
