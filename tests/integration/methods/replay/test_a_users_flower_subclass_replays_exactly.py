@@ -199,7 +199,8 @@ def test_a_retrain_through_an_app_that_now_builds_other_parameters_is_refused(tm
     store = Store.open(path)
     before = tree_bytes(path)
     now = users_app(lambda: Forgettable(FedProx(proximal_mu=0.2), store=str(path), **keys))
-    with pytest.raises(ConfigError, match=r"Forgettable sets replay.proximal-mu to values") as refused:
+    with pytest.raises(ConfigError, match=r"run with replay.proximal-mu=0.1, and this run builds "
+                                          r"replay.proximal-mu=0.2") as refused:
         _retrain(store, now)
     assert "\n" not in str(refused.value) and tree_bytes(path) == before
     started = Forgettable(FedProx(proximal_mu=0.2), store=str(path), **keys)  # started without the run config
