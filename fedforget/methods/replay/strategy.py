@@ -34,6 +34,7 @@ class Forgettable(MethodStrategy):
 
 
     variant = "replay"
+    no_initial_arrays = None  # one global model, its first round started from the arrays handed
 
     def __init__(self, strategy: Strategy | str | None = None, **parameters: object) -> None:
         if isinstance(strategy, Strategy):
@@ -66,7 +67,8 @@ class Forgettable(MethodStrategy):
 
     def _rounds(self, grid: Grid, run: ServerRun, ledger: Ledger, watermark: int, resume: int) -> Built:
         """Rounds ``resume + 1`` to ``num_rounds`` of the Flower strategy the run config builds, from round
-        ``resume``'s checkpoint (the seeded model for 0); each round's model checkpointed and evaluated."""
+        ``resume``'s checkpoint (for 0, the run's initial model: the seeded one, or the initial arrays the store
+        recorded); each round's model checkpointed and evaluated."""
         import fedforget.methods.replay.flower_strategies as flower_strategies
         from fedforget.federation.failover import PartitionsExcluded
         from fedforget.methods.replay.server import (
@@ -83,7 +85,7 @@ class Forgettable(MethodStrategy):
 
         cfg, name = run.cfg, run.cfg.replay.strategy
         flower = flower_strategies.build(cfg.replay)
-        initial = {k: v.detach().numpy() for k, v in run.bundle.initial_state.items()}
+        initial = {k: v.detach().numpy() for k, v in run.initial_state.items()}
         try:
             arrays = dict(initial) if resume == 0 else restore(run, ledger, flower, resume, initial)
         except StoreError:
