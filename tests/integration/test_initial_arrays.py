@@ -21,6 +21,7 @@ from fedforget.inprocess import run_in_process
 from fedforget.store import Store
 from fedforget.store.check import check_store
 from fedforget.store.initial_arrays import INITIAL_ARRAYS
+from fedforget.store.lock import LOCK_FILE
 from fedforget.strategies import BY_VARIANT, FedAvgLoRA, strategy_for
 from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.verify import verify_store
@@ -66,9 +67,10 @@ def _served_bytes(store: Store) -> dict[str, str]:
 
 
 def _files(root: Path) -> dict[str, str]:
-    """Every file under ``root`` and its sha256: what a refusal must leave as it was."""
+    """Every file under ``root`` and its sha256, but the run lock (every run takes it): what a refusal must
+    leave as it was."""
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+            for p in sorted(root.rglob("*")) if p.is_file() and p.name != LOCK_FILE}
 
 
 def _forget_one_sample(store: Store) -> None:
@@ -76,7 +78,8 @@ def _forget_one_sample(store: Store) -> None:
 
 
 @pytest.mark.parametrize("variant", ["fedavg", "replay"])
-def test_a_run_from_initial_arrays_serves_other_bytes_and_forget_retrain_verify_start_from_them(tmp_path, variant):
+def test_a_run_from_initial_arrays_serves_other_bytes_and_forget_retrain_verify_start_from_them(tmp_path, variant,
+                                                                                             monkeypatch):
     keys = {**KEYS, "num_rounds": 2}
     initial = _initial_arrays(variant, **keys)
     seeded, mine = tmp_path / "seeded", tmp_path / "mine"
@@ -90,6 +93,9 @@ def test_a_run_from_initial_arrays_serves_other_bytes_and_forget_retrain_verify_
     assert all(np.array_equal(recorded[k], initial[k].numpy()) for k in recorded)
     assert check_store(store).ok
     assert verify_store(store)["exact"]  # the reference starts from the recorded arrays too
+    with monkeypatch.context() as patched:  # a reference from the seeded start would not be exact
+        patched.setattr("fedforget.unlearning.verify.recorded_initial_arrays", lambda _store: None)
+        assert not verify_store(store)["exact"]
 
     _forget_one_sample(store)
     before = _served_bytes(store)
