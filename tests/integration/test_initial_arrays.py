@@ -8,6 +8,7 @@ a method that does not start from one model refuses them, saying why."""
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ import pytest
 from flwr.app import Array, ArrayRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedforget.core.config import ConfigError
+from fedforget.core.config import ConfigError, stored_run_config
 from fedforget.federation.run_setup import build_model
 from fedforget.inprocess import run_in_process
 from fedforget.store import Store
@@ -25,6 +26,7 @@ from fedforget.store.lock import LOCK_FILE
 from fedforget.strategies import BY_VARIANT, FedAvgLoRA, strategy_for
 from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.verify import verify_store
+from fedforget.unlearning.verify_federation import SCRATCH
 
 from .helpers import artifact_shas, served_ids
 
@@ -105,6 +107,31 @@ def test_a_run_from_initial_arrays_serves_other_bytes_and_forget_retrain_verify_
     assert check_store(after).ok
     result = verify_store(after)
     assert result["exact"], result["reason"]
+
+
+def _federation_reference(store: Store, _workdir: Path, _forgotten: dict[int, list[int]]) -> tuple[Store, set[int]]:
+    """``verify --federation``'s reference with its nodes played in process: fedforget's own app trains the
+    store's recorded config (``reference=true``) into the scratch store inside the store, handed no arrays."""
+    area = store.root / SCRATCH
+    shutil.rmtree(area, ignore_errors=True)
+    area.mkdir(mode=0o700)
+    config = {**stored_run_config(store.manifest()["config"]), "action": "train", "reference": True,
+              "store": str(area / "store")}
+    run_in_process(config, NODES)
+    return Store.open(area / "store"), set()
+
+
+def test_a_verify_federation_reference_starts_from_the_arrays_the_verified_store_recorded(tmp_path, monkeypatch):
+    keys = {**KEYS, "num_rounds": 1}
+    store_root = tmp_path / "store"
+    config = _run_config(store_root, "fedavg", **keys)
+    run_in_process(config, NODES, server_app=_starting_from(_initial_arrays("fedavg", **keys)))
+    _forget_one_sample(Store.open(store_root))
+    run_in_process({**config, "action": "retrain"}, NODES)
+    result = verify_store(Store.open(store_root), reference=_federation_reference)
+    assert result["exact"] and result["held"]["equal"], result["reason"]
+    monkeypatch.setattr("fedforget.federation.starting_model.verified_store", lambda _cfg: None)
+    assert not verify_store(Store.open(store_root), reference=_federation_reference)["exact"]  # from the seed
 
 
 def test_a_retrain_handed_other_initial_arrays_is_refused_with_the_store_untouched(tmp_path):
