@@ -9,7 +9,8 @@ what ``forget`` itself trusted: the index is compared with the manifest instead 
 moved to another unit before its forget fails the check rather than passing it on both sides.
 A method whose plan was drawn from what a leaver influenced readies its scratch run itself (its
 declaration's ``prepare_scratch``, e.g. a stored tree replayed as ``plan-file``): "from scratch" means
-"on the same plan".
+"on the same plan". A store whose training started from initial arrays (``start(initial_arrays=...)``,
+:mod:`fedforget.store.initial_arrays`) has its reference start from the same recorded arrays.
 
 What is compared is what a user is served, never only what the ledger says about it:
 

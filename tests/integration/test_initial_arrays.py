@@ -148,6 +148,18 @@ def test_a_retrain_handed_other_initial_arrays_is_refused_with_the_store_untouch
     assert _files(store_root) == before
 
 
+def test_the_store_check_names_initial_arrays_whose_file_is_gone(tmp_path):
+    keys = {**KEYS, "num_rounds": 1}
+    store_root = tmp_path / "store"
+    run_in_process(_run_config(store_root, "fedavg", **keys), NODES,
+                   server_app=_starting_from(_initial_arrays("fedavg", **keys)))
+    store = Store.open(store_root)
+    assert check_store(store).ok
+    store.artifact_path(store.manifest()[INITIAL_ARRAYS]).unlink()
+    problems = check_store(store).problems
+    assert any("initial arrays" in p and "corrupt or missing" in p for p in problems), problems
+
+
 def test_a_retrain_handed_arrays_for_a_store_trained_from_the_seed_is_refused(tmp_path):
     keys = {**KEYS, "num_rounds": 1}
     store_root = tmp_path / "store"
