@@ -1,9 +1,10 @@
 """``start(initial_arrays=...)`` in a user's ServerApp: a method that starts from one model (fedavg, replay,
-FedShard's first stage, SISA's chains) starts from the arrays handed instead of the seeded start, so it serves
-other bytes (the negative control); the store records them, so a retrain through fedforget's own app and
-``fedforget verify``'s from-scratch reference start from them without being handed them again, and stay exact.
-Arrays of the wrong shape, and a retrain handed other arrays, are refused in one line with the store untouched;
-a method that does not start from one model refuses them, saying why."""
+FedShard's first stage, SISA's and FedCIO's chains) starts from the arrays handed instead of the seeded start,
+so it serves other bytes (the negative control); the store records them, so a retrain through fedforget's own
+app and ``fedforget verify``'s from-scratch reference (in process and ``--federation``) start from them without
+being handed them again, and stay exact. Arrays of the wrong shape, and a retrain handed other arrays, are
+refused in one line with the store untouched; a method that does not start from one model refuses them, saying
+why."""
 
 from __future__ import annotations
 
@@ -201,9 +202,12 @@ def test_initial_arrays_must_be_an_array_record(tmp_path):
     assert not (tmp_path / "store").exists()
 
 
-@pytest.mark.parametrize("variant", ["fedshard", "sisa"])
+SHARDED = {"fedshard": {}, "sisa": {"groups": 2, "shards": 2}, "fedcio": {"clusters": 2}}
+
+
+@pytest.mark.parametrize("variant", sorted(SHARDED))
 def test_sharded_methods_start_their_first_models_from_initial_arrays_and_stay_exact(tmp_path, variant):
-    keys = {**KEYS, "slices_per_client": 2, **({"groups": 2, "shards": 2} if variant == "sisa" else {})}
+    keys = {**KEYS, "slices_per_client": 2, **SHARDED[variant]}
     initial = _initial_arrays(variant, **keys)
     seeded, mine = tmp_path / "seeded", tmp_path / "mine"
     run_in_process(_run_config(seeded, variant, **keys), NODES)
