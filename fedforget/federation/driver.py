@@ -25,6 +25,7 @@ from fedforget.federation.forget_messages import forget_before_retrain
 from fedforget.federation.record_key import run_record_key
 from fedforget.federation.registration import Federation, register_nodes
 from fedforget.federation.run_setup import ServerRun, open_server_run, prepare_server_run
+from fedforget.federation.starting_model import Arrays
 from fedforget.store.check import corrupt_artifacts
 from fedforget.store.crash import crash_point
 from fedforget.store.ledger import Ledger
@@ -53,22 +54,23 @@ class MethodStrategy(Protocol):
     def finished(self, run: ServerRun, built: Built) -> None: ...
 
 
-def drive(grid: Grid, cfg: RunConfig, strategy: MethodStrategy) -> None:
+def drive(grid: Grid, cfg: RunConfig, strategy: MethodStrategy, initial_arrays: Arrays | None = None) -> None:
     """Run ``cfg.action`` (train or retrain) of the strategy started on the nodes ``grid`` reaches: its own
     methods train and retrain, its declaration (``strategy.method``) names the message that makes a node forget
     and what a purge covers, and its rounds call its ``configure_train``/``aggregate_train``
-    (:mod:`fedforget.federation.round_engine`)."""
+    (:mod:`fedforget.federation.round_engine`). ``initial_arrays``: what ``start`` was handed to start from
+    (:mod:`fedforget.federation.starting_model`)."""
     method = strategy.method
     server_test = load_server_test(cfg)  # the server's own test set: never a client's row
     record_key = run_record_key(cfg)
     federation = register_nodes(grid, cfg, strategy.needs(), server_test.num_classes, record_key)
     if cfg.action == "retrain":
-        run = open_server_run(cfg, federation, server_test)
+        run = open_server_run(cfg, federation, server_test, initial_arrays)
         run.strategy = strategy
         _retrain(grid, strategy, run, method)
         return
     strategy.check(cfg, federation, server_test.num_classes)
-    run = prepare_server_run(cfg, federation, server_test, record_key)
+    run = prepare_server_run(cfg, federation, server_test, record_key, initial_arrays)
     run.strategy = strategy
     _train(grid, strategy, run, method)
 

@@ -120,6 +120,10 @@ class MethodStrategy(Strategy):
     method: ClassVar[Method] = _Declaration()  # type: ignore[assignment]
     #: the run-config key ``start(num_rounds=...)`` sets (None: the method sizes its own rounds)
     rounds_key: ClassVar[str | None] = "num-rounds"
+    #: why ``start(initial_arrays=...)`` is refused: the method does not start from one model (None: it does,
+    #: and its run starts from the arrays handed, :class:`~fedforget.federation.run_setup.ServerRun`'s
+    #: ``initial_state``)
+    no_initial_arrays: ClassVar[str | None] = "its modules each start from weights seeded by `seed`"
 
     def __init__(self, **parameters: object) -> None:
         task = str(parameters.get("task", RunConfig.__dataclass_fields__["task"].default))
@@ -234,10 +238,13 @@ class MethodStrategy(Strategy):
               *, action: str = "train") -> Result:
         """Run ``action`` (``train``, ``retrain`` or ``propagate``) into the store; return what it serves.
 
-        ``initial_arrays`` must be empty: the method seeds each module from ``seed`` so that a retrain and
-        ``fedforget verify`` rebuild the same bytes. ``num_rounds`` sets the rounds key of the method
-        (:attr:`rounds_key`), ``timeout`` the round timeout. ``train_config`` and ``evaluate_config`` must be
-        empty: the method's messages carry their own. ``evaluate_fn`` is called once, on what is served.
+        ``initial_arrays``: the model a method that starts from one model starts from (the trainable state
+        under its tensor names, as ``Result.arrays`` holds it), instead of the one seeded by ``seed``; training
+        records them in the store, and a retrain or ``fedforget verify`` starts from the recorded ones (handed
+        again, they must be the same). A method that does not start from one model (:attr:`no_initial_arrays`)
+        refuses them. ``num_rounds`` sets the rounds key of the method (:attr:`rounds_key`), ``timeout`` the
+        round timeout. ``train_config`` and ``evaluate_config`` must be empty: the method's messages carry
+        their own. ``evaluate_fn`` is called once, on what is served.
         """
         with refusals_logged():
             return self._start(grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config,
@@ -246,9 +253,12 @@ class MethodStrategy(Strategy):
     def _start(self, grid: Grid, initial_arrays: ArrayRecord | None, num_rounds: int | None, timeout: float | None,
                train_config: ConfigRecord | None, evaluate_config: ConfigRecord | None,
                evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None, action: str) -> Result:
-        if initial_arrays is not None and len(initial_arrays):
-            raise ConfigError(f"{type(self).__name__} seeds its modules from `seed` so that a retrain rebuilds "
-                              "them; pass no initial_arrays")
+        from fedforget.federation.starting_model import arrays_of
+
+        given = arrays_of(initial_arrays)
+        if given is not None and self.no_initial_arrays:
+            raise ConfigError(f"{type(self).__name__} does not start from one model: {self.no_initial_arrays}; "
+                              "pass no initial_arrays")
         for name, record in (("train_config", train_config), ("evaluate_config", evaluate_config)):
             if record is not None and len(record):
                 raise ConfigError(f"{type(self).__name__}'s messages carry their own config; pass no {name} "
@@ -264,7 +274,7 @@ class MethodStrategy(Strategy):
         rows_before = _metrics_rows(store_root) if action != "train" else 0
         fresh = action == "train" and not store_root.exists()
         try:
-            run_action(grid, cfg, self)
+            run_action(grid, cfg, self, given)
         except refusals() as exc:
             if fresh and not isinstance(exc, RunLockRefused):  # refused before it trained: take back the directory
                 remove_unwritten_store(store_root)  # its lock made (a lock refused is another run's)

@@ -35,10 +35,10 @@ def reliable(grid: Grid, cfg: RunConfig) -> ReliableGrid:
     return ReliableGrid(grid, cfg.to_dict())
 
 
-def run_action(grid: Grid, cfg: RunConfig, strategy: Any) -> None:
+def run_action(grid: Grid, cfg: RunConfig, strategy: Any, initial_arrays: dict[str, Any] | None = None) -> None:
     """``cfg.action`` (train, retrain or propagate) of ``strategy`` on the nodes ``grid`` reaches: the strategy's
-    own methods train and retrain (:func:`~fedforget.federation.driver.drive`), its declaration
-    (``strategy.method``) names how nodes forget.
+    own methods train and retrain (:func:`~fedforget.federation.driver.drive`, from ``initial_arrays`` when
+    ``start`` was handed some), its declaration (``strategy.method``) names how nodes forget.
 
     Raises :class:`RunLockRefused` when another live run holds the store's lock, and
     :class:`~fedforget.core.config.ConfigError` for a config this federation cannot run, or whose relative
@@ -58,7 +58,7 @@ def run_action(grid: Grid, cfg: RunConfig, strategy: Any) -> None:
             return
         from fedforget.federation.driver import drive  # the server's run: torch, the model
 
-        drive(reliable(grid, cfg), cfg, strategy)
+        drive(reliable(grid, cfg), cfg, strategy, initial_arrays)
 
 
 def remove_unwritten_store(root: Path) -> None:

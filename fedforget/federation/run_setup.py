@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import flwr
+import numpy as np
 import torch
 
 from fedforget import __version__
@@ -16,7 +17,9 @@ from fedforget.core.seeds import derive_seed
 from fedforget.core.slicing import iid_shares
 from fedforget.federation.record_key import taken
 from fedforget.federation.registration import Federation, check_against_manifest
+from fedforget.federation.starting_model import Arrays, retrain_start, training_start
 from fedforget.store import Store
+from fedforget.store.initial_arrays import INITIAL_ARRAYS, record_initial_arrays
 from fedforget.tasks.base import Backbone, Examples, TaskData
 from fedforget.tasks.partitioning import PartitionPlan
 from fedforget.tasks.peft_modules import TaskModel, build_task_model
@@ -30,7 +33,7 @@ DEFAULT_ADAPTER = "default"
 class ModelBundle:
     model: TaskModel
     backbone: Backbone
-    #: The seeded initial LoRA + head of the default adapter; what a fresh run starts from.
+    #: The seeded initial LoRA + head of the default adapter; what a run handed no initial arrays starts from.
     initial_state: dict[str, torch.Tensor]
 
 
@@ -101,6 +104,15 @@ class ServerRun:
     store: Store
     #: the strategy whose ``start`` runs this (its hooks are called once per round), None outside one
     strategy: Any = None
+    #: the initial arrays the store's training started from, in the seeded start's order (None: the seeded start)
+    initial_arrays: Arrays | None = None
+
+    @property
+    def initial_state(self) -> dict[str, torch.Tensor]:
+        """What a one-model run starts from: the store's initial arrays, else the seeded initial LoRA + head."""
+        if self.initial_arrays is None:
+            return self.bundle.initial_state
+        return {k: torch.from_numpy(np.array(v, copy=True)) for k, v in self.initial_arrays.items()}
 
     @property
     def nodes(self) -> dict[int, int]:
@@ -114,10 +126,13 @@ class ServerRun:
 
 
 def prepare_server_run(cfg: RunConfig, federation: Federation, server_test: ServerTest,
-                       record_key: str | None = None) -> ServerRun:
+                       record_key: str | None = None, initial_arrays: Arrays | None = None) -> ServerRun:
     """Create the store for a fresh run, its manifest built from what the nodes registered; ``record_key``: the
-    key the nodes keyed their own records' sample ids with, kept in the manifest when a node has such records."""
+    key the nodes keyed their own records' sample ids with, kept in the manifest when a node has such records.
+    ``initial_arrays`` (handed to ``start``) are checked against the seeded start before the store exists, and
+    recorded in it."""
     bundle = build_model(cfg, server_test.num_classes)
+    start = training_start(cfg, initial_arrays, bundle.initial_state)
     store = Store.create(cfg.store, {})
     backbone_artifact = None
     if bundle.backbone.project_trained:
@@ -136,17 +151,22 @@ def prepare_server_run(cfg: RunConfig, federation: Federation, server_test: Serv
             manifest["app"] = app
     if federation.class_counts:
         manifest["class-counts"] = {str(p): c for p, c in sorted(federation.class_counts.items())}
+    if start is not None:
+        manifest[INITIAL_ARRAYS] = record_initial_arrays(store, start, cfg.task)
     store.update_manifest(**manifest)
     taken(store.root)
-    return ServerRun(cfg, federation, server_test.examples, server_test.num_classes, bundle, store)
+    return ServerRun(cfg, federation, server_test.examples, server_test.num_classes, bundle, store,
+                     initial_arrays=start)
 
 
-def open_server_run(cfg: RunConfig, federation: Federation, server_test: ServerTest) -> ServerRun:
+def open_server_run(cfg: RunConfig, federation: Federation, server_test: ServerTest,
+                    initial_arrays: Arrays | None = None) -> ServerRun:
     """Re-open the store of an earlier run (``action='retrain'``), refusing a different config or data.
 
     Retraining must rebuild with exactly the config that trained the store, and on the data that trained
     it less what was forgotten, else "the same plan" would silently mean something else. The plan is the
-    manifest's, never the replies': the nodes only confirm it.
+    manifest's, never the replies': the nodes only confirm it. It starts from the initial arrays the store
+    recorded; ``initial_arrays`` handed to ``start`` must be those.
     """
     store = Store.open(cfg.store)
     manifest = store.manifest()
@@ -168,4 +188,6 @@ def open_server_run(cfg: RunConfig, federation: Federation, server_test: ServerT
     federation.plan = PartitionPlan({int(p): [[int(i) for i in s] for s in slices]
                                      for p, slices in manifest["partitions"].items()})
     bundle = build_model(cfg, server_test.num_classes)
-    return ServerRun(cfg, federation, server_test.examples, server_test.num_classes, bundle, store)
+    start = retrain_start(store, initial_arrays, bundle.initial_state)
+    return ServerRun(cfg, federation, server_test.examples, server_test.num_classes, bundle, store,
+                     initial_arrays=start)

@@ -18,7 +18,8 @@ edit must never break, checked from the files alone: every command that opens a 
 - every artifact's sha256 is the one its training recorded last (``history``), and its file is the
   file of *that* artifact (its safetensors header names it), so pointing one artifact's row at another
   file is caught even though the bytes match the sha256;
-- the stored backbone copy's bytes match the sha256 recorded when training wrote it;
+- the stored backbone copy's bytes match the sha256 recorded when training wrote it, and so do the initial
+  arrays' a run was handed to start from (``fedforget.store.initial_arrays``: a retrain starts from them);
 - every artifact the ledger records is an artifact of the plan, stored on disk;
 - the ledger keeps the log the store was created with (a manifest with a ``store-id``: never one adopted
   again over its tables), and every receipt in ``receipts/`` is borne out by the ledger and its log
@@ -42,6 +43,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedforget.store.index_check import index_problems
+from fedforget.store.initial_arrays import KIND as INITIAL_ARRAYS_KIND
+from fedforget.store.initial_arrays import initial_arrays_problem
 from fedforget.store.ledger import LEDGER, Ledger
 from fedforget.store.store import (
     ARTIFACTS,
@@ -197,6 +200,9 @@ def _check_ledger(store: Store, ledger: Ledger, manifest: dict[str, Any] | None,
                 out.problems.append("manifest.json was edited after its run wrote it: it no longer matches the "
                                     "digest the ledger recorded")
         _check_backbone(store, manifest, out)
+        started = initial_arrays_problem(store, manifest)
+        if started:
+            out.problems.append(started)
     check_artifact_rows(store, ledger, out)
     counts = dict(db.execute("SELECT request, COUNT(*) FROM forgotten GROUP BY request").fetchall())
     check_requests(db, out, counts)
@@ -404,6 +410,8 @@ def _owner(store: Store, sha256: str) -> str | None:
         written = json.loads(meta.get(METADATA_KEY, "{}"))
         if written.get("kind") == "backbone":
             return "the backbone copy"
+        if written.get("kind") == INITIAL_ARRAYS_KIND:
+            return "the initial arrays"
         owner = written.get("artifact")
     except (ValueError, AttributeError):
         return "an unreadable header"

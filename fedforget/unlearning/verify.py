@@ -9,7 +9,8 @@ what ``forget`` itself trusted: the index is compared with the manifest instead 
 moved to another unit before its forget fails the check rather than passing it on both sides.
 A method whose plan was drawn from what a leaver influenced readies its scratch run itself (its
 declaration's ``prepare_scratch``, e.g. a stored tree replayed as ``plan-file``): "from scratch" means
-"on the same plan".
+"on the same plan". A store whose training started from initial arrays (``start(initial_arrays=...)``,
+:mod:`fedforget.store.initial_arrays`) has its reference start from the same recorded arrays.
 
 What is compared is what a user is served, never only what the ledger says about it:
 
@@ -45,6 +46,7 @@ from fedforget.methods.registry import store_method
 from fedforget.store import Store, StoreError
 from fedforget.store.forget_plan import PlanError, resolve_requests, sample_plan
 from fedforget.store.index_check import index_problems
+from fedforget.store.initial_arrays import recorded_initial_arrays
 from fedforget.store.ledger import LedgerUsageError
 
 #: How a reference run is made: (store, a work dir, partition → forgotten ids) → (the scratch store, the
@@ -139,8 +141,28 @@ def _scratch_run(store: Store, workdir: Path, forgotten: dict[int, list[int]]) -
     secretless: set[int] = set()
     if method is not None and method.prepare_scratch:  # what the method's scratch run needs besides the config
         secretless = method.prepare_scratch(store, cfg, scratch_root, workdir, config)
-    run_in_process(config, int(manifest["num-partitions"]))
+    initial = recorded_initial_arrays(store)  # the store's training started from these: so does the reference
+    run_in_process(config, int(manifest["num-partitions"]),
+                   server_app=starting_from(initial) if initial is not None else None)
     return Store.open(scratch_root), secretless
+
+
+def starting_from(arrays: dict[str, Any]) -> Any:  # noqa: ANN401 - a flwr ServerApp
+    """fedforget's ServerApp whose training run starts from ``arrays`` (``start(initial_arrays=...)``), as the
+    verified store's training did."""
+    from flwr.app import Array, ArrayRecord, Context
+    from flwr.serverapp import Grid, ServerApp
+
+    from fedforget.strategies import strategy_for
+
+    record = ArrayRecord({name: Array(value) for name, value in arrays.items()})
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        strategy_for(context.run_config).start(grid=grid, initial_arrays=record, action="train")
+
+    return app
 
 
 def forgotten_from_manifest(manifest: dict[str, Any], specs: list[tuple[int, Any]]) -> dict[int, list[int]]:

@@ -29,7 +29,7 @@ from fedforget.federation.control_messages import ModuleNeed
 from fedforget.federation.failover import check_chain_reply
 from fedforget.federation.messaging import CHAIN_MESSAGE, PARTITION_KEY, to_numpy
 from fedforget.federation.module_messages import DEFAULT_SLOTS, MODULES_KEY, PREFIX_KEY, Slot, TrainModule
-from fedforget.federation.module_stack import default_module_init, fresh_module, initial_head, slot_name, split_state
+from fedforget.federation.module_stack import fresh_module, slot_name, split_state
 from fedforget.federation.round_engine import Contribution, Round, Send
 from fedforget.federation.run_setup import ServerRun
 from fedforget.methods.chains.config import parse_prior
@@ -123,6 +123,11 @@ def _numpy(state: dict[str, torch.Tensor]) -> Arrays:
     return {k: np.ascontiguousarray(v.detach().numpy()) for k, v in state.items()}
 
 
+def _copied(state: dict[str, torch.Tensor]) -> Arrays:
+    """Arrays of their own (``state`` may be the cached seeded start, which nothing may write to)."""
+    return {k: np.array(v.detach().numpy(), copy=True) for k, v in state.items()}
+
+
 def _record(arrays: Arrays) -> ArrayRecord:
     return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
 
@@ -166,9 +171,12 @@ class ChainTrainer:
         return {k: np.array(v, copy=True) for k, v in arrays_of(sha, self.shipping.module_bytes(sha).tobytes()).items()}
 
     def _begin(self, chain: Chain, position: int) -> ChainState:
-        """The starting point of ``position``: prefix modules and head from the stored valid prefix."""
+        """The starting point of ``position``: prefix modules and head from the stored valid prefix; a first
+        position starts from the run's initial model (the seeded LoRA + head, or for a continued chain the
+        initial arrays the store recorded), a new module from its own seed."""
         state = ChainState(chain, position)
-        head = _numpy(initial_head(self.cfg, self.num_classes))
+        first_lora, first_head = (_copied(part) for part in split_state(self.run.initial_state))
+        head = first_head
         previous = None
         for p in range(1, position):
             previous = self._artifact_state(self.plan.artifact_id(chain, p))
@@ -176,7 +184,7 @@ class ChainTrainer:
             if self.plan.stacking == "new":
                 state.prefix.append(self._artifact_sha(self.plan.artifact_id(chain, p)))
         if self.plan.stacking == "continue":
-            lora = split_state(previous)[0] if previous else _numpy(default_module_init(self.cfg, self.num_classes))
+            lora = split_state(previous)[0] if previous else first_lora
         else:
             artifact = self.plan.artifact_id(chain, position)
             lora = _numpy(fresh_module(self.cfg, self.num_classes, slot_name(position), self.targets[position - 1],

@@ -70,6 +70,7 @@ class FedSGT(_Chains):
 
     variant = "fedsgt"
     layout = FEDSGT_LAYOUT
+    no_initial_arrays = "each chain position starts a fresh LoRA module of its own, seeded by `seed`"
 
 
 class S3T(_Chains):
@@ -77,6 +78,8 @@ class S3T(_Chains):
 
     variant = "s3t"
     layout = S3T_LAYOUT
+    no_initial_arrays = ("each chain position starts a fresh LoRA module of its own on its block of layers, seeded "
+                         "by `seed`")
 
 
 class SISA(_Chains):
@@ -84,6 +87,7 @@ class SISA(_Chains):
 
     variant = "sisa"
     layout = SISA_LAYOUT
+    no_initial_arrays = None  # one module continued along each chain: every chain's first position starts from it
 
 
 class FedCIO(_Chains):
@@ -91,4 +95,5 @@ class FedCIO(_Chains):
 
     variant = "fedcio"
     layout = FEDCIO_LAYOUT
+    no_initial_arrays = None  # one module per cluster's chain, as SISA's: each starts from the arrays handed
     rounds_key = FEDCIO_LAYOUT.rounds_key  # its one position trains num-rounds rounds

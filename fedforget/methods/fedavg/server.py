@@ -205,10 +205,11 @@ def check_fedavg_reply(run: ServerRun, reply: Message, partition: int, sent: Mes
 
 
 def train_global(grid: Grid, run: ServerRun) -> tuple[str, set[int]]:
-    """``num-rounds`` rounds of :class:`FedAvgRound` from the seeded initial model, the server evaluating it
-    first; the stored global model and the partitions it saw."""
+    """``num-rounds`` rounds of :class:`FedAvgRound` from the run's initial model (the seeded one, or the
+    initial arrays the store recorded), the server evaluating it first; the stored global model and the
+    partitions it saw."""
     rnd = FedAvgRound(grid, run)
-    state = {k: np.array(v.detach().numpy(), copy=True) for k, v in run.bundle.initial_state.items()}
+    state = {k: np.array(v.detach().numpy(), copy=True) for k, v in run.initial_state.items()}
     rnd.evaluate(0, state)
     for server_round in range(1, run.cfg.num_rounds + 1):
         state = rnd.run(server_round, {ARTIFACT: state}).states[ARTIFACT]

@@ -23,10 +23,12 @@ class FedAvgLoRA(MethodStrategy):
     ``start`` trains one artifact, the global model: ``num_rounds`` rounds on the round engine
     (:class:`~fedforget.methods.fedavg.server.FedAvgRound`), each sending every partition the global model,
     averaging every reply in partition order (Flower's float32 arithmetic) and evaluating the result on the
-    server's test set. A forget invalidates it; a retrain trains it again from the seeded model.
+    server's test set. A forget invalidates it; a retrain trains it again from the same start: the seeded model,
+    or the ``initial_arrays`` training was handed (recorded in the store).
     ``configure_train``/``aggregate_train`` see the model under its tensor names."""
 
     variant = "fedavg"
+    no_initial_arrays = None  # one global model, started from the arrays handed
 
     def train(self, grid: Grid, run: ServerRun, ledger: Ledger) -> Built:
         from fedforget.methods.fedavg.server import ARTIFACT

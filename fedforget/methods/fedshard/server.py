@@ -42,7 +42,6 @@ from fedforget.core.seeds import derive_seed
 from fedforget.federation.failover import check_chain_reply
 from fedforget.federation.messaging import PARTITION_KEY, to_numpy, to_record
 from fedforget.federation.module_messages import TrainModule
-from fedforget.federation.module_stack import default_module_init, initial_head
 from fedforget.federation.round_engine import Contribution, Round, Send
 from fedforget.federation.run_setup import ServerRun
 from fedforget.methods.fedshard.angles import signed_update_angles, update_angles
@@ -96,10 +95,8 @@ class ShardTrainer:
         self.client_rounds = 0
         self.client_angles: dict[int, float] = {}
         self._probe: dict[int, Arrays] = {}
-        num_classes = run.num_classes
-        self.theta0: Arrays = {k: np.ascontiguousarray(v.detach().numpy()) for k, v in
-                               {**default_module_init(self.cfg, num_classes), **initial_head(self.cfg, num_classes)}
-                               .items()}
+        #: θ^0, every first-stage shard's start: the seeded LoRA + head, or the initial arrays the store recorded
+        self.theta0: Arrays = {k: np.array(v.detach().numpy(), copy=True) for k, v in run.initial_state.items()}
 
     def members(self, shard: ShardNode) -> list[int]:
         return [c for c in shard.clients if c not in self.gone]

@@ -23,6 +23,8 @@ class _Split(MethodStrategy):
     invalidates it, a retrain trains it again from the seeded model, as fedavg's does."""
 
     round_hooks = False  # a round exchanges activations and feedback, not models to average
+    no_initial_arrays = ("its clients build their half of the split model from `seed` themselves (only activations "
+                         "and feedback travel), so no model reaches them to start from")
     #: how the variant's clients and server step
     protocol: ClassVar[SplitProtocol]
     #: the replay history (seeds, v̄) a retrain replaces, deleted once the new one is served

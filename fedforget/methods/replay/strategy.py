@@ -57,6 +57,7 @@ class Forgettable(MethodStrategy):
     """
 
     variant = "replay"
+    no_initial_arrays = None  # one global model, its first round started from the arrays handed
     #: the Flower strategy as built (None: built from the run config's keys at each run)
     _flower: Strategy | None = None
 
@@ -159,7 +160,8 @@ class Forgettable(MethodStrategy):
 
     def _rounds(self, grid: Grid, run: ServerRun, ledger: Ledger, watermark: int, resume: int) -> Built:
         """Rounds ``resume + 1`` to ``num_rounds`` of the Flower strategy (a fresh copy of it), from round
-        ``resume``'s checkpoint (the seeded model for 0); each round's model checkpointed and evaluated."""
+        ``resume``'s checkpoint (for 0, the run's initial model: the seeded one, or the initial arrays the store
+        recorded); each round's model checkpointed and evaluated."""
         import fedforget.methods.replay.flower_strategies as flower_strategies
         from fedforget.core.config import ConfigError
         from fedforget.federation.failover import PartitionsExcluded
@@ -177,7 +179,7 @@ class Forgettable(MethodStrategy):
 
         cfg, name = run.cfg, run.cfg.replay.strategy
         flower = self.flower_strategy()  # a fresh copy: no server state from another run
-        initial = {k: v.detach().numpy() for k, v in run.bundle.initial_state.items()}
+        initial = {k: v.detach().numpy() for k, v in run.initial_state.items()}
         try:
             arrays = dict(initial) if resume == 0 else restore(run, ledger, flower, resume, initial)
         except StoreError:

@@ -29,6 +29,8 @@ class _Safe(MethodStrategy):
 
     #: how the variant shards the clients' data
     layout: ClassVar[SafeLayout]
+    no_initial_arrays = ("it trains one InCA adapter (queries and heads, not LoRA) per clique on the frozen "
+                         "backbone's features, each seeded by `seed`")
     #: the whole train split (read by ``check`` when a safe shard is drawn) and the shard's rows, for ``train``
     _whole: Any = None
     _shard_ids: list[int] = []
