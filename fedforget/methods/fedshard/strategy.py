@@ -28,6 +28,7 @@ class FedShard(MethodStrategy):
 
     variant = "fedshard"
     rounds_key = None
+    needs_server_test_rows = True  # the first served model's per-class test accuracy (fairness)
 
     def needs(self) -> tuple[str, ...]:
         return (NEED_CLASS_COUNTS,)  # the fairness report weighs each client's per-class accuracy drop by them

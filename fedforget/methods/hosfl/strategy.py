@@ -23,6 +23,7 @@ class _Split(MethodStrategy):
     invalidates it, a retrain trains it again from the seeded model, as fedavg's does."""
 
     round_hooks = False  # a round exchanges activations and feedback, not models to average
+    needs_server_test_rows = True  # a test input sizes the replies' bound; rounds are evaluated on the server
     #: how the variant's clients and server step
     protocol: ClassVar[SplitProtocol]
     #: the replay history (seeds, v̄) a retrain replaces, deleted once the new one is served

@@ -29,6 +29,7 @@ class _Safe(MethodStrategy):
 
     #: how the variant shards the clients' data
     layout: ClassVar[SafeLayout]
+    needs_server_test_rows = True  # the test inputs give the tokens' shape; prototypes are scored on them
     #: the whole train split (read by ``check`` when a safe shard is drawn) and the shard's rows, for ``train``
     _whole: Any = None
     _shard_ids: list[int] = []
