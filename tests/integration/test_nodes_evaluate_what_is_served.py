@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -28,7 +29,7 @@ from fedforget.federation.run_setup import local_test_share
 from fedforget.federation.serve import probability_metrics, serving_probabilities
 from fedforget.inprocess import InProcessGrid, default_run_config, run_in_process
 from fedforget.store import Store
-from fedforget.strategies import start_from_context, strategy_for
+from fedforget.strategies import FedAvgLoRA, start_from_context, strategy_for
 from fedforget.tasks.base import Examples
 from fedforget.tasks.local_records import read_local_records
 from fedforget.tasks.registry import load_task_data
@@ -143,6 +144,43 @@ def test_evaluating_on_the_nodes_leaves_the_served_bytes_pinned(public_nodes):
     if pinned is None:
         pytest.skip(f"no served bytes of {name} recorded on {bytes_platform()}")
     assert served_shas(store.root) == pinned["trained"]
+
+
+class FirstNodeOnly(FedAvgLoRA):
+    """A user's override, as of Flower's strategies: evaluate on the first node only, and count the replies."""
+
+    seen: ClassVar[list] = []
+
+    def configure_evaluate(self, server_round, arrays, config, grid):  # noqa: ANN001, ANN201
+        FirstNodeOnly.seen.append((server_round, sorted(arrays), config["server-round"]))
+        return list(super().configure_evaluate(server_round, arrays, config, grid))[:1]
+
+    def aggregate_evaluate(self, server_round, replies):  # noqa: ANN001, ANN201
+        replies = list(replies)
+        metrics = super().aggregate_evaluate(server_round, replies)
+        metrics["replies"] = len(replies)
+        return metrics
+
+
+def test_an_override_of_configure_and_aggregate_evaluate_is_what_the_store_records(tmp_path):
+    results: list = []
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        results.append(start_from_context(FirstNodeOnly.from_run_config(context.run_config), grid, context))
+
+    root = tmp_path / "store"
+    run_in_process({**DIGITS, "method": "fedavg", "num-rounds": 1, "store": str(root), "evaluate-on-nodes": True},
+                   NODES, server_app=app)
+    store = Store.open(root)
+    assert FirstNodeOnly.seen == [(1, sorted(results[0].arrays), 1)]  # handed what is served, under round 1
+    cfg = _stored_config(store)
+    data = load_task_data(cfg)
+    direct = _direct(store, [local_test_share(data, 0, NODES, cfg.seed)], data.num_classes)
+    _assert_recorded(store, direct)
+    assert _final(store)["federated-replies"] == 1
+    assert results[0].evaluate_metrics_clientapp[1]["replies"] == 1
 
 
 # -- nodes with their own records ---------------------------------------------------------------------------
