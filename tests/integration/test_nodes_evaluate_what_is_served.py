@@ -15,7 +15,7 @@ from typing import ClassVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from flwr.app import Context, Message
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 from flwr.serverapp import Grid, ServerApp
 from typer.testing import CliRunner
 
@@ -181,6 +181,13 @@ def test_an_override_of_configure_and_aggregate_evaluate_is_what_the_store_recor
     _assert_recorded(store, direct)
     assert _final(store)["federated-replies"] == 1
     assert results[0].evaluate_metrics_clientapp[1]["replies"] == 1
+
+
+def test_configure_evaluate_outside_start_says_start_calls_it(tmp_path):
+    strategy = FedAvgLoRA(store=str(tmp_path / "s"), task="digits-mlp")
+    with pytest.raises(RuntimeError, match=r"called by start\(\) once the run is served"):
+        strategy.configure_evaluate(1, ArrayRecord(), ConfigRecord(), None)  # type: ignore[arg-type]
+    assert strategy.aggregate_evaluate(1, []) is None  # no node answered: no evaluation
 
 
 # -- nodes with their own records ---------------------------------------------------------------------------
