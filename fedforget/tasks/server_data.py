@@ -218,9 +218,10 @@ def load_server_test(cfg: RunConfig) -> ServerTest:
     if cfg.test_data:
         return _explicit_test(cfg)
     if is_user_task(cfg.task):
-        raise ServerTestError(f"task {cfg.task!r} has no public data set, so the server has no test set: set "
-                              "run-config test-data=<records dir>, or evaluate-on-nodes=true to measure what is "
-                              "served on the nodes' own test records")
+        instead = ("the nodes measured what is served on their own test records (`fedforget status`)"
+                   if cfg.evaluate_on_nodes else "set run-config test-data=<records dir>, or evaluate-on-nodes=true "
+                   "to measure what is served on the nodes' own test records")
+        raise ServerTestError(f"task {cfg.task!r} has no public data set, so the server has no test set: {instead}")
     key = copy_key(cfg)
     folder = copy_dir(key)
     found = read_copy(folder, key)
