@@ -8,7 +8,8 @@ and ``__all__ = ["app"]`` (Flower's check of ``[tool.flwr.app.components]`` read
 and ``task = "mlpapp.task:TASK"`` in the app's ``[tool.flwr.app.config]``. fedforget wraps the backbone in its own
 LoRA adapters (on the modules ``lora_targets`` names) and a linear head; the backbone stays frozen. Each node
 holds its records as a node data directory (``record_id``, ``label`` and ``input_column``); the server
-evaluates on ``test-data``, a records directory of the same form (docs/your-app.md).
+evaluates on ``test-data``, a records directory of the same form, and with ``evaluate-on-nodes`` the nodes on
+their own ``test`` split (docs/your-app.md).
 
 Neither torch nor the task code is imported until a task is loaded: the ClientApp is imported anew for every
 Flower message. :class:`Task` lives with the other task code (:mod:`fedforget.tasks.user_task`).

@@ -141,6 +141,10 @@ class RunConfig(ConfigTable):
     test_size: int = option(0, low=0, high=10_000_000)
     #: a directory of records the server evaluates on (the node data format); "" = the task's test split
     test_data: str = option("")
+    #: after a train or retrain run is served, each node evaluates what is served on its own test records and
+    #: the server records their example-weighted mean beside its own evaluation (a user task's server may then
+    #: run without ``test-data``)
+    evaluate_on_nodes: bool = option(False)
     round_timeout: float = option(900.0, positive=True)
     #: the most records one node, and all nodes together, may register: a node past either is refused as the
     #: replies arrive, before the store exists

@@ -15,7 +15,8 @@ from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from fedforget.core.seeds import derive_seed
 from fedforget.federation.client_site import ClientSite
 from fedforget.federation.messaging import PARTITION_KEY, RECEIVED, to_numpy
-from fedforget.federation.run_setup import build_model, local_test_share
+from fedforget.federation.node_evaluation import node_test_examples
+from fedforget.federation.run_setup import build_model
 from fedforget.training.supervised import LossTerm, TrainSettings, evaluate, train_supervised
 
 
@@ -26,10 +27,8 @@ def _tensors(record: ArrayRecord) -> dict[str, torch.Tensor]:
 def _evaluate_share(site: ClientSite, model: torch.nn.Module) -> dict[str, float]:
     """Accuracy and loss of ``model`` on this client's share of the public test split, or on its own test
     records (a node with its own data, which may hold none)."""
-    if site.data_dir is not None:
-        return evaluate(model, site.data.test.inputs, site.data.test.labels)
-    share = local_test_share(site.data, site.partition, site.num_partitions, site.cfg.seed)
-    return evaluate(model, share.inputs, share.labels)
+    test = node_test_examples(site)
+    return evaluate(model, test.inputs, test.labels)
 
 
 def train_adapter(msg: Message, context: Context, loss_term: LossTerm | None = None) -> Message:

@@ -23,8 +23,7 @@ from logging import INFO
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 from flwr.supercore import log
@@ -43,17 +42,25 @@ from fedforget.core.config import (
 from fedforget.core.config_keys import ConfigTable
 from fedforget.core.method import Method
 from fedforget.federation.built import Built
+from fedforget.federation.metrics_rows import (
+    SERVER_METRICS,
+    TRAIN_METRICS,
+    federated_metrics,
+    is_training_round,
+    picked,
+)
 from fedforget.federation.refusal import refusals, refusals_logged
 from fedforget.federation.run_action import RunLockRefused, remove_unwritten_store, run_action
+from fedforget.federation.served_arrays import served_arrays
+from fedforget.federation.strategy_hooks import default_hook, overridden
 from fedforget.store.store import Store, StoreError, resolve_store_path
 
 if TYPE_CHECKING:
+    from fedforget.federation.federated_evaluation import EvaluationInProgress
     from fedforget.federation.registration import Federation
     from fedforget.federation.run_setup import ServerRun
     from fedforget.store.ledger import Ledger
 
-#: metrics.jsonl values a training row reports per round, as Flower's aggregated train MetricRecord
-TRAIN_METRICS = ("train-loss", "train-examples", "bytes-down", "bytes-up", "client-rounds")
 HOOKS = ("configure_train", "aggregate_train")
 
 
@@ -65,19 +72,6 @@ class RoundInProgress:
     messages: list[Message]
     arrays: ArrayRecord | None = None
     metrics: MetricRecord = field(default_factory=MetricRecord)
-
-
-def default_hook(function: Callable[..., Any]) -> Callable[..., Any]:
-    """Mark a strategy's own hook: the engine packs the round's models for a hook only where a subclass
-    replaced it (the defaults read the round in progress, so packing them would only cost time)."""
-    function.__fedforget_default_hook__ = True  # type: ignore[attr-defined]
-    return function
-
-
-def overridden(strategy: object, hook: str) -> bool:
-    """Whether ``strategy`` (or the class given) replaces its default ``hook`` with its own."""
-    function = getattr(strategy if isinstance(strategy, type) else type(strategy), hook, None)
-    return function is not None and not getattr(function, "__fedforget_default_hook__", False)
 
 
 class _Declaration:
@@ -124,6 +118,9 @@ class MethodStrategy(Strategy):
     #: and its run starts from the arrays handed, :class:`~fedforget.federation.run_setup.ServerRun`'s
     #: ``initial_state``)
     no_initial_arrays: ClassVar[str | None] = "its modules each start from weights seeded by `seed`"
+    #: it reads rows of the server's test set while it trains (shapes, planning), so a server without one
+    #: (a user task's, with ``evaluate-on-nodes`` and no ``test-data``) is refused
+    needs_server_test_rows: ClassVar[bool] = False
 
     def __init__(self, **parameters: object) -> None:
         task = str(parameters.get("task", RunConfig.__dataclass_fields__["task"].default))
@@ -223,13 +220,29 @@ class MethodStrategy(Strategy):
             raise RuntimeError(f"{type(self).__name__}.{hook} is called by start(), once per round; call start()")
         return self._round
 
+    #: the evaluation of what is served the driver is running (None outside one)
+    _evaluation: EvaluationInProgress | None = None
+
+    @default_hook
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
-        """Not a hook: the server evaluates what the store serves on its own test set (``evaluate_fn``)."""
-        raise NotImplementedError(f"{type(self).__name__} evaluates what it serves inside start(); call start()")
+        """The nodes' evaluation of what is served (run config ``evaluate-on-nodes``): one ``evaluate.served``
+        message per node, in partition order, each carrying the served artifacts' tensors and the serving plan
+        (:mod:`fedforget.federation.federated_evaluation`). Called by ``start()`` once the run is served, with
+        ``server_round`` the run's last round; an override is handed what is served as ``arrays`` (as
+        ``Result.arrays`` holds it) and may drop or change messages."""
+        if self._evaluation is None:
+            raise RuntimeError(f"{type(self).__name__}.configure_evaluate is called by start() once the run is "
+                               "served (run config evaluate-on-nodes=true); call start()")
+        return list(self._evaluation.messages)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        raise NotImplementedError(f"{type(self).__name__} evaluates what it serves inside start(); call start()")
+        """Flower's FedAvg semantics: the nodes' accuracy and loss weighted by their test records
+        (``num-examples``), summed in partition order, with the records counted and the ``nodes`` that held
+        some; None when none did. What an override returns is what the store records (``federated-<key>``)."""
+        from fedforget.federation.federated_evaluation import weighted_evaluation
+
+        return weighted_evaluation(replies)
 
     def start(self, grid: Grid, initial_arrays: ArrayRecord | None = None, num_rounds: int | None = None,
               timeout: float | None = None, train_config: ConfigRecord | None = None,
@@ -316,38 +329,34 @@ def _signature(variant: str) -> inspect.Signature:
     return inspect.Signature(params)
 
 
-def served_arrays(store: Store) -> ArrayRecord:
-    """What the store serves, as one ArrayRecord: one served artifact's tensors under their own names;
-    several (an ensemble) under ``<artifact id>:<tensor>``. Empty when nothing is served."""
-    ledger = store.ledger()
-    try:
-        served = list(ledger.serving().get("artifacts") or [])
-        shas = {a["artifact"]: a["sha256"] for a in ledger.artifacts()}
-    finally:
-        ledger.close()
-    record = ArrayRecord()
-    for artifact in served:
-        for name, value in store.get_arrays(shas[artifact]).items():
-            record[name if len(served) == 1 else f"{artifact}:{name}"] = Array(np.ascontiguousarray(value))
-    return record
-
-
 def served_result(store: Store, rows_before: int,
                   evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None) -> Result:
     """Flower's Result of the run that appended ``metrics.jsonl`` rows after ``rows_before``: the served
-    arrays, each training round's metrics (numbered in the order the method ran them), and the served model's
-    test accuracy and loss as the server evaluated it (under the last round's number)."""
+    arrays, each training round's metrics (numbered in the order the method ran them), the server's evaluation
+    of each round's model where the method measures it (a round-0 row before the first round: the seeded model)
+    and of what is served under the last round's number, and the nodes' evaluation of what is served
+    (``evaluate-on-nodes``) under that number too."""
     rows = store.metrics()[rows_before:]
     result = Result(arrays=served_arrays(store))
-    rounds = [r for r in rows if not r.get("final") and "train-loss" in r]
-    for number, row in enumerate(rounds, start=1):
-        result.train_metrics_clientapp[number] = MetricRecord(
-            {k: _number(row[k]) for k in TRAIN_METRICS if isinstance(row.get(k), int | float)})
+    number = 0
+    for row in rows:
+        if row.get("final"):
+            continue
+        if is_training_round(row):
+            number += 1
+            result.train_metrics_clientapp[number] = MetricRecord(picked(row, TRAIN_METRICS))
+        evaluated = picked(row, SERVER_METRICS)
+        if evaluated and (is_training_round(row) or (number == 0 and row.get("round") == 0)):
+            result.evaluate_metrics_serverapp[number] = MetricRecord(evaluated)
     final = next((r for r in reversed(rows) if r.get("final")), None)
-    last = len(rounds)
+    last = number
     if final is not None:
-        result.evaluate_metrics_serverapp[last] = MetricRecord(
-            {k: _number(final[k]) for k in ("accuracy", "loss") if isinstance(final.get(k), int | float)})
+        evaluated = picked(final, SERVER_METRICS)
+        if evaluated:
+            result.evaluate_metrics_serverapp[last] = MetricRecord(evaluated)
+        federated = federated_metrics(final)
+        if federated:
+            result.evaluate_metrics_clientapp[last] = MetricRecord(federated)
     if evaluate_fn is not None:
         extra = evaluate_fn(last, result.arrays)
         if extra is not None:
@@ -364,6 +373,3 @@ def _metrics_rows(root: Path) -> int:
     except StoreError:
         return 0
 
-
-def _number(value: int | float) -> int | float:
-    return value if isinstance(value, int) and not isinstance(value, bool) else float(value)

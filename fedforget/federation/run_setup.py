@@ -27,6 +27,8 @@ from fedforget.tasks.registry import get_task
 from fedforget.tasks.server_data import ServerTest
 
 DEFAULT_ADAPTER = "default"
+#: run-config keys a retrain may set otherwise than the training did: none changes what is built
+RETRAIN_MAY_CHANGE = ("action", "store", "evaluate-on-nodes")
 
 
 @dataclass
@@ -172,7 +174,7 @@ def open_server_run(cfg: RunConfig, federation: Federation, server_test: ServerT
     manifest = store.manifest()
     stored = stored_run_config(manifest["config"])
     asked = cfg.to_dict()
-    differ = sorted(k for k in stored if k not in ("action", "store") and stored[k] != asked.get(k))
+    differ = sorted(k for k in stored if k not in RETRAIN_MAY_CHANGE and stored[k] != asked.get(k))
     if differ:
         raise ValueError(f"retrain run config differs from the store's in {', '.join(differ)}; "
                          "use `fedforget retrain`, which passes the stored config")

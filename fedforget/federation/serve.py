@@ -66,6 +66,11 @@ def serving_accuracy(cfg: RunConfig, num_classes: int, store: Store, plan_json: 
                      serving: dict[str, Any], artifacts: list[dict[str, Any]], inputs: tuple[torch.Tensor, ...],
                      labels: torch.Tensor) -> dict[str, float]:
     probs = serving_probabilities(cfg, num_classes, store, plan_json, serving, artifacts, inputs)
+    return probability_metrics(probs, labels)
+
+
+def probability_metrics(probs: np.ndarray, labels: torch.Tensor) -> dict[str, float]:
+    """Accuracy and mean cross-entropy of class probabilities: the server's and each node's alike."""
     y = labels.numpy()
     picked = np.clip(probs[np.arange(len(y)), y], 1e-12, 1.0)
     return {"accuracy": float((probs.argmax(1) == y).mean()), "loss": float(-np.log(picked).mean()),

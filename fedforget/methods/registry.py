@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from fedforget.core import known_methods
 from fedforget.core.method import HeldSamples, Method
-from fedforget.federation.message_types import FORGET, QUERY
+from fedforget.federation.message_types import EVALUATE_SERVED, FORGET, QUERY
 
 # -- the registration: one line per method (read through globals() below, hence no other use) -------------
 from fedforget.methods.chains import METHOD as CHAINS  # noqa: F401
@@ -52,8 +52,17 @@ def forget_samples(msg: Message, context: Context) -> Message:
     return delete(msg, context)
 
 
-#: Handlers every node serves whatever the method: registration (and finding a node mid-run) and sample deletion.
-SHARED_HANDLERS: Mapping[str, Callable[..., Any]] = {QUERY: register, FORGET: forget_samples}
+def evaluate_served(msg: Message, context: Context) -> Message:
+    """A node evaluates what is served on its own test records (the method's ``serving`` hook computes it)."""
+    from fedforget.federation.node_evaluation import evaluate_served as evaluate
+
+    return evaluate(msg, context)
+
+
+#: Handlers every node serves whatever the method: registration (and finding a node mid-run), sample deletion and
+#: the evaluation of what is served.
+SHARED_HANDLERS: Mapping[str, Callable[..., Any]] = {QUERY: register, FORGET: forget_samples,
+                                                     EVALUATE_SERVED: evaluate_served}
 
 __all__ = ["BY_VARIANT", "FAMILIES", "METHOD_PACKAGES", "SHARED_HANDLERS", "Method", "client_handlers",
            "entry_for_plan", "held_samples", "method_entry", "store_method"]

@@ -294,6 +294,9 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
         gauges = {
             "fedforget_served_accuracy": ("Test accuracy of the served model (absent until measured).",
                                           info["accuracy"]),
+            "fedforget_served_accuracy_on_nodes": (
+                "The nodes' example-weighted test accuracy of the served model (absent unless evaluate-on-nodes "
+                "measured it).", (info.get("federated_accuracy") or {}).get("accuracy")),
             "fedforget_serving_available": ("1 while a model is served.", int(bool(info["available"]))),
             "fedforget_artifacts_valid": ("Artifacts that saw no forgotten data.", sum(a["valid"] for a in arts)),
             "fedforget_artifacts_invalid": ("Artifacts invalidated by forget requests.",

@@ -69,6 +69,14 @@ def accuracy_svg(history: list[dict[str, Any]], width: int = 560, height: int = 
             f"{lo:.1f}</text><polyline fill='none' stroke='#1565c0' stroke-width='2' points='{line}'/>{dots}</svg>")
 
 
+def _on_nodes_card(nodes: dict[str, Any] | None) -> str:
+    """The nodes' evaluation of what is served (``evaluate-on-nodes``), when the run that served it measured one."""
+    if not nodes or not isinstance(nodes.get("accuracy"), int | float):
+        return ""
+    return (f"<div class=card>on the nodes <b id=accuracy-on-nodes>{nodes['accuracy']:.4f}</b> "
+            f"({escape(str(nodes.get('examples')))} test records on {escape(str(nodes.get('nodes')))} nodes)</div>")
+
+
 def console_page(status: dict[str, Any], plan_id: str | None, rows: list[dict[str, Any]],
                  history: list[dict[str, Any]]) -> str:
     """The console: ``rows`` are ledger requests (newest first) with ``state``, ``asked_by``, ``receipt``."""
@@ -76,7 +84,8 @@ def console_page(status: dict[str, Any], plan_id: str | None, rows: list[dict[st
     left = status.get("deletions_left")
     req = status.get("requests", {})
     served = (f"<div class=card>plan id <code id=plan-id>{escape(plan_id or 'nothing served')}</code></div>"
-              f"<div class=card>served accuracy <b id=accuracy>{'—' if acc is None else f'{acc:.4f}'}</b></div>"
+              f"<div class=card>served accuracy <b id=accuracy>{'—' if acc is None else f'{acc:.4f}'}</b> "
+              "(server's test set)</div>" + _on_nodes_card(status.get("federated_accuracy")) +
               f"<div class=card>deletions absorbed <b id=absorbed>{req.get('total', 0)}</b> requests, "
               f"{req.get('forgotten_samples', 0)} samples</div>"
               f"<div class=card>expected deletions left <b id=left>{'—' if left is None else f'{left:.2f}'}</b></div>")

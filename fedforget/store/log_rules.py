@@ -54,9 +54,11 @@ from fedforget.store.log import DIGEST_PREFIX
 RUN_MAY = "a run without the coordinator's key may only add to the ledger what a run writes"
 #: acks marks that only grow
 MARKS = ("up_to_request", COPIES_MARK)
-#: ``meta`` keys a run writes: the plan, the serving plan and what it leaves unbuilt, cached accuracy and a
-#: method's training values, the manifest's pins, acknowledgements, and a finished purge's marks
-RUN_META = frozenset({"plan", "serving", "unbuilt", "accuracy", "client-angles", "first-per-class-accuracy",
+#: ``meta`` keys a run writes: the plan, the serving plan and what it leaves unbuilt, cached accuracy (the
+#: server's, and the nodes' with ``evaluate-on-nodes``) and a method's training values, the manifest's pins,
+#: acknowledgements, and a finished purge's marks
+RUN_META = frozenset({"plan", "serving", "unbuilt", "accuracy", "federated-accuracy", "client-angles",
+                      "first-per-class-accuracy",
                       "manifest-identity", "manifest-sha256", ACKS, "purge-done-request", "metrics-redacted",
                       "audit-before"})
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from fedforget.core.config import ConfigError, HfConfig, RunConfig
+from fedforget.core.config import ConfigError, HfConfig, RunConfig, is_user_task
 from fedforget.tasks.assets import cache_dir
 from fedforget.tasks.base import Examples
 
@@ -213,9 +213,15 @@ def _run_writer(cfg: RunConfig) -> None:
 
 # -- the entry point ------------------------------------------------------------------------------------------
 def load_server_test(cfg: RunConfig) -> ServerTest:
-    """The rows the server evaluates on: ``test-data``'s records, else the task's test-only copy."""
+    """The rows the server evaluates on: ``test-data``'s records, else the task's test-only copy (a user task has
+    no public data set, so no copy: :class:`ServerTestError`)."""
     if cfg.test_data:
         return _explicit_test(cfg)
+    if is_user_task(cfg.task):
+        instead = ("the nodes measured what is served on their own test records (`fedforget status`)"
+                   if cfg.evaluate_on_nodes else "set run-config test-data=<records dir>, or evaluate-on-nodes=true "
+                   "to measure what is served on the nodes' own test records")
+        raise ServerTestError(f"task {cfg.task!r} has no public data set, so the server has no test set: {instead}")
     key = copy_key(cfg)
     folder = copy_dir(key)
     found = read_copy(folder, key)
@@ -226,6 +232,23 @@ def load_server_test(cfg: RunConfig) -> ServerTest:
         raise ServerTestError(f"the test-only copy in {folder} is unreadable right after it was written; "
                               "remove that folder and retry")
     return found
+
+
+def server_test_for(cfg: RunConfig) -> ServerTest:
+    """The server's test set for a run: :func:`load_server_test`, except that a user task's server without
+    ``test-data`` holds none when the nodes evaluate what is served (``evaluate-on-nodes``)."""
+    if cfg.evaluate_on_nodes and not cfg.test_data and is_user_task(cfg.task):
+        return no_server_test(cfg)
+    return load_server_test(cfg)
+
+
+def no_server_test(cfg: RunConfig) -> ServerTest:
+    """No rows, the classes the task declares: a server that measures nothing itself."""
+    num_classes = _declared_classes(cfg)
+    if num_classes <= 0:
+        raise ServerTestError(f"task {cfg.task!r} does not declare its classes; set run-config test-data")
+    empty = torch.zeros(0, dtype=torch.int64)
+    return ServerTest(Examples((), empty, empty.clone()), num_classes, "none: the nodes evaluate what is served")
 
 
 def _explicit_test(cfg: RunConfig) -> ServerTest:

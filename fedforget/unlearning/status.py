@@ -39,6 +39,7 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
         ]
         requests = ledger.requests()
         cached = ledger.get_meta("accuracy")
+        on_nodes = ledger.get_meta("federated-accuracy")
         forgotten = ledger.forgotten_count()
         unbuilt = ledger.get_meta("unbuilt") or {"artifacts": [], "partitions": []}
         from fedforget.store.acks import request_acks
@@ -56,11 +57,14 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
         acc = cached["accuracy"]
     elif accuracy and servable and all(a["intact"] for a in artifacts if a["serving"]):
         from fedforget.federation.serve import ServingError
+        from fedforget.tasks.server_data import ServerTestError
         from fedforget.unlearning.evaluate import evaluate_store
 
         try:
             acc = evaluate_store(store)["accuracy"]
         except ServingError:  # nothing servable after all: status shows that instead of failing
+            acc = None
+        except ServerTestError:  # a server without a test set (the nodes evaluated what is served)
             acc = None
     corrupt = [a["artifact_id"] for a in artifacts if not a["intact"] and not a["purged"]]
     backbone = manifest.get("backbone") or {}
@@ -73,6 +77,8 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
         "num_partitions": manifest.get("num-partitions"),
         "rounds_done": int(manifest.get("rounds-done", 0)),
         "accuracy": None if acc is None or (isinstance(acc, float) and math.isnan(acc)) else acc,
+        "accuracy_on": "the server's test set",
+        "federated_accuracy": nodes_evaluation(on_nodes, served) if servable else None,
         "serving": sorted(served),
         "serving_plan": serving,
         "available": available,
@@ -91,6 +97,27 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
         "log": log,
         **method_status(StatusView(store, manifest, plan, serving, artifacts)),
     }
+
+
+def nodes_evaluation(cached: Any, served: set[str]) -> dict[str, Any] | None:  # noqa: ANN401 - a ledger value
+    """The nodes' evaluation of what is served now (``evaluate-on-nodes``), as the run that served it measured
+    it: the example-weighted accuracy and loss on their own test records; None when the served plan changed
+    since (a forget), or no run measured it."""
+    if not isinstance(cached, dict) or cached.get("serving") != sorted(served):
+        return None
+    return {"accuracy": cached.get("federated-accuracy"), "loss": cached.get("federated-loss"),
+            "examples": cached.get("federated-examples"), "nodes": cached.get("federated-nodes"),
+            "on": "the nodes' own test records"}
+
+
+def accuracy_line(status: dict[str, Any]) -> str:
+    """The served accuracy, saying which evaluation each number is."""
+    acc, nodes = status["accuracy"], status.get("federated_accuracy")
+    line = f"served accuracy {'—' if acc is None else f'{acc:.4f}'} (server's test set)"
+    if nodes and isinstance(nodes.get("accuracy"), int | float):
+        line += (f" · {nodes['accuracy']:.4f} on the nodes' test records ({nodes.get('examples')} records, "
+                 f"{nodes.get('nodes')} nodes)")
+    return line
 
 
 def log_status(db: Any) -> dict[str, Any]:
@@ -146,11 +173,10 @@ def non_default_config(config: dict[str, Any]) -> dict[str, Any]:
 def print_status(status: dict[str, Any], console: Console, show_artifacts: bool = False) -> None:
     """Short by default (config that differs from the defaults, artifact counts); ``show_artifacts`` lists
     every artifact with its validity and sha256."""
-    acc = status["accuracy"]
     console.print(f"[bold]store[/] {status['store']}")
     console.print(f"task [cyan]{status['task']}[/] · method [cyan]{status['method']}[/] · "
                   f"{status['num_partitions']} partitions · rounds done {status['rounds_done']} · "
-                  f"served accuracy {'—' if acc is None else f'{acc:.4f}'}")
+                  f"{accuracy_line(status)}", soft_wrap=True)
     cfg = non_default_config(status["config"])
     console.print("config (differs from the defaults) " + (" ".join(f"{k}={v!r}" for k, v in sorted(cfg.items()))
                                                             or "—"), style="dim")

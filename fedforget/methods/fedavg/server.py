@@ -15,6 +15,7 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords, vali
 from flwr.supercore import log
 
 from fedforget.core.config import sample_clients
+from fedforget.core.record_ids import LOCAL_RECORDS
 from fedforget.core.seeds import derive_seed
 from fedforget.core.weighted_mean import weighted_mean
 from fedforget.federation.failover import check_reply, exchange_redo_or_exclude
@@ -163,16 +164,18 @@ class FedAvgRound(Round):
     def evaluate(self, server_round: int, state: Arrays) -> dict[str, object]:
         """The server's evaluation of ``state`` on its own test set, appended as the round's metrics row."""
         run, cfg = self.server_run, self.server_run.cfg
-        model = run.bundle.model
-        model.load_trainable_state(DEFAULT_ADAPTER, {k: torch.from_numpy(np.array(v)) for k, v in state.items()})
-        result = evaluate(model, run.test.inputs, run.test.labels)
-        row = {"round": server_round, "num-rounds": cfg.num_rounds, "accuracy": result["accuracy"],
-               "loss": result["loss"], "artifact": ARTIFACT, "action": cfg.action}
+        row: dict[str, object] = {"round": server_round, "num-rounds": cfg.num_rounds, "artifact": ARTIFACT,
+                                  "action": cfg.action}
+        if len(run.test):  # a server without a test set (the nodes evaluate what is served) measures nothing
+            model = run.bundle.model
+            model.load_trainable_state(DEFAULT_ADAPTER, {k: torch.from_numpy(np.array(v)) for k, v in state.items()})
+            result = evaluate(model, run.test.inputs, run.test.labels)
+            row.update(accuracy=result["accuracy"], loss=result["loss"])
+            log(INFO, "round %d/%d: test accuracy %.4f, loss %.4f", server_round, cfg.num_rounds,
+                result["accuracy"], result["loss"])
         if server_round > 0:
             row.update(self.report)
         run.store.append_metrics(row)
-        log(INFO, "round %d/%d: test accuracy %.4f, loss %.4f", server_round, cfg.num_rounds,
-            result["accuracy"], result["loss"])
         return row
 
 
@@ -198,10 +201,18 @@ def check_fedavg_reply(run: ServerRun, reply: Message, partition: int, sent: Mes
         why = check_reply(reply, partition, sent=to_numpy(sent.content["arrays"]),
                           max_examples=len(run.plan.partition_ids(partition)),
                           numbers=("train-loss", f"{RECEIVED}accuracy", f"{RECEIVED}loss", f"{RECEIVED}examples"))
-        if why is None and not 0 <= int(reply.content["metrics"][f"{RECEIVED}examples"]) <= len(run.test):
+        if why is None and not 0 <= int(reply.content["metrics"][f"{RECEIVED}examples"]) <= _test_bound(run, partition):
             return f"implausible {RECEIVED}examples"
         return why
     return check_reply(reply, partition, numbers=("accuracy", "loss"), max_bytes=0)
+
+
+def _test_bound(run: ServerRun, partition: int) -> int:
+    """The most test records a node may evaluate: its share of the public test split is at most the server's copy
+    of it; a node's own test records are bounded like its training records."""
+    if run.federation.records.get(partition) == LOCAL_RECORDS:
+        return run.cfg.max_records_per_node
+    return len(run.test)
 
 
 def train_global(grid: Grid, run: ServerRun) -> tuple[str, set[int]]:

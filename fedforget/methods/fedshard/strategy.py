@@ -29,6 +29,7 @@ class FedShard(MethodStrategy):
     variant = "fedshard"
     rounds_key = None
     no_initial_arrays = None  # every first-stage shard starts from the one model θ^0: the arrays handed
+    needs_server_test_rows = True  # the first served model's per-class test accuracy (fairness)
 
     def needs(self) -> tuple[str, ...]:
         return (NEED_CLASS_COUNTS,)  # the fairness report weighs each client's per-class accuracy drop by them

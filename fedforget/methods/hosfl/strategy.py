@@ -25,6 +25,7 @@ class _Split(MethodStrategy):
     round_hooks = False  # a round exchanges activations and feedback, not models to average
     no_initial_arrays = ("its clients build their half of the split model from `seed` themselves (only activations "
                          "and feedback travel), so no model reaches them to start from")
+    needs_server_test_rows = True  # a test input sizes the replies' bound; rounds are evaluated on the server
     #: how the variant's clients and server step
     protocol: ClassVar[SplitProtocol]
     #: the replay history (seeds, v̄) a retrain replaces, deleted once the new one is served

@@ -165,15 +165,18 @@ def restore(run: ServerRun, ledger: Ledger, strategy: FedAvg, resume: int,
 def report(run: ServerRun, server_round: int, arrays: dict[str, np.ndarray], rnd: ReplayRound) -> None:
     """The round's metrics row: the server's test accuracy of its model, what it sent and received."""
     cfg, model = run.cfg, run.bundle.model
-    model.load_trainable_state(DEFAULT_ADAPTER, {k: torch.from_numpy(np.array(v)) for k, v in arrays.items()})
-    result = evaluate(model, run.test.inputs, run.test.labels)
+    measured: dict[str, float] = {}
+    if len(run.test):  # a server without a test set (the nodes evaluate what is served) measures nothing
+        model.load_trainable_state(DEFAULT_ADAPTER, {k: torch.from_numpy(np.array(v)) for k, v in arrays.items()})
+        result = evaluate(model, run.test.inputs, run.test.labels)
+        measured = {"accuracy": result["accuracy"], "loss": result["loss"]}
+        log(INFO, "round %d/%d: test accuracy %.4f, loss %.4f", server_round, cfg.num_rounds,
+            result["accuracy"], result["loss"])
     run.store.append_metrics({
-        "round": server_round, "num-rounds": cfg.num_rounds, "accuracy": result["accuracy"],
-        "loss": result["loss"], "artifact": round_artifact(server_round), "action": cfg.action,
+        "round": server_round, "num-rounds": cfg.num_rounds, **measured,
+        "artifact": round_artifact(server_round), "action": cfg.action,
         "trained": rnd.chosen, "bytes-down": sum(record_bytes(m.content["arrays"]) for m in rnd.sent),
         "bytes-up": sum(record_bytes(r.content["arrays"]) for r in rnd.replies),
         "train-loss": float((rnd.metrics or {}).get("train-loss", 0.0)),
         "train-examples": sum(int(r.content["metrics"]["num-examples"]) for r in rnd.replies),
     })
-    log(INFO, "round %d/%d: test accuracy %.4f, loss %.4f", server_round, cfg.num_rounds,
-        result["accuracy"], result["loss"])

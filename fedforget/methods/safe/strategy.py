@@ -31,6 +31,7 @@ class _Safe(MethodStrategy):
     layout: ClassVar[SafeLayout]
     no_initial_arrays = ("it trains one InCA adapter (queries and heads, not LoRA) per clique on the frozen "
                          "backbone's features, each seeded by `seed`")
+    needs_server_test_rows = True  # the test inputs give the tokens' shape; prototypes are scored on them
     #: the whole train split (read by ``check`` when a safe shard is drawn) and the shard's rows, for ``train``
     _whole: Any = None
     _shard_ids: list[int] = []
