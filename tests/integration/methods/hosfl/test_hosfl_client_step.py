@@ -9,6 +9,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from fedforget.client_app import app as client_app
 from fedforget.core.config import ConfigError, parse_run_config
+from fedforget.federation.carried_config import RUN_CONFIG_RECORD
 from fedforget.inprocess import InProcessGrid, default_run_config
 from fedforget.methods.hosfl import client as hosfl_client
 from fedforget.methods.hosfl import zo
@@ -50,7 +51,9 @@ def test_seeds_travel_at_round_start_and_the_zo_message_carries_only_lambda(tmp_
     zos = [rec for kind, rec in grid.sent if kind == "train.zo"]
     assert len(forwards) == len(zos) == 4
     assert all("seeds" in rec["aggregation"] for rec in forwards)
-    assert all(set(rec) == {"control", "feedback"} and rec["feedback"] == ["lambda"] for rec in zos)
+    # beside the run's config, which every message carries (no tensor), the ZO message holds λ alone
+    assert all(set(rec) == {"control", "feedback", RUN_CONFIG_RECORD} and rec["feedback"] == ["lambda"]
+               for rec in zos)
 
 
 def test_a_client_runs_one_plus_p_forwards_per_round(tmp_path, monkeypatch):
