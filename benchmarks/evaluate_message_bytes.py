@@ -6,10 +6,13 @@ Each variant trains once on digits-mlp with the real ServerApp and ClientApp on 
 training message it receives. Sizes are Flower's wire bytes: Flower (1.42 here) sends a message as its
 inflatable objects (the message, its RecordDict, each record, each array and each array chunk), each the
 protobuf bytes ``deflate()`` returns, pushed once per object id; a message's size here is the sum over its
-distinct objects. The evaluate message's parts: its config record's ``plan``, ``serving`` and ``artifacts``
-values (each measured as a ConfigRecord holding that one value), the served tensors (its ArrayRecords), and the
-run's config record every message carries (``fedforget.run-config``). The served model is the bytes of the served
-artifacts' tensors.
+distinct objects (``message-proto-bytes``: the whole message as one protobuf, ``message_to_proto``, for
+comparison). The ServerApp pushes the content the messages share once; each node pulls all of it. The
+evaluate message's parts: its config record's ``plan``, ``serving`` and ``artifacts`` values (each measured as a
+ConfigRecord holding that one value), the served tensors (its ArrayRecords, one per artifact), the RecordDict that
+names each record (``records-index``), and the run's config record every message carries
+(``fedforget.run-config``); ``rest`` is the other config values and the envelopes. The served model is the raw
+bytes of the served artifacts' tensors.
 
 The federation sweep builds the evaluate message of the variant whose plan is largest (SAFE) for 10, 100 and 1000
 nodes without training (:func:`safe_message_at`): its parts as above, and the wire bytes of the plan values the
@@ -36,6 +39,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 from bench_common import machine_info, quiet_flower
 from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.common.serde import message_to_proto
 from flwr.supercore.inflatable.inflatable_object import InflatableObject, get_all_nested_objects
 
 from fedforget.client_app import app as client_app
@@ -106,7 +110,8 @@ def evaluate_parts(msg: Message) -> dict[str, Any]:
     total = message_bytes(msg)
     parts["rest"] = total - sum(parts.values())  # the other config values, the records' and message's envelopes
     request = EvaluateServed.from_record(content)
-    return {"total": total, "parts": parts, "plan-json-chars": len(str(config[PLAN_KEY])),
+    return {"total": total, "parts": parts, "message-proto-bytes": message_to_proto(msg).ByteSize(),
+            "plan-json-chars": len(str(config[PLAN_KEY])),
             "served-artifacts": len(request.tensors), "served-model-bytes": tensor_bytes(content)}
 
 
