@@ -149,7 +149,9 @@ def measure(name: str, config: dict[str, Any], root: Path) -> tuple[dict[str, An
         out["training-message"] = {"type": client.train.metadata.message_type,
                                    "total": message_bytes(client.train),
                                    "tensor-bytes": tensor_bytes(client.train.content)}
-    out["federated-accuracy"] = federated_accuracy(Store.open(root))
+    store = Store.open(root)
+    out["federated-accuracy"] = federated_accuracy(store)
+    out["resolved-config"] = {k: v for k, v in store.manifest()["config"].items() if k != "store"}
     out["wall-s"] = round(time.monotonic() - started, 1)
     return out, client.evaluate
 
@@ -250,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             row, messages[name] = measure(name, {**COMMON, **VARIANTS[name]}, Path(tmp) / name)
             if name in chosen:
                 result["runs"][name] = row
-            print(json.dumps(row), flush=True)
+            print(json.dumps({k: v for k, v in row.items() if k != "resolved-config"}), flush=True)
     safe = messages["safe"].content
     template = EvaluateServed.from_record(safe)
     rows = [safe_message_at(n, template, safe[RUN_CONFIG_RECORD], COMMON["seed"]) for n in SWEEP_NODES]
