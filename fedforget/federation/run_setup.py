@@ -176,8 +176,13 @@ def open_server_run(cfg: RunConfig, federation: Federation, server_test: ServerT
     asked = cfg.to_dict()
     differ = sorted(k for k in stored if k not in RETRAIN_MAY_CHANGE and stored[k] != asked.get(k))
     if differ:
-        raise ValueError(f"retrain run config differs from the store's in {', '.join(differ)}; "
-                         "use `fedforget retrain`, which passes the stored config")
+        shown = differ[:4]
+        more = f" and {len(differ) - 4} more" if len(differ) > 4 else ""
+        raise ValueError(f"this {cfg.action} builds the strategy with "
+                         f"{', '.join(f'{k}={asked.get(k)!r}' for k in shown)}{more}, and the store was trained with "
+                         f"{', '.join(f'{k}={stored[k]!r}' for k in shown)}; build it as the store recorded (in the "
+                         "ServerApp's code, or declare the keys in [tool.flwr.app.config] so that `fedforget retrain` "
+                         "passes the stored values)")
     if int(manifest["num-partitions"]) != len(federation.nodes):
         raise ValueError(f"the store was trained with {manifest['num-partitions']} partitions but "
                          f"{len(federation.nodes)} nodes are connected")
