@@ -316,6 +316,7 @@ def evaluate(store: StoreOpt, as_json: JsonOpt = False) -> None:
 @app.command()
 def retrain(store: StoreOpt, federation: FederationOpt = "local-simulation", as_json: JsonOpt = False) -> None:
     """A Flower run: clients delete forgotten samples for good, then only invalid artifacts are rebuilt."""
+    from fedforget.unlearning.flwr_runner import refusal_in_log
     from fedforget.unlearning.retrain import retrain_store
 
     handle = open_store(store, writes="retrain")
@@ -332,7 +333,9 @@ def retrain(store: StoreOpt, federation: FederationOpt = "local-simulation", as_
         fail(str(exc))
     if code != 0 or reached < target:
         refuse_if_busy(handle)  # another run took the lock after our check: the ServerApp refused this one
-        fail(f"the retrain run did not finish (flwr exit code {code}); nothing half-done was served; its log is "
+        reason = refusal_in_log(log_path)  # the app refused it (a strategy built otherwise than the store's)
+        fail(f"{reason}; its log is {log_path}" if reason else
+             f"the retrain run did not finish (flwr exit code {code}); nothing half-done was served; its log is "
              f"{log_path}; run `fedforget retrain` again", code=1)
     scrubbed = scrub_complete(handle)  # the requests this retrain completed
     summary = {"retrained_up_to_request": reached, "serving": info["serving"], "accuracy": info["accuracy"],

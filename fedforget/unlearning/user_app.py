@@ -3,7 +3,7 @@
 A store trained by fedforget's own app is retrained, propagated and verified through fedforget's app. A
 store trained by a user's app (its task ``"<module>:<ATTRIBUTE>"``) records that app in its manifest
 (``app``: its directory, ``publisher/name`` and version), and the coordinator submits that same app: its
-task code is the one that trained the store. Flower ignores an override of a key the app does not declare,
+task code is the one that trained the store. Flower refuses an override of a key the app does not declare,
 so the stored config is cut down to the app's declared keys; the app builds the rest of its strategy as it
 did when it trained the store (in its ServerApp's code, or from the keys it declares), and its ServerApp
 refuses a retrain that builds another.

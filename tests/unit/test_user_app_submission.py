@@ -1,5 +1,5 @@
 """The coordinator submits the app that trained a store, with only the run-config keys that app declares
-(Flower ignores an override of an undeclared key), and refuses an app that does not declare the keys the
+(Flower refuses an override of an undeclared key), and refuses an app that does not declare the keys the
 coordinator sets."""
 
 from __future__ import annotations
