@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from fedforget import __version__
-from fedforget.core.config import RunConfig, is_user_task, stored_run_config
+from fedforget.core.config import ConfigError, RunConfig, is_user_task, stored_run_config
 from fedforget.core.record_ids import LOCAL_RECORDS, RECORD_IDS, record_ids_field
 from fedforget.core.seeds import derive_seed
 from fedforget.core.slicing import iid_shares
@@ -176,8 +176,13 @@ def open_server_run(cfg: RunConfig, federation: Federation, server_test: ServerT
     asked = cfg.to_dict()
     differ = sorted(k for k in stored if k not in RETRAIN_MAY_CHANGE and stored[k] != asked.get(k))
     if differ:
-        raise ValueError(f"retrain run config differs from the store's in {', '.join(differ)}; "
-                         "use `fedforget retrain`, which passes the stored config")
+        shown = differ[:4]
+        more = f" and {len(differ) - 4} more" if len(differ) > 4 else ""
+        raise ConfigError(f"this {cfg.action} builds the strategy with "
+                          f"{', '.join(f'{k}={asked.get(k)!r}' for k in shown)}{more}, and the store was trained with "
+                          f"{', '.join(f'{k}={stored[k]!r}' for k in shown)}; build it as the store recorded (in the "
+                          "ServerApp's code, or declare the keys in [tool.flwr.app.config] so that `fedforget retrain` "
+                          "passes the stored values)")
     if int(manifest["num-partitions"]) != len(federation.nodes):
         raise ValueError(f"the store was trained with {manifest['num-partitions']} partitions but "
                          f"{len(federation.nodes)} nodes are connected")

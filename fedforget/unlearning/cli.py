@@ -32,7 +32,7 @@ from fedforget.store.ledger import LedgerUsageError
 from fedforget.store.store import resolve_store_path
 from fedforget.unlearning.flwr_runner import flwr_run
 from fedforget.unlearning.scrub import Scrub, scrub_complete
-from fedforget.unlearning.status import print_status, store_status
+from fedforget.unlearning.status import accuracy_line, print_status, store_status
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Federated fine-tuning that can forget: train, forget, serve, retrain, verify.")
@@ -316,6 +316,7 @@ def evaluate(store: StoreOpt, as_json: JsonOpt = False) -> None:
 @app.command()
 def retrain(store: StoreOpt, federation: FederationOpt = "local-simulation", as_json: JsonOpt = False) -> None:
     """A Flower run: clients delete forgotten samples for good, then only invalid artifacts are rebuilt."""
+    from fedforget.unlearning.flwr_runner import refusal_in_log
     from fedforget.unlearning.retrain import retrain_store
 
     handle = open_store(store, writes="retrain")
@@ -332,7 +333,9 @@ def retrain(store: StoreOpt, federation: FederationOpt = "local-simulation", as_
         fail(str(exc))
     if code != 0 or reached < target:
         refuse_if_busy(handle)  # another run took the lock after our check: the ServerApp refused this one
-        fail(f"the retrain run did not finish (flwr exit code {code}); nothing half-done was served; its log is "
+        reason = refusal_in_log(log_path)  # the app refused it (a strategy built otherwise than the store's)
+        fail(f"{reason}; its log is {log_path}" if reason else
+             f"the retrain run did not finish (flwr exit code {code}); nothing half-done was served; its log is "
              f"{log_path}; run `fedforget retrain` again", code=1)
     scrubbed = scrub_complete(handle)  # the requests this retrain completed
     summary = {"retrained_up_to_request": reached, "serving": info["serving"], "accuracy": info["accuracy"],
@@ -340,9 +343,8 @@ def retrain(store: StoreOpt, federation: FederationOpt = "local-simulation", as_
     if as_json:
         emit(summary, True)
     else:
-        acc = "—" if info["accuracy"] is None else f"{info['accuracy']:.4f}"
         console.print(f"[bold green]retrained[/] up to request #{reached}; serving {len(info['serving'])} "
-                      f"artifact(s), accuracy {acc}")
+                      f"artifact(s), {accuracy_line(info)}")
         if scrubbed.requests:
             console.print(escape(scrubbed.line(handle)), soft_wrap=True, highlight=False)
 
@@ -726,7 +728,7 @@ def run(
         reason = refusal_in_log(log_path)
         fail(f"{reason}; its log is {log_path}" if reason else
              f"the Flower run did not finish (flwr exit code {code}); its log is {log_path}", code=1)
-    console.print(f"[bold green]done[/]: accuracy {info['accuracy']:.4f}; store written to [bold]{info['store']}[/]")
+    console.print(f"[bold green]done[/]: {accuracy_line(info)}; store written to [bold]{info['store']}[/]")
 
 
 def add_method_commands(cli: typer.Typer) -> None:

@@ -4,8 +4,9 @@ A store trained by fedforget's own app is retrained, propagated and verified thr
 store trained by a user's app (its task ``"<module>:<ATTRIBUTE>"``) records that app in its manifest
 (``app``: its directory, ``publisher/name`` and version), and the coordinator submits that same app: its
 task code is the one that trained the store. Flower refuses an override of a key the app does not declare,
-so the stored config is cut down to the app's declared keys, and the cut is refused (one line) if the
-config the app would then run differs from the stored one.
+so the stored config is cut down to the app's declared keys; the app builds the rest of its strategy as it
+did when it trained the store (in its ServerApp's code, or from the keys it declares), and its ServerApp
+refuses a retrain that builds another.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedforget.core.config import ConfigError, declared_defaults, parse_run_config
+from fedforget.core.config import ConfigError
 from fedforget.store import Store
 from fedforget.tasks.user_task import read_app_project
 
@@ -49,20 +50,21 @@ def declared_keys(folder: Path) -> set[str]:
 
 def app_run_config(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
     """``config`` (the keys the coordinator would submit, ``store`` left out) cut to the keys the app at
-    ``folder`` declares; :class:`ConfigError` when a key it must set is not declared."""
+    ``folder`` declares; :class:`ConfigError` when a key the coordinator sets is not declared.
+
+    The other stored keys need not be declared: a ServerApp that builds its strategy in code says them there, and
+    one that builds it from the run config declares what it sets. Either way the app's ServerApp refuses, naming
+    the keys, a retrain whose strategy differs from the one the store recorded
+    (:func:`fedforget.federation.run_setup.open_server_run`), and ``verify``'s reference run compares what it
+    builds with what is served.
+    """
     declared = declared_keys(folder)
     needed = [k for k in (*COORDINATOR_KEYS, *(k for k in config if k == "reference" and config[k]))
               if k not in declared]
-    kept = {k: v for k, v in config.items() if k in declared}
-    if not needed:
-        base = {**declared_defaults(), **{k: v for k, v in config.items() if k in COORDINATOR_KEYS}}
-        wanted = parse_run_config({**base, **config}, warn=False).to_dict()
-        runs = parse_run_config({**base, **kept}, warn=False).to_dict()
-        needed = sorted(k for k in wanted if wanted[k] != runs[k] and k not in COORDINATOR_KEYS)
     if needed:
         raise ConfigError(f"declare {', '.join(needed)} in [tool.flwr.app.config] of {folder / 'pyproject.toml'}: "
                           "the coordinator sets them when it submits the app")
-    return kept
+    return {k: v for k, v in config.items() if k in declared}
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ What is compared is what a user is served, never only what the ledger says about
 * **server-held samples** (a method that declares ``held_samples``, under the report key it names) — the
   ids the store recorded against those the scratch run draws from the seed (a retrain trains on the recorded ones);
 * **outputs** — the served model's class probabilities on the whole test split against those of the
-  same plan built from the scratch run's artifacts, with ``numpy.array_equal`` (bit for bit).
+  same plan built from the scratch run's artifacts, with ``numpy.array_equal`` (bit for bit); not compared (and
+  said why) for a server without a test set of its own, whose nodes evaluate what is served: the files are.
 
 DP adapters (a method that declares ``dp_exposure``) are compared too when the verifier plays their nodes
 (simulation: it copies each node's DP secret into the scratch run's node). Served DP adapters it cannot check
@@ -85,11 +86,14 @@ def served_outputs(store: Store, serving: dict[str, Any], plan: dict[str, Any],
                    artifacts: list[dict[str, Any]]) -> tuple[Any, str | None]:
     """The served model's class probabilities on the server's test set, or (None, why they cannot be computed)."""
     from fedforget.federation.serve import ServingError, serving_probabilities
-    from fedforget.tasks.server_data import load_server_test
+    from fedforget.tasks.server_data import ServerTestError, load_server_test
     from fedforget.unlearning.evaluate import stored_config
 
     cfg = stored_config(store)
-    test = load_server_test(cfg)
+    try:
+        test = load_server_test(cfg)
+    except ServerTestError:  # the nodes evaluate what is served (evaluate-on-nodes): the artifacts are compared
+        return None, "the server holds no test set (the nodes evaluate what is served); the served files are compared"
     try:
         return serving_probabilities(cfg, test.num_classes, store, plan, serving, artifacts, test.examples.inputs), None
     except ServingError as exc:

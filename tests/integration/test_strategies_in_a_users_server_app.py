@@ -104,6 +104,29 @@ def test_a_strategy_built_in_code_trains_by_its_own_values_not_the_apps_run_conf
     assert artifact_shas(Store.open(ignored)) != artifact_shas(Store.open(theirs))
 
 
+def test_a_retrain_through_an_app_that_now_builds_other_values_is_refused_naming_them(tmp_path):
+    """The coordinator submits an app's declared keys only; the app's code builds the rest, so the ServerApp is
+    what refuses a retrain whose strategy is not the store's: one line naming each key with both values, nothing
+    written."""
+    store = tmp_path / "store"
+    built = {**KEYS, "groups": 2, "budget": 2, "lr": 0.05}
+    apps_config = {"store": str(store), "action": "train", "reference": False}  # the run's own keys only
+    run_in_process(apps_config, NODES, server_app=_users_app(lambda: FedSGT(store=str(store), **built), []))
+    trained = Store.open(store)
+    forget_request(trained, samples=[trained.manifest()["partitions"]["1"][0][0]])
+    before = artifact_shas(Store.open(store))
+    with pytest.raises(ConfigError, match=r"builds the strategy with lr=0\.07, and the store was trained with "
+                                          r"lr=0\.05; build it as the store recorded"):
+        run_in_process({**apps_config, "action": "retrain"}, NODES,
+                       server_app=_users_app(lambda: FedSGT(store=str(store), **{**built, "lr": 0.07}), []))
+    assert artifact_shas(Store.open(store)) == before
+    run_in_process({**apps_config, "action": "retrain"}, NODES,
+                   server_app=_users_app(lambda: FedSGT(store=str(store), **built), []))
+    from fedforget.unlearning.verify import verify_store
+
+    assert verify_store(Store.open(store))["exact"] is True
+
+
 def test_strategy_parameters_are_checked_when_it_is_built():
     with pytest.raises(TypeError, match="unknown parameter.*grups"):
         FedSGT(grups=3)

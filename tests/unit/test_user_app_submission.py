@@ -1,5 +1,6 @@
 """The coordinator submits the app that trained a store, with only the run-config keys that app declares
-(Flower refuses an override of an undeclared key), and refuses when that would change the run."""
+(Flower refuses an override of an undeclared key), and refuses an app that does not declare the keys the
+coordinator sets."""
 
 from __future__ import annotations
 
@@ -40,10 +41,12 @@ def test_an_app_that_does_not_declare_what_the_coordinator_sets_is_refused(tmp_p
         app_run_config(folder, stored())
 
 
-def test_a_stored_value_the_app_does_not_declare_is_refused_rather_than_dropped(tmp_path):
-    folder = app(tmp_path, f'task = "{TASK}"\nstore = "s"\naction = "train"\nnum-rounds = 3')
-    with pytest.raises(ConfigError, match="declare lr in"):
-        app_run_config(folder, {k: v for k, v in stored(lr=0.5).items() if k != "store"})
+def test_a_stored_value_the_app_does_not_declare_is_left_to_the_apps_own_code(tmp_path):
+    """An app that builds its strategy in code declares only the run's own keys: the coordinator submits those,
+    and the app's ServerApp builds the rest (refusing a retrain that builds other values than the store's)."""
+    folder = app(tmp_path, 'store = "s"\naction = "train"\nreference = false')
+    assert app_run_config(folder, {k: v for k, v in stored(lr=0.5).items() if k != "store"}) == {"action": "retrain",
+                                                                                        "reference": False}
 
 
 def test_a_verify_reference_needs_reference_declared(tmp_path):
