@@ -23,8 +23,8 @@ from fedforget.core.config import ConfigError
 from fedforget.store import Store
 from fedforget.unlearning.user_app import store_app
 
-#: fedforget's own app's components (its pyproject's ``[tool.flwr.app.components]``)
-OWN_COMPONENTS = {"serverapp": "fedforget.server_app:app", "clientapp": "fedforget.client_app:app"}
+#: the components a Flower app names, each a ``module:attribute`` reference
+COMPONENTS = ("serverapp", "clientapp")
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,17 @@ def components(folder: Path) -> dict[str, str]:
     except (OSError, ValueError):
         return {}
     found = data.get("tool", {}).get("flwr", {}).get("app", {}).get("components", {})
-    return {k: str(v) for k, v in found.items() if k in OWN_COMPONENTS} if isinstance(found, dict) else {}
+    return {k: str(v) for k, v in found.items() if k in COMPONENTS} if isinstance(found, dict) else {}
+
+
+def own_components() -> dict[str, str]:
+    """fedforget's own app's components ({} when this copy carries no app manifest)."""
+    from fedforget.unlearning.flwr_runner import own_app_dir
+
+    try:
+        return components(own_app_dir())
+    except FileNotFoundError:
+        return {}
 
 
 def reference_app(store: Store) -> ReferenceApp | None:
@@ -52,13 +62,13 @@ def reference_app(store: Store) -> ReferenceApp | None:
     app = store.manifest().get("app")
     if not isinstance(app, dict):
         return None
-    if components(Path(str(app.get("dir", "")))) == OWN_COMPONENTS:
+    if components(Path(str(app.get("dir", "")))) == own_components():
         return None
     folder = store_app(store)
     if folder is None:
         return None
     found = components(folder)
-    missing = [k for k in OWN_COMPONENTS if ":" not in found.get(k, "")]
+    missing = [k for k in COMPONENTS if ":" not in found.get(k, "")]
     if missing:
         raise ConfigError(f"{folder / 'pyproject.toml'} names no {' and no '.join(missing)} in "
                           "[tool.flwr.app.components] (\"module:attribute\"); fedforget verify runs the app that "
