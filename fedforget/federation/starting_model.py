@@ -5,12 +5,16 @@ Handed arrays must be the model's trainable state under its tensor names (the Lo
 ``Result.arrays`` holds), with the seeded start's shapes and dtypes: anything else is refused in one line naming
 the first wrong tensor, before the store is written. A fresh run records them in its store
 (:mod:`fedforget.store.initial_arrays`); a retrain starts from what was recorded, and refuses other arrays; a
-``verify --federation`` reference run (its store inside the store it verifies) starts from the verified store's.
+``verify --federation`` reference run (its store inside the store it verifies), and an in-process ``fedforget
+verify`` reference run of a user's app (its scratch store named by :func:`reference_of`), start from the verified
+store's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -80,22 +84,40 @@ def _matching(given: Arrays | None, store: Store, seeded: Mapping[str, torch.Ten
     return checked_against_seeded(recorded, seeded)
 
 
+#: an in-process reference run's scratch store → the store it verifies (while that run lasts)
+_IN_PROCESS: dict[Path, Path] = {}
+
+
+@contextmanager
+def reference_of(verified: Path, scratch: Path) -> Iterator[None]:
+    """While it lasts, a reference run (``reference=true``) into ``scratch`` is one of the store at ``verified``:
+    it starts from that store's recorded initial arrays, as a ``verify --federation`` reference does."""
+    key = scratch.resolve()
+    _IN_PROCESS[key] = verified.resolve()
+    try:
+        yield
+    finally:
+        _IN_PROCESS.pop(key, None)
+
+
 def verified_store(cfg: RunConfig) -> Store | None:
-    """The store a ``verify --federation`` reference run verifies (its scratch store lies inside it), else None."""
+    """The store a reference run verifies (``verify --federation``'s scratch store lies inside it; an in-process
+    one is named by :func:`reference_of`), else None."""
     if not cfg.reference:
         return None
     root = resolve_store_path(cfg.store)
-    if root.parent.name != VERIFY_SCRATCH:
+    verified = _IN_PROCESS.get(root.resolve()) or (root.parent.parent if root.parent.name == VERIFY_SCRATCH else None)
+    if verified is None:
         return None
     try:
-        return Store.open(root.parent.parent)
+        return Store.open(verified)
     except StoreError:
         return None
 
 
 def training_start(cfg: RunConfig, given: Arrays | None, seeded: Mapping[str, torch.Tensor]) -> Arrays | None:
     """What a fresh training run starts from instead of the seeded start (None: the seeded start): the arrays
-    handed to ``start``, checked; for a ``verify --federation`` reference, the verified store's."""
+    handed to ``start``, checked; for a reference run of a store (:func:`verified_store`), that store's."""
     verified = verified_store(cfg)
     if verified is not None:
         return _matching(given, verified, seeded, "the store being verified")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from logging import INFO
 
-from flwr.app import Context
+from flwr.app import ArrayRecord, Context
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 from flwr.supercore import log
@@ -57,13 +57,16 @@ def strategy_for(run_config: Mapping[str, object]) -> MethodStrategy:
 RUN_KEYS = ("action", "store", "reference")
 
 
-def start_from_context(strategy: MethodStrategy, grid: Grid, context: Context) -> Result:
+def start_from_context(strategy: MethodStrategy, grid: Grid, context: Context,
+                       initial_arrays: ArrayRecord | None = None) -> Result:
     """Start ``strategy`` with the action the run config asks for (``action``: train, retrain or propagate),
     the way the fedforget coordinator submits them to your app: Flower's ``Strategy.start`` receives no
     ``Context``, so a ServerApp passes it here. The strategy is what it was built with (its messages carry its
     config to the nodes, whatever the app's run config holds), but for the keys that are the run's own
     (:data:`RUN_KEYS`): the run config's ``action``, ``store`` and ``reference``, so that a retrain and
-    ``verify --federation``'s reference reach a strategy built in code."""
+    ``fedforget verify``'s reference reach a strategy built in code. ``initial_arrays`` go to ``start`` as they
+    are: training records them in the store; a retrain and a reference run start from the recorded ones, and
+    refuse other arrays handed again."""
     from fedforget.core.config import parse_run_config
 
     with refusals_logged():  # a refusal is one line in the run's log, not Flower's traceback
@@ -73,4 +76,4 @@ def start_from_context(strategy: MethodStrategy, grid: Grid, context: Context) -
             log(INFO, "fedforget: the run config's store=%s is this run's (%s was built with store=%s)", asked.store,
                 type(strategy).__name__, strategy.config.store)
         run = strategy.for_run(store=given["store"], reference=given["reference"])
-        return run.start(grid=grid, action=asked.action)
+        return run.start(grid=grid, initial_arrays=initial_arrays, action=asked.action)

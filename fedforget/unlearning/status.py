@@ -11,10 +11,12 @@ from rich.console import Console
 from fedforget.core.config import stored_run_config
 from fedforget.methods.registry import FAMILIES
 from fedforget.store import Store
+from fedforget.store.initial_arrays import recorded_sha
 
 
 def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
-    """Task, method, config, the serving plan, requests, and every artifact with validity and integrity.
+    """Task, method, config, the serving plan, requests, every artifact with validity and integrity, and the
+    sha256 of the initial arrays the store's training started from (None: the seeded start).
 
     ``accuracy`` is the served model's test accuracy: cached by training, retrain and ``evaluate``
     for the plan they saw, and computed here (torch) when the plan changed since.
@@ -93,6 +95,7 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
         "acknowledgements": {str(r): a for r, a in acks.items()},
         "backbone": {"source": backbone.get("source"), "weights_sha256": backbone.get("weights-sha256"),
                      "artifact": backbone.get("artifact")},
+        "initial_arrays": recorded_sha(manifest),
         "complete": bool(served) and not corrupt,
         "log": log,
         **method_status(StatusView(store, manifest, plan, serving, artifacts)),
@@ -180,6 +183,9 @@ def print_status(status: dict[str, Any], console: Console, show_artifacts: bool 
     cfg = non_default_config(status["config"])
     console.print("config (differs from the defaults) " + (" ".join(f"{k}={v!r}" for k, v in sorted(cfg.items()))
                                                             or "—"), style="dim")
+    if status.get("initial_arrays"):
+        console.print(f"training started from initial arrays sha256 {status['initial_arrays'][:16]}… (recorded; a "
+                      "retrain and verify start from them)", soft_wrap=True)
     req = status["requests"]
     left = status["deletions_left"]
     console.print(f"requests {req['total']} ({req['pending']} pending a retrain) · forgotten samples "

@@ -2,7 +2,9 @@
 
 The scratch run is the same method, config, seed and plan (groups, sequences, clusters are drawn
 from the seed and the original partition plan), executed by the real ServerApp and
-ClientApp objects on an in-process Grid whose clients hold tombstones for every forgotten sample.
+ClientApp objects on an in-process Grid whose clients hold tombstones for every forgotten sample: those of
+the Flower app that trained the store (a user's app its manifest records, loaded from that app's
+``[tool.flwr.app.components]`` with ``reference=true``, as ``verify --federation`` submits it), else fedforget's own.
 What is forgotten is resolved from the fingerprinted manifest's plan and each request's recorded spec
 (:mod:`fedforget.store.forget_plan`), never read off the ledger's sample index, which is derived and is
 what ``forget`` itself trusted: the index is compared with the manifest instead (``index``), so a sample
@@ -10,7 +12,8 @@ moved to another unit before its forget fails the check rather than passing it o
 A method whose plan was drawn from what a leaver influenced readies its scratch run itself (its
 declaration's ``prepare_scratch``, e.g. a stored tree replayed as ``plan-file``): "from scratch" means
 "on the same plan". A store whose training started from initial arrays (``start(initial_arrays=...)``,
-:mod:`fedforget.store.initial_arrays`) has its reference start from the same recorded arrays.
+:mod:`fedforget.store.initial_arrays`) has its reference start from the same recorded arrays (a user's app
+that hands arrays in code must hand those, else its reference run is refused in one line).
 
 What is compared is what a user is served, never only what the ledger says about it:
 
@@ -49,6 +52,7 @@ from fedforget.store.forget_plan import PlanError, resolve_requests, sample_plan
 from fedforget.store.index_check import index_problems
 from fedforget.store.initial_arrays import recorded_initial_arrays
 from fedforget.store.ledger import LedgerUsageError
+from fedforget.unlearning.reference_app import load_components, reference_app
 
 #: How a reference run is made: (store, a work dir, partition → forgotten ids) → (the scratch store, the
 #: partitions whose DP secret the reference did not hold).
@@ -128,9 +132,11 @@ def refuse_in_process(manifest: dict[str, Any]) -> None:
 
 
 def _scratch_run(store: Store, workdir: Path, forgotten: dict[int, list[int]]) -> tuple[Store, set[int]]:
-    """The reference in process: every node played here, holding tombstones for what is forgotten."""
+    """The reference in process: every node played here, holding tombstones for what is forgotten; the app that
+    trained the store (:mod:`fedforget.unlearning.reference_app`) runs it with ``reference=true``."""
     refuse_in_process(store.manifest())
     from fedforget.federation.client_site import dataset_key
+    from fedforget.federation.starting_model import reference_of
     from fedforget.inprocess import run_in_process
     from fedforget.store.tombstones import add_tombstones
     from fedforget.unlearning.evaluate import stored_config
@@ -145,6 +151,13 @@ def _scratch_run(store: Store, workdir: Path, forgotten: dict[int, list[int]]) -
     secretless: set[int] = set()
     if method is not None and method.prepare_scratch:  # what the method's scratch run needs besides the config
         secretless = method.prepare_scratch(store, cfg, scratch_root, workdir, config)
+    app = reference_app(store)
+    if app is not None:  # the user's app that trained the store, as `verify --federation` submits it
+        server_app, client_app = load_components(app)
+        with reference_of(store.root, scratch_root):  # it starts from the store's recorded initial arrays, if any
+            run_in_process({**config, "reference": True}, int(manifest["num-partitions"]), server_app=server_app,
+                           client_app=client_app)
+        return Store.open(scratch_root), secretless
     initial = recorded_initial_arrays(store)  # the store's training started from these: so does the reference
     run_in_process(config, int(manifest["num-partitions"]),
                    server_app=starting_from(initial) if initial is not None else None)
@@ -188,8 +201,9 @@ def verify_store(store: Store, include_all: bool = False, workdir: Path | None =
     from fedforget.core.serving_plans import compute_serving
 
     manifest = store.manifest()
-    if reference is None:
-        refuse_in_process(manifest)  # before any work
+    if reference is None:  # before any work
+        refuse_in_process(manifest)
+        reference_app(store)
     method = store_method(manifest)
 
     ledger = store.ledger()

@@ -1,11 +1,18 @@
 import json
 
+import numpy as np
+from flwr.app import Array, ArrayRecord, Context
+from flwr.serverapp import Grid, ServerApp
 from typer.testing import CliRunner
 
+from fedforget.federation.run_setup import build_model
+from fedforget.inprocess import run_in_process
 from fedforget.store import Store
+from fedforget.store.initial_arrays import INITIAL_ARRAYS
+from fedforget.strategies import strategy_for
 from fedforget.unlearning.cli import app
 
-from .helpers import served_sha, train_in_process
+from .helpers import DIGITS, served_sha, train_in_process
 
 runner = CliRunner()
 
@@ -118,3 +125,31 @@ def test_run_submits_a_flat_key_under_its_grouped_name_with_a_warning(capsys):
     assert text == 'method="fedsgt" chains.groups=4'
     assert "'groups' is now 'chains.groups'" in capsys.readouterr().err
     assert check_run_config("method='fedsgt' chains.groups=4") == "method='fedsgt' chains.groups=4"
+
+
+def _starting_from(initial: ArrayRecord) -> ServerApp:
+    """A user's ServerApp that hands ``initial`` to the strategy the run config names."""
+    server = ServerApp()
+
+    @server.main()
+    def main(grid: Grid, context: Context) -> None:
+        strategy_for(context.run_config).start(grid=grid, initial_arrays=initial)
+
+    return server
+
+
+def test_status_shows_the_initial_arrays_training_started_from_and_none_for_a_seeded_start(tmp_path):
+    seeded = train_in_process(tmp_path / "seeded", **{"num-rounds": 1})
+    info = json.loads(runner.invoke(app, ["status", "--store", str(seeded.root), "--json"]).output)
+    assert info["initial_arrays"] is None
+    assert "initial arrays" not in runner.invoke(app, ["status", "--store", str(seeded.root)]).output
+
+    cfg = strategy_for({**DIGITS, "num-rounds": 1}).config
+    state = build_model(cfg, 10).initial_state
+    initial = ArrayRecord({name: Array(t.numpy() + np.float32(0.01)) for name, t in state.items()})
+    run_in_process({**DIGITS, "num-rounds": 1, "store": str(tmp_path / "mine")}, 3, server_app=_starting_from(initial))
+    sha = Store.open(tmp_path / "mine").manifest()[INITIAL_ARRAYS]
+    info = json.loads(runner.invoke(app, ["status", "--store", str(tmp_path / "mine"), "--json"]).output)
+    assert info["initial_arrays"] == sha and len(sha) == 64
+    text = runner.invoke(app, ["status", "--store", str(tmp_path / "mine")]).output.replace("\n", "")
+    assert f"initial arrays sha256 {sha[:16]}…" in text and sha not in text

@@ -1,12 +1,12 @@
 """A Flower strategy the user built, made forgettable in the user's own ServerApp: ``Forgettable(ClippedFedAvg(...))``
-with a deterministic ``aggregate_train`` override trains, forgets, retrains through the app, and ``fedforget
-verify --federation`` (its reference run is the app's own ServerApp with ``reference=true`` and a scratch store,
-played in process) is exact; negative control: the same store verified in process, where fedforget's own app
-builds the plain parent class from the keys, is not. A retrain that builds another strategy than the store
-recorded (another class, other attributes, other keys, fedforget's own app) refuses in one line with nothing
-written; so do a DP wrapper and a non-deterministic override before the store exists, and a subclass that
-keeps state of its own or sends to other nodes than the round's, before its first round is recorded. Two
-runs of one ``Forgettable(FedAdam(...))`` instance share no server state (negative control: one shared copy)."""
+with a deterministic ``aggregate_train`` override trains, forgets, retrains through the app, and ``fedforget verify
+--federation`` (its reference run is the app's own ServerApp with ``reference=true`` and a scratch store, played in
+process) is exact; negative control: the same store verified in process, where the recorded app is this checkout
+(fedforget's own components), which builds the plain parent class from the keys, is not. A retrain that builds
+another strategy than the store recorded (another class, other attributes, other keys, fedforget's own app) refuses
+in one line with nothing written; so do a DP wrapper and a non-deterministic override before the store exists, and a
+subclass that keeps state of its own or sends to other nodes than the round's, before its first round is recorded.
+Two runs of one ``Forgettable(FedAdam(...))`` instance share no server state (negative control: one shared copy)."""
 
 from __future__ import annotations
 
@@ -161,7 +161,8 @@ def test_a_deterministic_override_trains_forgets_retrains_and_verifies_exactly_t
     assert report["exact"] is True and report["federation"] == "fake", report
     assert not (store.root / verify_federation.SCRATCH).exists()
     monkeypatch.undo()
-    # negative control: in process, fedforget's own app builds the plain FedAvg the keys name
+    # negative control: in process, the recorded app (this checkout, whose components are fedforget's own app's)
+    # builds the plain FedAvg the keys name
     plain = json.loads(runner.invoke(cli_app, ["verify", "--store", str(store.root), "--json"]).stdout)
     assert plain["exact"] is False, plain
 
