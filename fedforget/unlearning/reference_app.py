@@ -78,14 +78,15 @@ def reference_app(store: Store) -> ReferenceApp | None:
 
 def load_components(app: ReferenceApp) -> tuple[Any, Any]:
     """The app's ServerApp and ClientApp, imported from its directory as its code is now."""
-    _import_anew(app.folder)
+    _import_anew(app.folder, {ref.partition(":")[0].partition(".")[0] for ref in (app.serverapp, app.clientapp)})
     return _load(app.serverapp, app.folder), _load(app.clientapp, app.folder)
 
 
-def _import_anew(folder: Path) -> None:
-    """Put ``folder`` first on ``sys.path`` and forget the modules it provides, so they are read from disk again."""
-    named = {p.stem if p.is_file() else p.name: p for p in folder.iterdir() if p.suffix == ".py" or p.is_dir()}
-    provided = {name for name in named if name.isidentifier()} - {"fedforget"}
+def _import_anew(folder: Path, packages: set[str]) -> None:
+    """Put ``folder`` first on ``sys.path`` and forget the modules of ``packages`` (the components' top-level
+    packages, which it holds), so they are read from disk again; no other module of this process is touched."""
+    provided = {name for name in packages - {"fedforget"}
+                if (folder / name).is_dir() or (folder / f"{name}.py").is_file()}
     for name in [m for m in sys.modules if m.partition(".")[0] in provided]:
         del sys.modules[name]
     if str(folder) in sys.path:
