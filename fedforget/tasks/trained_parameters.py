@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fedforget.core import known_methods
 from fedforget.core.config import ConfigError, RunConfig
 from fedforget.core.method import Method
 
@@ -44,9 +45,10 @@ def check_method_trains(method: Method, cfg: RunConfig, trains: Trains) -> None:
     if not trains_whole_model(trains):
         return
     if method.no_whole_model is not None:
+        able = [v for m in known_methods.families() if m.no_whole_model is None for v in m.variants]
         raise ConfigError(f"method={cfg.method!r} cannot train the user's own model (task {cfg.task!r} has "
-                          f"{describe(trains)}): {method.no_whole_model}; use method='fedavg' or 'replay', or "
-                          "Task(train='lora')")
+                          f"{describe(trains)}): {method.no_whole_model}; use method= one of {', '.join(able)}, "
+                          "or Task(train='lora')")
     if cfg.head_only:
         raise ConfigError(f"head-only=true trains fedforget's head, and task {cfg.task!r} has {describe(trains)} "
                           "(no fedforget head); set head-only=false")

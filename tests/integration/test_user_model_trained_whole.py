@@ -180,6 +180,9 @@ def test_a_named_subset_trains_only_those_parameters_the_rest_stays_the_init(hom
     assert all(torch.equal(whole.state_dict()[k], init[k]) for k in init if not k.startswith("fc2."))
     own = torch.softmax(predict_logits(whole, server_inputs()).double(), dim=1).numpy()
     assert np.array_equal(served_probabilities(store), own)
+    for command in (["status", "--json"], ["evaluate"]):  # the coordinator reads and serves such a store
+        result = CliRunner().invoke(cli, [command[0], "--store", str(store_root), *command[1:]])
+        assert result.exit_code == 0, result.output
 
 
 @pytest.mark.parametrize("method", ["fedsgt", "s3t", "sisa", "fedcio", "fedshard", "safe", "protosisa", "hosfl",
