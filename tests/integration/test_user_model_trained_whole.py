@@ -209,3 +209,42 @@ def test_a_whole_model_task_the_run_cannot_train_is_refused_in_one_line_before_a
         run_app(store, task, "fedavg", **keys)
     assert "\n" not in str(refused.value)
     assert not store.exists()
+
+
+def test_a_whole_model_task_starts_from_the_users_initial_arrays_and_retrains_from_them(home):
+    """``start(initial_arrays=...)`` with the user's own weights (their parameter names): the run starts from them,
+    records them, and its retrain starts from them again: bit for bit a scratch run from them without the record."""
+    from flwr.app import Array, ArrayRecord, Context
+    from flwr.serverapp import Grid, ServerApp
+    from tabular_mlp.client_app import app as client_app
+    from whole_tasks import make_model
+
+    from fedforget.inprocess import run_in_process
+    from fedforget.store.initial_arrays import INITIAL_ARRAYS
+    from fedforget.strategies import strategy_for
+
+    own = ArrayRecord({k: Array((v * 0.5).numpy()) for k, v in make_model().state_dict().items()})
+    server_app = ServerApp()
+
+    @server_app.main()
+    def main(grid: Grid, context: Context) -> None:
+        strategy_for(context.run_config).start(grid=grid, initial_arrays=own,
+                                               action=str(context.run_config["action"]))
+
+    def run(root: Path, action: str = "train") -> Store:
+        config = {**app_config(), "task": "whole_tasks:ALL", "store": str(root), "action": action}
+        run_in_process(config, NODES, server_app=server_app, client_app=client_app)
+        return Store.open(root)
+
+    seeded = home / "seeded"
+    run_app(seeded, "ALL", "fedavg")
+    store = run(home / "runs" / "own")
+    assert INITIAL_ARRAYS in store.manifest() and served_sha(store) != served_sha(Store.open(seeded))
+    result = CliRunner().invoke(cli, ["forget", "--store", str(store.root), "--record", ":".join(RECORD)])
+    assert result.exit_code == 0, result.output
+    retrained = served_sha(run(store.root, "retrain"))
+    key = store_record_key(store.manifest())
+    reference = home / "reference"
+    hand_over(reference, key)
+    add_tombstones(reference / "clients" / "1", f"local:{RECORD[0]}", [local_sample_id(*RECORD, key)])
+    assert served_sha(run(reference)) == retrained
