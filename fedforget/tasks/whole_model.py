@@ -5,8 +5,9 @@
 fedavg and replay exchange, average, checkpoint and serve it unchanged: its trainable state is the trained
 parameters under the user's own names, and its output is the user's module's output (the logits).
 
-Train-mode buffers (BatchNorm running statistics) would change outside the exchanged state, and so outside what
-a retrain replays and what is served: a model holding one is refused.
+The module stays in eval mode (no dropout: its draws would come from an unseeded stream). BatchNorm running
+statistics would then stay at their init, normalising nothing, and in train mode they would change outside the
+exchanged state: a model keeping them is refused.
 """
 
 from __future__ import annotations
@@ -33,6 +34,14 @@ class WholeModel(nn.Module):
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         return self.module(*inputs)
+
+    def train(self, mode: bool = True) -> WholeModel:
+        """The user's module stays in eval mode whatever ``mode`` is, as ``TaskModel``'s backbone does: dropout
+        would draw from torch's global random stream, which no seed of the run fixes, so a retrain would not
+        replay it."""
+        super().train(mode)
+        self.module.eval()
+        return self
 
     @property
     def adapter_names(self) -> list[str]:
@@ -70,7 +79,7 @@ def build_whole_model(module: nn.Module, trains: Trains, task: str) -> WholeMode
     tracking = [n for n, m in module.named_modules() if getattr(m, "track_running_stats", False)]
     if tracking:
         raise ConfigError(f"task {task!r} with {describe(trains)}: module {tracking[0]!r} keeps running statistics "
-                          "(BatchNorm), which would change outside the trained state; use track_running_stats=False "
+                          "(BatchNorm), which the trained state does not carry; use track_running_stats=False "
                           "or Task(train='lora')")
     names = [n for n, _ in module.named_parameters()]
     trained = [n for n in names if is_trained(n, trains)]

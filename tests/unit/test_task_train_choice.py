@@ -15,7 +15,7 @@ from fedforget.tasks.whole_model import SLOT, build_whole_model
 
 def mlp() -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 2))
+    return nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 2), nn.Dropout(0.5))
 
 
 def task(**keys: object) -> Task:
@@ -55,6 +55,14 @@ def test_the_whole_models_trainable_state_is_exactly_the_named_parameters():
     assert all(torch.equal(whole.trainable_state(SLOT)[k], state[k]) for k in state)
     with pytest.raises(ValueError, match="do not match"):
         whole.load_trainable_state(SLOT, {"2.bias": state["2.bias"]})
+
+
+def test_the_users_module_stays_in_eval_mode_so_training_draws_no_unseeded_dropout():
+    model = build_whole_model(mlp(), "all", "t")
+    model.train()
+    assert model.training and not any(m.training for m in model.module.modules())
+    x = torch.ones(4, 3)
+    assert torch.equal(model(x), model(x))  # no dropout draw
 
 
 def test_a_model_with_running_statistics_or_a_prefix_naming_nothing_is_refused():
