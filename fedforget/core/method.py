@@ -97,6 +97,10 @@ class Method:
     size_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     #: it can train the head alone on the frozen backbone (``head-only=true``, a linear probe)
     head_only: bool = False
+    #: why it cannot train the user's own model as the whole model (``Task(train='all')`` or a list of parameter
+    #: prefixes; :mod:`fedforget.tasks.trained_parameters`), refused in one line; None: it exchanges one model's
+    #: trainable state per round, whatever that model is, so it trains it
+    no_whole_model: str | None = "it trains LoRA adapters and fedforget's head"
     #: regex of a progress line its ServerApp logs (groups: done, total) → the label ``fedforget run``'s bar shows
     progress: Mapping[str, str] = field(default_factory=dict)
     #: crash points (``fedforget.store.crash``) its retrain passes once per artifact, which the fault campaigns hit

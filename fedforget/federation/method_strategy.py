@@ -279,8 +279,9 @@ class MethodStrategy(Strategy):
         cfg = self.run_config(action=action, num_rounds=num_rounds, timeout=timeout)
         if is_user_task(cfg.task):  # the app's own task: a wrong reference is refused before the store is touched
             from fedforget.tasks.registry import get_task
+            from fedforget.tasks.trained_parameters import check_method_trains
 
-            get_task(cfg.task)
+            check_method_trains(self.method, cfg, get_task(cfg.task).trains)
         log(INFO, "Starting %s strategy (%s):", type(self).__name__, action)
         self.summary()
         store_root = resolve_store_path(cfg.store)

@@ -25,6 +25,8 @@ from fedforget.tasks.partitioning import PartitionPlan
 from fedforget.tasks.peft_modules import TaskModel, build_task_model
 from fedforget.tasks.registry import get_task
 from fedforget.tasks.server_data import ServerTest
+from fedforget.tasks.trained_parameters import trains_whole_model
+from fedforget.tasks.whole_model import WholeModel, build_whole_model
 
 DEFAULT_ADAPTER = "default"
 #: run-config keys a retrain may set otherwise than the training did: none changes what is built
@@ -33,9 +35,11 @@ RETRAIN_MAY_CHANGE = ("action", "store", "evaluate-on-nodes")
 
 @dataclass
 class ModelBundle:
-    model: TaskModel
+    #: LoRA + fedforget's head on the frozen backbone, or the user's own model as the whole model (``Task(train=...)``)
+    model: TaskModel | WholeModel
     backbone: Backbone
-    #: The seeded initial LoRA + head of the default adapter; what a run handed no initial arrays starts from.
+    #: The seeded initial LoRA + head of the default adapter (the user's model: its trained parameters as built);
+    #: what a run handed no initial arrays starts from.
     initial_state: dict[str, torch.Tensor]
 
 
@@ -51,10 +55,19 @@ def build_model(cfg: RunConfig, num_classes: int) -> ModelBundle:
     key = (cfg.task, cfg.hf.model, cfg.lora_r, cfg.lora_alpha, cfg.seed, num_classes)
     if key not in _MODELS:
         _MODELS.clear()
-        backbone = get_task(cfg.task).load_backbone(cfg, cfg.seed)
-        model = build_task_model(backbone, num_classes, cfg.lora_r, cfg.lora_alpha, cfg.seed, DEFAULT_ADAPTER)
-        _MODELS[key] = ModelBundle(model, backbone, model.trainable_state(DEFAULT_ADAPTER))
+        task = get_task(cfg.task)
+        backbone = task.load_backbone(cfg, cfg.seed)
+        if trains_whole_model(task.trains):
+            whole = build_whole_model(backbone.module, task.trains, cfg.task)
+            _MODELS[key] = ModelBundle(whole, backbone, whole.trainable_state(DEFAULT_ADAPTER))
+        else:
+            model = build_task_model(backbone, num_classes, cfg.lora_r, cfg.lora_alpha, cfg.seed, DEFAULT_ADAPTER)
+            _MODELS[key] = ModelBundle(model, backbone, model.trainable_state(DEFAULT_ADAPTER))
     bundle = _MODELS[key]
+    if isinstance(bundle.model, WholeModel):
+        bundle.model.activate([DEFAULT_ADAPTER], trainable=[DEFAULT_ADAPTER])
+        bundle.model.load_trainable_state(DEFAULT_ADAPTER, bundle.initial_state)
+        return bundle
     bundle.model.activate([DEFAULT_ADAPTER], trainable=[DEFAULT_ADAPTER])
     for name in bundle.model.adapter_names:
         if name != DEFAULT_ADAPTER:

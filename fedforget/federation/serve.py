@@ -1,8 +1,8 @@
 """What is served: the stored serving plan turned into predictions (server, coordinator, audit).
 
 The plan's ``kind`` picks its method's serving function from the registry. :func:`lora_probabilities`
-serves LoRA + head models, each artifact one model: a single artifact alone, several (flat shards) as
-the mean of their softmax probabilities.
+serves LoRA + head models (or the user's own model, ``Task(train='all')``), each artifact one model: a single
+artifact alone, several (flat shards) as the mean of their softmax probabilities.
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ import torch
 from fedforget.core.config import RunConfig
 from fedforget.core.known_methods import for_plan
 from fedforget.federation.module_stack import Module, assemble, split_state
+from fedforget.federation.run_setup import DEFAULT_ADAPTER, build_model
 from fedforget.store import Store
+from fedforget.tasks.registry import get_task
+from fedforget.tasks.trained_parameters import trains_whole_model
 from fedforget.training.supervised import predict_logits
 
 Tensors = dict[str, torch.Tensor]
@@ -56,8 +59,13 @@ def lora_probabilities(cfg: RunConfig, num_classes: int, store: Store, plan_json
                            "`fedforget status` shows the accuracy the run measured")
     probs = []
     for artifact in serving["artifacts"]:
-        lora, head = split_state(load_tensors(store, shas[artifact]))
-        model = assemble(cfg, num_classes, "continue", [Module("default", None, lora)], head)
+        state = load_tensors(store, shas[artifact])
+        if trains_whole_model(get_task(cfg.task).trains):  # the user's own model: its trained parameters, its output
+            model = build_model(cfg, num_classes).model
+            model.load_trainable_state(DEFAULT_ADAPTER, state)
+        else:
+            lora, head = split_state(state)
+            model = assemble(cfg, num_classes, "continue", [Module("default", None, lora)], head)
         probs.append(class_probabilities(predict_logits(model, inputs)))
     return np.mean(np.stack(probs), axis=0)
 

@@ -89,6 +89,9 @@ class TaskSpec:
     #: the sample ids of the public training pool a run uses, from the set's fixed sizes without reading a row
     #: (what the server holds a public node's registered ids to); None: known only once the data is read
     train_ids: Callable[[RunConfig], np.ndarray] | None = None
+    #: which parameters train (:mod:`fedforget.tasks.trained_parameters`): ``"lora"`` (LoRA + fedforget's head),
+    #: ``"all"`` or parameter-name prefixes of a user's model that is the whole model
+    trains: str | tuple[str, ...] = "lora"
     #: the node-data column of a record's inputs ("": ``text`` for a text task, ``pixels`` for a vision one): a
     #: user task's own name for its column of number lists (``features``)
     input_column: str = ""

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedforget.core.config import ConfigError, is_user_task
+from fedforget.tasks.trained_parameters import checked_trains, describe, trains_whole_model
 
 if TYPE_CHECKING:
     import numpy as np
@@ -43,6 +44,12 @@ class Task:
     inputs in the column ``input_column``: a flat list of numbers per record (cast to float32, or turned into the
     model's input by ``encode(rows)``, rows a float64 ``(records, values)`` array); with ``input_column="text"``
     a string per record, which ``encode(texts)`` must turn into a tuple of tensors.
+
+    ``train`` says which parameters train: ``"lora"`` (the default) the LoRA adapters and fedforget's head on the
+    frozen backbone; ``"all"`` every parameter of the model ``backbone()`` builds, or a list of parameter-name
+    prefixes (``["fc2"]``) only those, the rest frozen. Then that model is the whole model: its output is the
+    logits, ``(batch, num_classes)`` (``feature_dim`` = ``num_classes``), with no LoRA (``lora_targets=[]``) and no
+    fedforget head; fedavg and replay train it (docs/strategies.md).
     """
 
     name: str
@@ -57,6 +64,8 @@ class Task:
     simulation_data: str = ""
     #: one line saying what the backbone is, recorded in the store's manifest
     source: str = ""
+    #: which parameters train: "lora", "all", or a list of parameter-name prefixes (the model is the whole model)
+    train: str | Sequence[str] = "lora"
     _spec: list[TaskSpec] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -64,7 +73,12 @@ class Task:
             raise TypeError("Task(backbone=...) must be a callable that returns a torch nn.Module")
         if self.feature_dim < 1 or self.num_classes < 2:
             raise ValueError("Task needs feature_dim >= 1 and num_classes >= 2")
-        if isinstance(self.lora_targets, str) or not self.lora_targets:
+        object.__setattr__(self, "train", checked_trains(self.train))
+        if trains_whole_model(self.train):
+            if self.lora_targets or self.feature_dim != self.num_classes:
+                raise ValueError(f"Task({describe(self.train)}) trains the model as the whole model: its output is "
+                                 "the logits (feature_dim=num_classes) and it gets no LoRA (lora_targets=[])")
+        elif isinstance(self.lora_targets, str) or not self.lora_targets:
             raise ValueError("Task(lora_targets=[...]) names the backbone's modules that get LoRA adapters")
         if not self.input_column or self.input_column in ("record_id", "label"):
             raise ValueError("Task(input_column=...) names the column of a record's inputs (not record_id or label)")
@@ -84,7 +98,7 @@ class Task:
                                        num_classes=self.num_classes, input_column=self.input_column,
                                        simulation_data=self.simulation_data,
                                        encode_text=self.encode if text else None,
-                                       scale_raw=None if text else self._to_inputs))
+                                       scale_raw=None if text else self._to_inputs, trains=self.train))
         return self._spec[0]
 
     def _no_public_data(self, cfg: RunConfig) -> TaskData:

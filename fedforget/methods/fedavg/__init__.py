@@ -26,4 +26,5 @@ METHOD = Method(
     forget_message=FORGET,
     config=None,
     head_only=True,  # head-only=true trains the head alone on the frozen backbone: a linear probe
+    no_whole_model=None,  # one model's trainable state averaged per round, whatever the model is
 )

@@ -87,4 +87,6 @@ METHOD = Method(
     prepare_scratch=prepare_scratch,
     commands=add_commands,
     progress={r"FedShard stage (\d+)/(\d+)": "FedShard stages"},  # server.py logs it per stage
+    no_whole_model=("its shards' models are merged as LoRA factors + fedforget's head (lora-merge), a "
+                    "merge not run on a whole model"),
 )

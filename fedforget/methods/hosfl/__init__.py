@@ -71,4 +71,5 @@ METHOD = Method(
     planning=("fedforget.methods.hosfl.config", "fedforget.methods.hosfl.plan",),
     status=status,
     print_status=print_status,
+    no_whole_model="it splits the backbone with its LoRA adapters between the nodes and the server",
 )

@@ -39,4 +39,5 @@ METHOD = Method(
     config=ReplayConfig,
     planning=("fedforget.methods.replay.config", "fedforget.methods.replay.plan"),
     plan_artifacts=plan_artifacts,
+    no_whole_model=None,  # one model's trainable state per round and per checkpoint, whatever the model is
 )

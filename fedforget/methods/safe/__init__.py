@@ -137,4 +137,5 @@ METHOD = Method(
     dp_exposure=dp_exposure,
     feature_caches=("safe-features-*",),  # the frozen backbone's tokens (features.CACHE_PREFIX)
     held_samples=HeldSamples(key="safe-shard-ids", name="safe shard", report="safe_shard"),  # shard.py draws it
+    no_whole_model="it trains its own InCA adapters and heads on the frozen backbone's features",
 )
