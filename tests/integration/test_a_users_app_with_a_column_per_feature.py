@@ -259,6 +259,8 @@ def test_the_run_configs_node_data_is_read_instead_of_the_tasks_simulation_data(
     assert store.manifest()["nodes"]["2"] == {"name": "node-2", "records": "local"}
     result = CliRunner().invoke(cli, ["forget", "--store", str(store.root), "--record", ":".join(RECORD)])
     assert result.exit_code == 0, result.output
+    with pytest.raises(ConfigError, match="nowhere/node-0 does not exist"):  # without the key: the task's, refused
+        app.run(store.root, action="retrain")
     retrained = app.run(store.root, action="retrain", **{"node-data": "data/node-{partition}"})
     report = verify_store(retrained, reference=reference_through(app, **{"node-data": "data/node-{partition}"}))
     assert report["exact"] is True, report["reason"]
