@@ -8,7 +8,8 @@ directory from there: ``FEDFORGET_HOME``, else the working directory
 (its ``pyproject.toml`` names the run's ``<publisher>/<name>``); a SuperLink started from another environment
 (fedforget's checkout, another app) would send the path elsewhere, so a run with a relative path is then refused,
 one line, before anything is written. ``fedforget run`` and the coordinator's runs pass absolute paths, and an app's
-``env.sh`` starts its own SuperLink with ``FEDFORGET_HOME`` set to the app's directory. """
+``env.sh`` starts its own SuperLink with ``FEDFORGET_HOME`` set to the app's directory.
+"""
 
 from __future__ import annotations
 
