@@ -7,7 +7,8 @@ and ``__all__ = ["app"]`` (Flower's check of ``[tool.flwr.app.components]`` read
 
 and ``task = "mlpapp.task:TASK"`` in the app's ``[tool.flwr.app.config]``. fedforget wraps the backbone in its own
 LoRA adapters (on the modules ``lora_targets`` names) and a linear head; the backbone stays frozen. Each node
-holds its records as a node data directory (``record_id``, ``label`` and ``input_column``); the server
+holds its records as a node data directory (``record_id``, ``label`` and ``input_column``, or a column per number
+named by ``input_columns``), simulated nodes the one the run config's ``node-data`` names; the server
 evaluates on ``test-data``, a records directory of the same form, and with ``evaluate-on-nodes`` the nodes on
 their own ``test`` split (docs/your-app.md).
 

@@ -141,6 +141,9 @@ class RunConfig(ConfigTable):
     test_size: int = option(0, low=0, high=10_000_000)
     #: a directory of records the server evaluates on (the node data format); "" = the task's test split
     test_data: str = option("")
+    #: where a simulated node (no ``data-dir`` in its node config) finds its records: a directory with
+    #: ``{partition}`` in it, anchored like ``test-data``; "" = the task's own (a user task's ``simulation_data``)
+    node_data: str = option("")
     #: after a train or retrain run is served, each node evaluates what is served on its own test records and
     #: the server records their example-weighted mean beside its own evaluation (a user task's server may then
     #: run without ``test-data``)
@@ -220,10 +223,14 @@ class RunConfig(ConfigTable):
             raise ConfigError(f"run-config 'fraction-train' must be in (0, 1], got {self.fraction_train}")
         if not self.store.strip():
             raise ConfigError("run-config 'store' must be a directory path, got an empty string")
-        if self.test_data and (not self.test_data.strip() or len(self.test_data) > MAX_PATH_CHARS
-                               or any(ord(c) < 32 or ord(c) == 127 for c in self.test_data)):
-            raise ConfigError(f"run-config 'test-data' must be a directory path (at most {MAX_PATH_CHARS} "
-                              f"characters, no control characters), got {self.test_data[:80]!r}")
+        for key, path in (("test-data", self.test_data), ("node-data", self.node_data)):
+            if path and (not path.strip() or len(path) > MAX_PATH_CHARS or any(ord(c) < 32 or ord(c) == 127
+                                                                                for c in path)):
+                raise ConfigError(f"run-config {key!r} must be a directory path (at most {MAX_PATH_CHARS} "
+                                  f"characters, no control characters), got {path[:80]!r}")
+        if self.node_data and "{partition}" not in self.node_data:
+            raise ConfigError(f"run-config 'node-data'={self.node_data[:80]!r} needs '{{partition}}' in it, which each "
+                              "simulated node replaces with its partition number (data/node-{partition})")
         probes = HEAD_ONLY  # the methods that declare head_only
         if self.head_only and self.method not in probes:
             raise ConfigError(f"head-only=true (a linear probe) needs method={' or '.join(map(repr, probes))}, "

@@ -1,14 +1,14 @@
 """A relative path in a run config is relative to the app's directory, whoever started the SuperLink.
 
-``store``, ``test-data`` and a user task's ``simulation_data`` may be relative. Flower runs the app from the copy
-it installed (``$FLWR_HOME/apps/<publisher>.<name>.<version>.<hash>``, code and config, no data), in a process the
-SuperLink starts with the SuperLink's environment and working directory, so fedforget takes the app's directory
-from there: ``FEDFORGET_HOME``, else the working directory (:func:`fedforget.store.store.resolve_store_path`).
-That is this app's directory only when it holds this same app (its ``pyproject.toml`` names the run's
-``<publisher>/<name>``); a SuperLink started from another environment (fedforget's checkout, another app) would
-send the path elsewhere, so a run with a relative path is then refused, one line, before anything is written.
-``fedforget run`` and the coordinator's runs pass absolute paths, and an app's ``env.sh`` starts its own
-SuperLink with ``FEDFORGET_HOME`` set to the app's directory.
+``store``, ``test-data``, ``node-data`` and a user task's ``simulation_data`` may be relative. Flower runs the app
+from the copy it installed (``$FLWR_HOME/apps/<publisher>.<name>.<version>.<hash>``, code and config, no data), in a
+process the SuperLink starts with the SuperLink's environment and working directory, so fedforget takes the app's
+directory from there: ``FEDFORGET_HOME``, else the working directory
+(:func:`fedforget.store.store.resolve_store_path`). That is this app's directory only when it holds this same app
+(its ``pyproject.toml`` names the run's ``<publisher>/<name>``); a SuperLink started from another environment
+(fedforget's checkout, another app) would send the path elsewhere, so a run with a relative path is then refused,
+one line, before anything is written. ``fedforget run`` and the coordinator's runs pass absolute paths, and an app's
+``env.sh`` starts its own SuperLink with ``FEDFORGET_HOME`` set to the app's directory.
 """
 
 from __future__ import annotations
@@ -47,7 +47,9 @@ def simulated(grid: Grid) -> bool:
 def relative_paths(cfg: RunConfig, with_simulation_data: bool) -> list[tuple[str, str]]:
     """The run config's paths that are relative, as (what, value)."""
     found = [(f"run-config {key!r}", value) for key, value in (("store", cfg.store), ("test-data", cfg.test_data))]
-    if with_simulation_data and is_user_task(cfg.task):
+    if with_simulation_data and cfg.node_data:  # where the simulated nodes read their records, not the task's
+        found.append(("run-config 'node-data'", cfg.node_data))
+    elif with_simulation_data and is_user_task(cfg.task):
         from fedforget.tasks.registry import get_task
 
         found.append((f"{cfg.task}'s simulation_data", get_task(cfg.task).simulation_data))

@@ -45,12 +45,13 @@ def describe(msg: Message, context: Context) -> Message:
 
 
 def simulated_data_dir(cfg: RunConfig, partition: int) -> Path | None:
-    """A user task's records directory for a node whose node config names none (``Task(simulation_data=...)``)."""
-    if not is_user_task(cfg.task):
-        return None
-    from fedforget.tasks.registry import get_task
+    """The records directory of a node whose node config names none: the run config's ``node-data``, else a user
+    task's ``Task(simulation_data=...)``; None: the node trains on its share of the task's public set."""
+    template = cfg.node_data
+    if not template and is_user_task(cfg.task):
+        from fedforget.tasks.registry import get_task
 
-    template = get_task(cfg.task).simulation_data
+        template = get_task(cfg.task).simulation_data
     return resolve_store_path(template.replace("{partition}", str(partition))) if template else None
 
 

@@ -95,6 +95,9 @@ class TaskSpec:
     #: the node-data column of a record's inputs ("": ``text`` for a text task, ``pixels`` for a vision one): a
     #: user task's own name for its column of number lists (``features``)
     input_column: str = ""
+    #: a user task's columns of a record's inputs, one number each, stacked in this order into its values
+    #: (``()``: the one column of ``input_column``)
+    input_columns: tuple[str, ...] = ()
     #: where a node whose node config names no ``data-dir`` (the simulation engine's) finds its records: a
     #: directory with ``{partition}`` in it ("": such a node trains on its share of the task's public set)
     simulation_data: str = ""

@@ -1,15 +1,15 @@
 """A node's own records (its ``data-dir``) as the examples it trains on, read on the node alone.
 
-A data directory holds one file per split: ``train.parquet``, ``train.csv`` or a Hugging Face ``datasets``
-directory written by ``save_to_disk`` at ``train/`` (and the same for ``test``). Its columns are
-``record_id`` (text), ``label`` (an integer class) and the inputs the task's model reads, in the form the
-task's own data set stores them: ``text`` for a text task (tokenized by ``TaskSpec.encode_text``, as the
-loader tokenizes) or ``pixels`` (a flat list of numbers, scaled by ``TaskSpec.scale_raw``, as the loader
-scales). The node's records get sample ids ``local_sample_id(node, record id, key)`` (the store's record key,
-None for a store of unkeyed ids), so the examples come in
-sample-id order and carry those ids (:func:`read_local_records`). A reader that needs the file's own row
-order (a server's test set) uses :func:`read_file_rows` and :func:`encode_rows`; one that only needs to know
-which records it holds, :func:`read_record_index`, which reads neither inputs nor torch.
+A data directory holds one file per split: ``train.parquet``, ``train.csv`` or a Hugging Face ``datasets`` directory
+written by ``save_to_disk`` at ``train/`` (and the same for ``test``). Its columns are ``record_id`` (text),
+``label`` (an integer class) and the inputs the task's model reads, in the form the task's own data set stores them:
+``text`` for a text task (tokenized by ``TaskSpec.encode_text``, as the loader tokenizes) or ``pixels`` (a flat list
+of numbers, scaled by ``TaskSpec.scale_raw``, as the loader scales); a user task names its own column of number
+lists, or a column per number (``TaskSpec.input_columns``, stacked in their order into the same rows). The node's
+records get sample ids ``local_sample_id(node, record id, key)`` (the store's record key, None for a store of
+unkeyed ids), so the examples come in sample-id order and carry those ids (:func:`read_local_records`). A reader
+that needs the file's own row order (a server's test set) uses :func:`read_file_rows` and :func:`encode_rows`; one
+that only needs to know which records it holds, :func:`read_record_index`, which reads neither inputs nor torch.
 
 The files are the node owner's, but anything could be placed there: every file is opened without following
 a symbolic link, must be a regular file of at most :data:`MAX_DATA_BYTES`, and at most :data:`MAX_RECORDS`
@@ -98,9 +98,16 @@ def input_column(spec: TaskSpec) -> str:
                         f"that takes text or pixels, {DOCS}")
 
 
+def input_columns(spec: TaskSpec) -> tuple[str, ...]:
+    """The columns holding a record's inputs: a user task's columns of one number each, in the order they are
+    stacked, else the one column of :func:`input_column`."""
+    return tuple(spec.input_columns) or (input_column(spec),)
+
+
 @dataclass
 class FileRows:
-    """One split file's records in file order, checked, inputs still raw (pixels float64 or texts)."""
+    """One split file's records in file order, checked, inputs still raw (pixels float64 or texts); ``column``
+    names the input column (the listed ones, joined by commas, for a task with a column per number)."""
 
     source: Path
     column: str
@@ -115,12 +122,18 @@ def read_file_rows(data_dir: Path, cfg: RunConfig, who: str, num_classes: int, s
     _check_arguments(split, num_classes)
     from fedforget.tasks.registry import get_task
 
-    column = input_column(get_task(cfg.task))
+    spec = get_task(cfg.task)
+    columns = input_columns(spec)
     source = find_split_file(Path(data_dir), split, who)
-    table = _read_table(source, [RECORD_ID, LABEL, column], who)
+    table = _read_table(source, [RECORD_ID, LABEL, *columns], who)
     name = f"{who}: {source}"
     record_ids = _record_ids(table.column(RECORD_ID), name)
     labels = _labels(table.column(LABEL), num_classes, name)
+    if spec.input_columns:
+        from fedforget.tasks.number_columns import stack_number_columns
+
+        return FileRows(source, ",".join(columns), record_ids, labels, stack_number_columns(table, columns, name))
+    column = columns[0]
     raw: Any = _texts(table.column(TEXT), name) if column == TEXT else _pixels(table.column(column), name)
     return FileRows(source, column, record_ids, labels, raw)
 

@@ -43,7 +43,8 @@ class Task:
     ``lora_targets`` names its ``nn.Linear``/``nn.Conv2d`` modules that get LoRA adapters. Records hold their
     inputs in the column ``input_column``: a flat list of numbers per record (cast to float32, or turned into the
     model's input by ``encode(rows)``, rows a float64 ``(records, values)`` array); with ``input_column="text"``
-    a string per record, which ``encode(texts)`` must turn into a tuple of tensors.
+    a string per record, which ``encode(texts)`` must turn into a tuple of tensors. Or in ``input_columns``, one
+    number per column (a CSV with a column per feature), stacked in the listed order into the same rows.
 
     ``train`` says which parameters train: ``"lora"`` (the default) the LoRA adapters and fedforget's head on the
     frozen backbone; ``"all"`` every parameter of the model ``backbone()`` builds, or a list of parameter-name
@@ -58,6 +59,8 @@ class Task:
     lora_targets: Sequence[str]
     num_classes: int
     input_column: str = "features"
+    #: one column per input value, stacked in this order (instead of ``input_column``'s list per record)
+    input_columns: Sequence[str] = ()
     encode: Callable[[Any], Any] | None = None
     #: where a simulated node (no ``data-dir`` in its node config) finds its records: a directory with
     #: ``{partition}`` in it, relative to ``FEDFORGET_HOME`` (else the current directory) like ``test-data``
@@ -82,10 +85,30 @@ class Task:
             raise ValueError("Task(lora_targets=[...]) names the backbone's modules that get LoRA adapters")
         if not self.input_column or self.input_column in ("record_id", "label"):
             raise ValueError("Task(input_column=...) names the column of a record's inputs (not record_id or label)")
+        self._check_input_columns()
         if self.simulation_data and "{partition}" not in self.simulation_data:
             raise ValueError("Task(simulation_data=...) needs '{partition}' in it (data/node-{partition})")
         if self.input_column == "text" and self.encode is None:
             raise ValueError("a text task needs encode(texts) -> tuple of tensors")
+
+    def _check_input_columns(self) -> None:
+        columns = self.input_columns
+        if not columns:
+            return
+        if isinstance(columns, str) or not all(isinstance(c, str) and c for c in columns):
+            raise ValueError("Task(input_columns=[...]) names a record's input columns, one number each "
+                             '(["f0", "f1", ...])')
+        if self.input_column != "features":
+            raise ValueError("give Task(input_column=...) (a list of numbers per record) or Task(input_columns=[...]) "
+                             "(one number per column), not both")
+        reserved = sorted({"record_id", "label", "text"} & set(columns))
+        if reserved:
+            raise ValueError(f"Task(input_columns=[...]) names {reserved[0]!r}, which is not an input column; "
+                             "name the columns of a record's numbers")
+        if len(set(columns)) != len(columns):
+            twice = next(c for c in columns if list(columns).count(c) > 1)
+            raise ValueError(f"Task(input_columns=[...]) names {twice!r} twice; name each column once")
+        object.__setattr__(self, "input_columns", tuple(columns))
 
     @property
     def spec(self) -> TaskSpec:
@@ -95,7 +118,9 @@ class Task:
 
             text = self.input_column == "text"
             self._spec.append(TaskSpec(self.name, self._no_public_data, self._load_backbone,
-                                       num_classes=self.num_classes, input_column=self.input_column,
+                                       num_classes=self.num_classes,
+                                       input_column="" if self.input_columns else self.input_column,
+                                       input_columns=tuple(self.input_columns),
                                        simulation_data=self.simulation_data,
                                        encode_text=self.encode if text else None,
                                        scale_raw=None if text else self._to_inputs, trains=self.train))

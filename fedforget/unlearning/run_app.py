@@ -26,8 +26,8 @@ class PlannedRun:
 
 def plan_run(given_app: str | None, store: str, federation: str, run_config: str, cwd: Path) -> PlannedRun:
     """``fedforget run``'s app, store, run config and connection; :class:`ConfigError` (one line) for anything
-    Flower or the ServerApp would refuse. A user app's relative paths (its ``store``, ``test-data``) are its
-    directory's, passed absolute; fedforget's own app keeps ``--store`` from the current directory."""
+    Flower or the ServerApp would refuse. A user app's relative paths (its ``store``, ``test-data``, ``node-data``)
+    are its directory's, passed absolute; fedforget's own app keeps ``--store`` from the current directory."""
     if "store=" in run_config.replace(" ", ""):
         raise ConfigError("pass the store with --store, not inside --run-config")
     target = app_to_run(given_app, cwd)
@@ -40,9 +40,10 @@ def plan_run(given_app: str | None, store: str, federation: str, run_config: str
     if "store" not in declared:
         raise ConfigError(f"declare store in [tool.flwr.app.config] of {pyproject}: `fedforget run` sets it")
     overrides = parse_flwr_run_config(check_run_config(run_config, declared, pyproject))
-    test_data = str(overrides.get("test-data", declared.get("test-data", "")))
-    if test_data:
-        overrides["test-data"] = anchored(target.folder, test_data)
+    for key in ("test-data", "node-data"):
+        path = str(overrides.get(key, declared.get(key, "")))
+        if path:
+            overrides[key] = anchored(target.folder, path)
     text = " ".join(f"{k}={toml_value(v)}" for k, v in overrides.items())
     where = str(cwd / os.path.expanduser(store)) if store else anchored(target.folder, str(declared["store"]))
     return PlannedRun(target, str(Path(where).resolve()), text, connection)
