@@ -5,23 +5,16 @@ probe and central reference rows, serving alternatives scored from the same stor
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from ..benchmark_scripts import benchmark_script
 
 
 @pytest.fixture(scope="module")
 def utility():  # noqa: ANN201
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import utility
-
-        yield utility
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    with benchmark_script("utility") as module:
+        yield module
 
 
 def test_utility_writes_paired_rows_with_real_costs_references_and_serving_alternatives(utility, tmp_path, capsys):

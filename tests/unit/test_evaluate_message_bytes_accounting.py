@@ -4,9 +4,6 @@ while the plan values its serving hook uses stay a hundred-odd bytes."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Message
@@ -16,19 +13,14 @@ from fedforget.federation.carried_config import RUN_CONFIG_RECORD
 from fedforget.federation.evaluate_messages import EvaluateServed
 from fedforget.federation.message_types import EVALUATE_SERVED
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from ..benchmark_scripts import benchmark_script
 
 
 @pytest.fixture(scope="module")
 def bench():  # noqa: ANN201
-    sys.path.insert(0, str(BENCHMARKS))
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
-    try:
-        import evaluate_message_bytes
-
-        yield evaluate_message_bytes
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    with benchmark_script("evaluate_message_bytes") as module:
+        yield module
 
 
 def _served(plan: dict, tensors: dict[str, dict[str, np.ndarray]], entries: tuple[dict, ...]) -> EvaluateServed:

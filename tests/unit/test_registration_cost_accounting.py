@@ -4,9 +4,6 @@ the ids it carries, and the default-run projection is the measured train exchang
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from flwr.app import Context, Message, MessageType, RecordDict
@@ -20,19 +17,14 @@ from fedforget.federation.control_messages import (
     register_queries,
 )
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from ..benchmark_scripts import benchmark_script
 
 
 @pytest.fixture(scope="module")
 def bench():  # noqa: ANN201
-    sys.path.insert(0, str(BENCHMARKS))
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
-    try:
-        import registration_cost
-
-        yield registration_cost
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    with benchmark_script("registration_cost") as module:
+        yield module
 
 
 def _registration_reply(query: Message, rows: int) -> Message:
