@@ -1,7 +1,8 @@
 """The nodes evaluate what is served (``evaluate-on-nodes``): once a train or retrain run is served, the server
 sends every node one ``evaluate.served`` message (:mod:`fedforget.federation.evaluate_messages`) through the
 strategy's ``configure_evaluate``, and the strategy's ``aggregate_evaluate`` turns the answers into one record,
-by default the mean of their accuracy and loss weighted by each node's test records, in partition order.
+by default the mean of their accuracy and loss (and of the task's own metric values) weighted by each node's test
+records, in partition order.
 
 The evaluation changes nothing that is served: a node that fails to answer only leaves the mean, and a
 federation where none answers has no federated result (the run, already served, stands).
@@ -52,15 +53,19 @@ def evaluate_messages(run: ServerRun, ledger: Ledger, server_round: int) -> list
 
 def weighted_evaluation(replies: Iterable[Message]) -> MetricRecord | None:
     """The replies' accuracy and loss weighted by their test records, summed in partition order, with the records
-    counted (``num-examples``) and the nodes that held some (``nodes``); None when no node held any."""
+    counted (``num-examples``) and the nodes that held some (``nodes``); None when no node held any. Each value of
+    the task's own metric is weighted alike: the mean of the nodes' values, which for a metric that is not a mean
+    over records (F1) is not the metric of their records pooled."""
     results = sorted((EvaluateResult.from_record(r.content) for r in replies if not r.has_error()),
                      key=lambda r: r.partition)
     counted = [r for r in results if r.examples > 0]
     total = sum(r.examples for r in counted)
     if not total:
         return None
+    own = set.intersection(*(set(r.metrics) for r in counted))  # the task's metric: each node reports the same names
     return MetricRecord({"accuracy": sum(r.accuracy * r.examples for r in counted) / total,
                          "loss": sum(r.loss * r.examples for r in counted) / total,
+                         **{k: sum(r.metrics[k] * r.examples for r in counted) / total for k in sorted(own)},
                          "num-examples": total, "nodes": len(counted)})
 
 
@@ -75,6 +80,8 @@ def check_evaluation(reply: Message, partition: int, max_examples: int) -> str |
         return f"reply claims partition {result.partition}, not {partition}"
     if not (math.isfinite(result.accuracy) and math.isfinite(result.loss) and 0.0 <= result.accuracy <= 1.0):
         return f"implausible accuracy {result.accuracy} or loss {result.loss}"
+    if not all(math.isfinite(v) for v in result.metrics.values()):
+        return f"a metric value that is not finite ({dict(result.metrics)})"
     if not 0 <= result.examples <= max_examples:
         return f"implausible num-examples {result.examples}"
     if reply.content.array_records:

@@ -151,6 +151,9 @@ def prepare_server_run(cfg: RunConfig, federation: Federation, server_test: Serv
         app = app_of_task(cfg.task)  # the app the coordinator submits for a retrain, a propagate, a verify
         if app is not None:
             manifest["app"] = app
+        from fedforget.tasks.task_functions import manifest_entry
+
+        manifest.update(manifest_entry(get_task(cfg.task)))  # its own loss and metric, if it has them
     if federation.class_counts:
         manifest["class-counts"] = {str(p): c for p, c in sorted(federation.class_counts.items())}
     if start is not None:
@@ -192,6 +195,10 @@ def open_server_run(cfg: RunConfig, federation: Federation, server_test: ServerT
     finally:
         ledger.close()
     check_against_manifest(federation, manifest, forgotten)
+    if is_user_task(cfg.task):
+        from fedforget.tasks.task_functions import refuse_changed_functions
+
+        refuse_changed_functions(manifest, get_task(cfg.task))
     federation.plan = PartitionPlan({int(p): [[int(i) for i in s] for s in slices]
                                      for p, slices in manifest["partitions"].items()})
     bundle = build_model(cfg, server_test.num_classes)

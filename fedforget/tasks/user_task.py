@@ -43,6 +43,8 @@ class Task:
     inputs in the column ``input_column``: a flat list of numbers per record (cast to float32, or turned into the
     model's input by ``encode(rows)``, rows a float64 ``(records, values)`` array); with ``input_column="text"``
     a string per record, which ``encode(texts)`` must turn into a tuple of tensors.
+    ``loss`` trains with the task's own loss instead of cross-entropy, ``metric`` reports the task's own metric of
+    what is served (:mod:`fedforget.tasks.task_functions`).
     """
 
     name: str
@@ -57,6 +59,12 @@ class Task:
     simulation_data: str = ""
     #: one line saying what the backbone is, recorded in the store's manifest
     source: str = ""
+    #: the task's own training loss, ``loss(logits, labels) -> scalar tensor`` (logits: the model's outputs for
+    #: the batch), in place of cross-entropy: pure, handed fedforget's batches in its seeded order
+    loss: Callable[[Any, Any], Any] | None = None
+    #: the task's own metric, ``metric(probabilities, labels) -> {name: value}`` (numpy arrays: the served class
+    #: probabilities, the int labels), reported beside accuracy and loss wherever what is served is evaluated
+    metric: Callable[[Any, Any], Any] | None = None
     _spec: list[TaskSpec] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -72,6 +80,9 @@ class Task:
             raise ValueError("Task(simulation_data=...) needs '{partition}' in it (data/node-{partition})")
         if self.input_column == "text" and self.encode is None:
             raise ValueError("a text task needs encode(texts) -> tuple of tensors")
+        for name in ("loss", "metric"):
+            if getattr(self, name) is not None and not callable(getattr(self, name)):
+                raise TypeError(f"Task({name}=...) must be a function (docs/your-app.md)")
 
     @property
     def spec(self) -> TaskSpec:
@@ -84,7 +95,8 @@ class Task:
                                        num_classes=self.num_classes, input_column=self.input_column,
                                        simulation_data=self.simulation_data,
                                        encode_text=self.encode if text else None,
-                                       scale_raw=None if text else self._to_inputs))
+                                       scale_raw=None if text else self._to_inputs,
+                                       loss=self.loss, metric=self.metric))
         return self._spec[0]
 
     def _no_public_data(self, cfg: RunConfig) -> TaskData:

@@ -26,4 +26,5 @@ METHOD = Method(
     forget_message=FORGET,
     config=None,
     head_only=True,  # head-only=true trains the head alone on the frozen backbone: a linear probe
+    refuses_task_loss=None,  # its nodes train by train_supervised (federation/adapter_round.py)
 )
