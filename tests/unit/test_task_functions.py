@@ -179,3 +179,38 @@ def test_the_nodes_metric_values_are_weighted_by_their_test_records_like_accurac
 def test_a_nodes_metric_value_that_is_not_finite_is_not_counted():
     assert check_evaluation(reply(0, 0.5, 10, f1=float("inf")), 0, 100) is not None
     assert check_evaluation(reply(0, 0.5, 10, f1=0.3), 0, 100) is None
+
+
+def test_the_loss_and_metric_docs_your_app_shows_work_as_shown():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "your-app.md").read_text(encoding="utf-8")
+    block = next(b for b in page.split("```python\n")[1:] if "def macro_f1" in b).split("```")[0]
+    code = "\n".join(line for line in block.splitlines() if not line.startswith("TASK = "))
+    namespace: dict[str, object] = {}
+    exec(code, namespace)  # noqa: S102 - the page's own snippet
+    spec = task(loss=namespace["smoothed_cross_entropy"], metric=namespace["macro_f1"]).spec
+    assert check_task_functions(BY_VARIANT["fedavg"], "fedavg", spec) == ["macro-f1"]
+    probs = np.array([[0.9, 0.05, 0.05], [0.1, 0.8, 0.1], [0.2, 0.7, 0.1]])
+    assert metric_values(spec.metric, probs, np.array([0, 1, 2])) == {"macro-f1": pytest.approx((1 + 2 / 3 + 0) / 3)}
+    assert not same(trained(dataclasses.replace(BASE, loss=spec.loss)), trained(BASE))
+
+
+def method_table_rows() -> list[str]:
+    """docs/strategies.md's table of what each method takes from a task, from the declarations."""
+    rows = []
+    for method in FAMILIES:
+        classes = ", ".join(f"`{c.__name__}`" for c in method.strategies())
+        variants = ", ".join(f"`{v}`" for v in method.variants)
+        loss = "takes it" if method.refuses_task_loss is None else f"refuses it: {method.refuses_task_loss}"
+        rows.append(f"| {classes} | {variants} | {loss} | reports it |")
+    return rows
+
+
+def test_the_strategies_page_says_what_each_method_takes_as_the_declarations_do():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "strategies.md").read_text(encoding="utf-8")
+    section = page.split("## What each method takes from your task", 1)[1].split("\n## ", 1)[0]
+    shown = [line for line in section.splitlines() if line.startswith("| `")]
+    assert shown == method_table_rows()
