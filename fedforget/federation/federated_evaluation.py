@@ -69,9 +69,10 @@ def weighted_evaluation(replies: Iterable[Message]) -> MetricRecord | None:
                          "num-examples": total, "nodes": len(counted)})
 
 
-def check_evaluation(reply: Message, partition: int, max_examples: int) -> str | None:
+def check_evaluation(reply: Message, partition: int, max_examples: int, metric_names: Sequence[str] = ()) -> str | None:
     """Why a node's answer cannot be counted (None if it can): its own partition, finite accuracy in [0, 1] and
-    loss, at most ``max_examples`` records, no tensors."""
+    loss, at most ``max_examples`` records, no tensors, and finite values of exactly the task's own metric's
+    ``metric_names`` (the store's manifest lists them)."""
     try:
         result = EvaluateResult.from_record(reply.content)
     except MalformedMessage as exc:
@@ -80,6 +81,8 @@ def check_evaluation(reply: Message, partition: int, max_examples: int) -> str |
         return f"reply claims partition {result.partition}, not {partition}"
     if not (math.isfinite(result.accuracy) and math.isfinite(result.loss) and 0.0 <= result.accuracy <= 1.0):
         return f"implausible accuracy {result.accuracy} or loss {result.loss}"
+    if sorted(result.metrics) != sorted(metric_names):
+        return f"reports metric values {sorted(result.metrics)}, the task's metric reports {sorted(metric_names)}"
     if not all(math.isfinite(v) for v in result.metrics.values()):
         return f"a metric value that is not finite ({dict(result.metrics)})"
     if not 0 <= result.examples <= max_examples:
@@ -106,11 +109,13 @@ def evaluate_on_nodes(grid: Grid, strategy: Any, run: ServerRun, ledger: Ledger,
     except KeyError as exc:
         raise ValueError(f"{type(strategy).__name__}.configure_evaluate addressed node {exc.args[0]}, which "
                          "holds no partition of this run") from None
-    bound = run.cfg.max_records_per_node
+    from fedforget.tasks.task_functions import metric_names
+
+    bound, names = run.cfg.max_records_per_node, metric_names(run.store.manifest())
     try:
         replies, lost = exchange_redo_or_exclude(
             grid, run.nodes, sent, partitions, run.cfg.round_timeout,
-            lambda reply, i: check_evaluation(reply, partitions[i], bound))
+            lambda reply, i: check_evaluation(reply, partitions[i], bound, names))
     except NodeFailure as exc:  # what is served stands; only its evaluation on the nodes is missing
         log(WARNING, "fedforget: the nodes did not evaluate what is served: %s", exc)
         return None

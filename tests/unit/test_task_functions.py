@@ -176,9 +176,13 @@ def test_the_nodes_metric_values_are_weighted_by_their_test_records_like_accurac
     assert EvaluateResult.from_record(reply(1, 1.0, 30, f1=0.6).content).metrics == {"f1": 0.6}
 
 
-def test_a_nodes_metric_value_that_is_not_finite_is_not_counted():
-    assert check_evaluation(reply(0, 0.5, 10, f1=float("inf")), 0, 100) is not None
-    assert check_evaluation(reply(0, 0.5, 10, f1=0.3), 0, 100) is None
+def test_a_nodes_metric_values_are_counted_only_when_finite_and_named_as_the_tasks_metric_names_them():
+    assert check_evaluation(reply(0, 0.5, 10, f1=0.3), 0, 100, ["f1"]) is None
+    assert "not finite" in check_evaluation(reply(0, 0.5, 10, f1=float("inf")), 0, 100, ["f1"])
+    assert "reports metric values ['f1', 'injected']" in check_evaluation(
+        reply(0, 0.5, 10, f1=0.3, injected=1.0), 0, 100, ["f1"])
+    assert "reports metric values []" in check_evaluation(reply(0, 0.5, 10), 0, 100, ["f1"])
+    assert check_evaluation(reply(0, 0.5, 10), 0, 100) is None  # a task without a metric: as before
 
 
 def test_the_loss_and_metric_docs_your_app_shows_work_as_shown():
