@@ -195,13 +195,16 @@ def open_server_run(cfg: RunConfig, federation: Federation, server_test: ServerT
     finally:
         ledger.close()
     check_against_manifest(federation, manifest, forgotten)
+    changed = None
     if is_user_task(cfg.task):
-        from fedforget.tasks.task_functions import refuse_changed_functions
+        from fedforget.tasks.task_functions import retrain_entry
 
-        refuse_changed_functions(manifest, get_task(cfg.task))
+        changed = retrain_entry(manifest, get_task(cfg.task))  # refuses another loss; records another metric
     federation.plan = PartitionPlan({int(p): [[int(i) for i in s] for s in slices]
                                      for p, slices in manifest["partitions"].items()})
     bundle = build_model(cfg, server_test.num_classes)
     start = retrain_start(store, initial_arrays, bundle.initial_state)
+    if changed is not None:
+        store.update_manifest(**changed)
     return ServerRun(cfg, federation, server_test.examples, server_test.num_classes, bundle, store,
                      initial_arrays=start)

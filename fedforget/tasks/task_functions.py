@@ -123,15 +123,17 @@ def manifest_entry(spec: TaskSpec) -> dict[str, Any]:
                            "metric-names": probe_metric(spec)}}
 
 
-def refuse_changed_functions(manifest: Mapping[str, Any], spec: TaskSpec) -> None:
-    """A retrain whose task trains with another loss, or reports another metric, than the store's training is
-    refused: what it rebuilt would not be what a from-scratch run of the recorded task builds."""
+def retrain_entry(manifest: Mapping[str, Any], spec: TaskSpec) -> dict[str, Any] | None:
+    """A retrain whose task trains with another loss than the store's training is refused: what it rebuilt would
+    not be what a from-scratch run of the recorded task builds. A metric may change (it trains nothing): the
+    manifest's entry to record then, None when it stands."""
     recorded = manifest.get(MANIFEST_KEY) or {}
-    now = manifest_entry(spec).get(MANIFEST_KEY) or {}
-    for part in ("loss", "metric"):
-        if recorded.get(part) != now.get(part):
-            raise ConfigError(f"the store was trained with Task({part}={recorded.get(part)}) and the app's task now "
-                              f"has {part}={now.get(part)}; retrain with the task the store recorded")
+    now = manifest_entry(spec).get(MANIFEST_KEY) or {"loss": None, "metric": None, "metric-names": []}
+    if recorded.get("loss") != now["loss"]:
+        raise ConfigError(f"the store was trained with Task(loss={recorded.get('loss')}) and the app's task now has "
+                          f"loss={now['loss']}; retrain with the loss the store recorded")
+    unchanged = recorded == now or (not recorded and now["metric"] is None)
+    return None if unchanged else {MANIFEST_KEY: now}
 
 
 def metric_names(manifest: Mapping[str, Any]) -> list[str]:

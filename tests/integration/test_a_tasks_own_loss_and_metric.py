@@ -255,7 +255,7 @@ def test_a_method_whose_training_takes_no_loss_refuses_the_task_in_one_line_befo
     assert not store.exists()
 
 
-def test_a_retrain_whose_task_lost_its_loss_is_refused_before_it_trains(home, monkeypatch):
+def test_a_retrain_whose_task_lost_its_loss_is_refused_and_one_with_another_metric_records_it(home, monkeypatch):
     store = home / "own"
     hand_over(store, KEY)
     run(store, "WITH_LOSS")
@@ -269,6 +269,13 @@ def test_a_retrain_whose_task_lost_its_loss_is_refused_before_it_trains(home, mo
                                           "and the app's task now has loss=None"):
         run(store, "WITH_LOSS", action="retrain")
     assert len(Store.open(store).metrics()) == rows
+    # a metric that reports under another name trains nothing: the retrain runs and records its names
+    (home / "code" / f"{MODULE}.py").write_text(TASK_MODULE.replace('{"macro-f1"', '{"f1"'), encoding="utf-8")
+    del sys.modules[MODULE]
+    monkeypatch.setattr(user_task, "_LOADED", {})
+    result = run(store, "WITH_LOSS", action="retrain")[0]
+    assert Store.open(store).manifest()["task-functions"]["metric-names"] == ["f1"]
+    assert "f1" in result.evaluate_metrics_serverapp[max(result.evaluate_metrics_serverapp)]
 
 
 @pytest.mark.parametrize("keys", [{"method": "safe", "safe.fine": 2}, {"method": "fedshard"}, {"method": "replay"},

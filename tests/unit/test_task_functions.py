@@ -26,6 +26,7 @@ from fedforget.tasks.task_functions import (
     metric_values,
     probe_metric,
     refuse_task_loss,
+    retrain_entry,
 )
 from fedforget.training.supervised import TrainSettings, train_supervised
 
@@ -218,3 +219,17 @@ def test_the_strategies_page_says_what_each_method_takes_as_the_declarations_do(
     section = page.split("## What each method takes from your task", 1)[1].split("\n## ", 1)[0]
     shown = [line for line in section.splitlines() if line.startswith("| `")]
     assert shown == method_table_rows()
+
+
+def test_a_retrain_refuses_another_loss_and_records_another_metric():
+    trained_with = manifest_entry(task(loss=smoothed, metric=accuracy_metric).spec)
+    assert retrain_entry(trained_with, task(loss=smoothed, metric=accuracy_metric).spec) is None
+    for other in (task(metric=accuracy_metric), task(loss=nn.functional.cross_entropy, metric=accuracy_metric)):
+        with pytest.raises(ConfigError, match=f"trained with Task\\(loss={__name__}:smoothed\\)"):
+            retrain_entry(trained_with, other.spec)
+    assert retrain_entry(trained_with, task(loss=smoothed).spec) == {
+        "task-functions": {"loss": f"{__name__}:smoothed", "metric": None, "metric-names": []}}
+    assert retrain_entry({}, task().spec) is None  # a plain task's store (or one from before): nothing to record
+    assert retrain_entry({}, task(metric=accuracy_metric).spec) == manifest_entry(task(metric=accuracy_metric).spec)
+    with pytest.raises(ConfigError, match="trained with Task\\(loss=None\\)"):
+        retrain_entry({}, task(loss=smoothed).spec)
