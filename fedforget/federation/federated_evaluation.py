@@ -72,7 +72,7 @@ def weighted_evaluation(replies: Iterable[Message]) -> MetricRecord | None:
 def check_evaluation(reply: Message, partition: int, max_examples: int, metric_names: Sequence[str] = ()) -> str | None:
     """Why a node's answer cannot be counted (None if it can): its own partition, finite accuracy in [0, 1] and
     loss, at most ``max_examples`` records, no tensors, and finite values of exactly the task's own metric's
-    ``metric_names`` (the store's manifest lists them)."""
+    ``metric_names`` (the store's manifest lists them; none from a node that abstains)."""
     try:
         result = EvaluateResult.from_record(reply.content)
     except MalformedMessage as exc:
@@ -81,8 +81,9 @@ def check_evaluation(reply: Message, partition: int, max_examples: int, metric_n
         return f"reply claims partition {result.partition}, not {partition}"
     if not (math.isfinite(result.accuracy) and math.isfinite(result.loss) and 0.0 <= result.accuracy <= 1.0):
         return f"implausible accuracy {result.accuracy} or loss {result.loss}"
-    if sorted(result.metrics) != sorted(metric_names):
-        return f"reports metric values {sorted(result.metrics)}, the task's metric reports {sorted(metric_names)}"
+    expected = sorted(metric_names) if result.examples else []  # a node that abstains measures nothing
+    if sorted(result.metrics) != expected:
+        return f"reports metric values {sorted(result.metrics)}, the task's metric reports {expected}"
     if not all(math.isfinite(v) for v in result.metrics.values()):
         return f"a metric value that is not finite ({dict(result.metrics)})"
     if not 0 <= result.examples <= max_examples:

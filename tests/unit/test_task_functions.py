@@ -184,6 +184,7 @@ def test_a_nodes_metric_values_are_counted_only_when_finite_and_named_as_the_tas
         reply(0, 0.5, 10, f1=0.3, injected=1.0), 0, 100, ["f1"])
     assert "reports metric values []" in check_evaluation(reply(0, 0.5, 10), 0, 100, ["f1"])
     assert check_evaluation(reply(0, 0.5, 10), 0, 100) is None  # a task without a metric: as before
+    assert check_evaluation(reply(0, 0.0, 0), 0, 100, ["f1"]) is None  # a node without test records abstains
 
 
 def test_the_loss_and_metric_docs_your_app_shows_work_as_shown():
