@@ -101,6 +101,10 @@ class Method:
     #: prefixes; :mod:`fedforget.tasks.trained_parameters`), refused in one line; None: it exchanges one model's
     #: trainable state per round, whatever that model is, so it trains it
     no_whole_model: str | None = "it trains LoRA adapters and fedforget's head"
+    #: why it refuses a task's own loss (``Task(loss=...)``): the one line a run of such a task is refused with.
+    #: None: its nodes train by ``train_supervised``, which takes the loss in place of cross-entropy. A method
+    #: refuses it until it declares otherwise (a task's metric, which only reads what is served, every method takes)
+    refuses_task_loss: str | None = "it does not declare that its training takes a task's own loss"
     #: regex of a progress line its ServerApp logs (groups: done, total) → the label ``fedforget run``'s bar shows
     progress: Mapping[str, str] = field(default_factory=dict)
     #: crash points (``fedforget.store.crash``) its retrain passes once per artifact, which the fault campaigns hit

@@ -17,6 +17,7 @@ from fedforget.federation.client_site import ClientSite
 from fedforget.federation.messaging import PARTITION_KEY, RECEIVED, to_numpy
 from fedforget.federation.node_evaluation import node_test_examples
 from fedforget.federation.run_setup import build_model
+from fedforget.tasks.task_functions import task_loss
 from fedforget.training.supervised import LossTerm, TrainSettings, evaluate, train_supervised
 
 
@@ -39,7 +40,8 @@ def train_adapter(msg: Message, context: Context, loss_term: LossTerm | None = N
     to the reply: the previous round's evaluation rides on this round's message instead of a message
     (and, on a deployment, a ClientApp process) of its own. Evaluation trains nothing and draws no
     random numbers, so the trained state is the same either way. ``loss_term`` is added to each batch's
-    cross-entropy (:class:`~fedforget.training.supervised.TrainSettings`): a method's own client-side term.
+    cross-entropy, or to the task's own loss (:class:`~fedforget.training.supervised.TrainSettings`): a
+    method's own client-side term.
     """
     site = ClientSite.from_context(context)
     config = msg.content["config"]
@@ -56,7 +58,7 @@ def train_adapter(msg: Message, context: Context, loss_term: LossTerm | None = N
     settings = TrainSettings(
         epochs=cfg.local_epochs, batch_size=cfg.batch_size, lr=cfg.lr, optimizer=cfg.optimizer,
         seed=derive_seed(cfg.seed, cfg.method, artifact, server_round, site.partition, "train-order"),
-        proximal_mu=float(config.get("proximal-mu", 0.0)), loss_term=loss_term,
+        proximal_mu=float(config.get("proximal-mu", 0.0)), loss_term=loss_term, loss=task_loss(cfg),
     )
     result = train_supervised(model, examples.inputs, examples.labels, settings)
     metrics = MetricRecord({"num-examples": result.num_examples, "train-loss": result.mean_loss,

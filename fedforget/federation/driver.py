@@ -34,6 +34,7 @@ from fedforget.store.crash import crash_point
 from fedforget.store.ledger import Ledger
 from fedforget.store.purge import finish_pending_purges
 from fedforget.tasks.server_data import ServerTest, server_test_for
+from fedforget.tasks.task_functions import metric_names
 
 
 class MethodStrategy(Protocol):
@@ -145,7 +146,8 @@ def _on_nodes(grid: Grid, strategy: MethodStrategy, run: ServerRun, ledger: Ledg
 def _finish(strategy: MethodStrategy, run: ServerRun, method: Method, built: Built, result: dict[str, float],
             serving: dict[str, Any], what: dict[str, Any], federated: dict[str, Any] | None = None) -> None:
     if built.metrics is not None or federated is not None:
-        measured = {"accuracy": result["accuracy"], "loss": result["loss"]} if len(run.test) else {}
+        names = ("accuracy", "loss", *metric_names(run.store.manifest()))  # and the task's own metric's values
+        measured = {k: result[k] for k in names if k in result} if len(run.test) else {}
         run.store.append_metrics({"final": True, **what, **measured, **(built.metrics or {}),
                                   **federated_fields(federated or {}), "served": serving["artifacts"]})
     if built.manifest:

@@ -4,7 +4,8 @@ test records, and the node's answer.
 - ``evaluate.served``: :class:`EvaluateServed` (``config``: the serving plan, the serving choice and the served
   artifacts' ledger entries as JSON, the class count and the server round; one ArrayRecord per served artifact
   under ``artifact:<sha256>``, its tensors under their own names), answered by :class:`EvaluateResult`
-  (``metrics``: the partition, accuracy, loss and how many test records it evaluated; none: it abstains).
+  (``metrics``: the partition, accuracy, loss and how many test records it evaluated, 0: it abstains; and its
+  task's own metric values under their names).
 
 The node hands the plan to the method's declared ``serving`` hook with :class:`ServedArrays` in place of the store
 (the hooks read a store's ``get_arrays`` only), so it computes the class probabilities the server would. Kept to
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -99,18 +100,25 @@ def served_entries(serving: Mapping[str, Any], artifacts: Sequence[Mapping[str, 
     return tuple({k: a[k] for k in ARTIFACT_FIELDS} for a in artifacts if a["artifact"] in served)
 
 
+#: the keys of a node's answer besides its task's own metric values
+RESULT_KEYS = (PARTITION_KEY, "accuracy", "loss", "num-examples")
+
+
 @dataclass(frozen=True)
 class EvaluateResult:
-    """A node's answer: its accuracy and loss on ``examples`` test records (0: it holds none and abstains)."""
+    """A node's answer: its accuracy and loss on ``examples`` test records (0: it holds none and abstains), and
+    the values of its task's own metric (``Task(metric=...)``), by name."""
 
     partition: int
     accuracy: float
     loss: float
     examples: int
+    metrics: Mapping[str, float] = field(default_factory=dict)
 
     def to_record(self) -> RecordDict:
         return RecordDict({METRICS: MetricRecord({PARTITION_KEY: self.partition, "accuracy": self.accuracy,
-                                                  "loss": self.loss, "num-examples": self.examples})})
+                                                  "loss": self.loss, "num-examples": self.examples,
+                                                  **dict(self.metrics)})})
 
     @classmethod
     def from_record(cls, content: RecordDict) -> EvaluateResult:
@@ -119,6 +127,7 @@ class EvaluateResult:
             raise MalformedMessage(f"no MetricRecord {METRICS!r}")
         try:
             return cls(int(metrics[PARTITION_KEY]), float(metrics["accuracy"]), float(metrics["loss"]),
-                       int(metrics["num-examples"]))
+                       int(metrics["num-examples"]),
+                       {str(k): float(v) for k, v in metrics.items() if k not in RESULT_KEYS})  # type: ignore[arg-type]
         except (KeyError, TypeError, ValueError):
             raise MalformedMessage("malformed evaluate metrics") from None

@@ -1,7 +1,8 @@
 """The nodes evaluate what is served (``evaluate-on-nodes``): once a train or retrain run is served, the server
 sends every node one ``evaluate.served`` message (:mod:`fedforget.federation.evaluate_messages`) through the
 strategy's ``configure_evaluate``, and the strategy's ``aggregate_evaluate`` turns the answers into one record,
-by default the mean of their accuracy and loss weighted by each node's test records, in partition order.
+by default the mean of their accuracy and loss (and of the task's own metric values) weighted by each node's test
+records, in partition order.
 
 The evaluation changes nothing that is served: a node that fails to answer only leaves the mean, and a
 federation where none answers has no federated result (the run, already served, stands).
@@ -52,21 +53,26 @@ def evaluate_messages(run: ServerRun, ledger: Ledger, server_round: int) -> list
 
 def weighted_evaluation(replies: Iterable[Message]) -> MetricRecord | None:
     """The replies' accuracy and loss weighted by their test records, summed in partition order, with the records
-    counted (``num-examples``) and the nodes that held some (``nodes``); None when no node held any."""
+    counted (``num-examples``) and the nodes that held some (``nodes``); None when no node held any. Each value of
+    the task's own metric is weighted alike: the mean of the nodes' values, which for a metric that is not a mean
+    over records (F1) is not the metric of their records pooled."""
     results = sorted((EvaluateResult.from_record(r.content) for r in replies if not r.has_error()),
                      key=lambda r: r.partition)
     counted = [r for r in results if r.examples > 0]
     total = sum(r.examples for r in counted)
     if not total:
         return None
+    own = set.intersection(*(set(r.metrics) for r in counted))  # the task's metric: each node reports the same names
     return MetricRecord({"accuracy": sum(r.accuracy * r.examples for r in counted) / total,
                          "loss": sum(r.loss * r.examples for r in counted) / total,
+                         **{k: sum(r.metrics[k] * r.examples for r in counted) / total for k in sorted(own)},
                          "num-examples": total, "nodes": len(counted)})
 
 
-def check_evaluation(reply: Message, partition: int, max_examples: int) -> str | None:
+def check_evaluation(reply: Message, partition: int, max_examples: int, metric_names: Sequence[str] = ()) -> str | None:
     """Why a node's answer cannot be counted (None if it can): its own partition, finite accuracy in [0, 1] and
-    loss, at most ``max_examples`` records, no tensors."""
+    loss, at most ``max_examples`` records, no tensors, and finite values of exactly the task's own metric's
+    ``metric_names`` (the store's manifest lists them; none from a node that abstains)."""
     try:
         result = EvaluateResult.from_record(reply.content)
     except MalformedMessage as exc:
@@ -75,6 +81,11 @@ def check_evaluation(reply: Message, partition: int, max_examples: int) -> str |
         return f"reply claims partition {result.partition}, not {partition}"
     if not (math.isfinite(result.accuracy) and math.isfinite(result.loss) and 0.0 <= result.accuracy <= 1.0):
         return f"implausible accuracy {result.accuracy} or loss {result.loss}"
+    expected = sorted(metric_names) if result.examples else []  # a node that abstains measures nothing
+    if sorted(result.metrics) != expected:
+        return f"reports metric values {sorted(result.metrics)}, the task's metric reports {expected}"
+    if not all(math.isfinite(v) for v in result.metrics.values()):
+        return f"a metric value that is not finite ({dict(result.metrics)})"
     if not 0 <= result.examples <= max_examples:
         return f"implausible num-examples {result.examples}"
     if reply.content.array_records:
@@ -99,11 +110,13 @@ def evaluate_on_nodes(grid: Grid, strategy: Any, run: ServerRun, ledger: Ledger,
     except KeyError as exc:
         raise ValueError(f"{type(strategy).__name__}.configure_evaluate addressed node {exc.args[0]}, which "
                          "holds no partition of this run") from None
-    bound = run.cfg.max_records_per_node
+    from fedforget.tasks.task_functions import metric_names
+
+    bound, names = run.cfg.max_records_per_node, metric_names(run.store.manifest())
     try:
         replies, lost = exchange_redo_or_exclude(
             grid, run.nodes, sent, partitions, run.cfg.round_timeout,
-            lambda reply, i: check_evaluation(reply, partitions[i], bound))
+            lambda reply, i: check_evaluation(reply, partitions[i], bound, names))
     except NodeFailure as exc:  # what is served stands; only its evaluation on the nodes is missing
         log(WARNING, "fedforget: the nodes did not evaluate what is served: %s", exc)
         return None

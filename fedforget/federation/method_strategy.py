@@ -279,9 +279,11 @@ class MethodStrategy(Strategy):
         cfg = self.run_config(action=action, num_rounds=num_rounds, timeout=timeout)
         if is_user_task(cfg.task):  # the app's own task: a wrong reference is refused before the store is touched
             from fedforget.tasks.registry import get_task
+            from fedforget.tasks.task_functions import check_task_functions
             from fedforget.tasks.trained_parameters import check_method_trains
 
             check_method_trains(self.method, cfg, get_task(cfg.task).trains)
+            check_task_functions(self.method, self.variant, get_task(cfg.task))  # its loss, its metric
         log(INFO, "Starting %s strategy (%s):", type(self).__name__, action)
         self.summary()
         store_root = resolve_store_path(cfg.store)
@@ -337,8 +339,11 @@ def served_result(store: Store, rows_before: int,
     of each round's model where the method measures it (a round-0 row before the first round: the seeded model)
     and of what is served under the last round's number, and the nodes' evaluation of what is served
     (``evaluate-on-nodes``) under that number too."""
+    from fedforget.tasks.task_functions import metric_names
+
     rows = store.metrics()[rows_before:]
     result = Result(arrays=served_arrays(store))
+    server_metrics = (*SERVER_METRICS, *metric_names(store.manifest()))  # and the task's own metric's values
     number = 0
     for row in rows:
         if row.get("final"):
@@ -346,13 +351,13 @@ def served_result(store: Store, rows_before: int,
         if is_training_round(row):
             number += 1
             result.train_metrics_clientapp[number] = MetricRecord(picked(row, TRAIN_METRICS))
-        evaluated = picked(row, SERVER_METRICS)
+        evaluated = picked(row, server_metrics)
         if evaluated and (is_training_round(row) or (number == 0 and row.get("round") == 0)):
             result.evaluate_metrics_serverapp[number] = MetricRecord(evaluated)
     final = next((r for r in reversed(rows) if r.get("final")), None)
     last = number
     if final is not None:
-        evaluated = picked(final, SERVER_METRICS)
+        evaluated = picked(final, server_metrics)
         if evaluated:
             result.evaluate_metrics_serverapp[last] = MetricRecord(evaluated)
         federated = federated_metrics(final)

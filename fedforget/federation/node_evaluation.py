@@ -25,15 +25,18 @@ def node_test_examples(site: ClientSite) -> Examples:
 
 
 def served_metrics(request: EvaluateServed, site: ClientSite, test: Examples) -> EvaluateResult:
-    """Accuracy and loss of what ``request`` serves on ``test`` (none: zero examples, it abstains)."""
+    """Accuracy and loss of what ``request`` serves on ``test`` (none: zero examples, it abstains), and the task's
+    own metric values."""
     if not len(test):
         return EvaluateResult(site.partition, 0.0, 0.0, 0)
     from fedforget.federation.serve import probability_metrics, serving_probabilities
+    from fedforget.tasks.task_functions import task_metric
 
     probs = serving_probabilities(site.cfg, request.num_classes, request.store(site.state_dir), request.plan,
                                   request.serving, list(request.artifacts), test.inputs)
-    result = probability_metrics(probs, test.labels)
-    return EvaluateResult(site.partition, result["accuracy"], result["loss"], int(result["num-examples"]))
+    result = probability_metrics(probs, test.labels, task_metric(site.cfg))
+    own = {k: float(v) for k, v in result.items() if k not in ("accuracy", "loss", "num-examples")}
+    return EvaluateResult(site.partition, result["accuracy"], result["loss"], int(result["num-examples"]), own)
 
 
 def evaluate_served(msg: Message, context: Context) -> Message:

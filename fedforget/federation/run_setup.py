@@ -164,6 +164,9 @@ def prepare_server_run(cfg: RunConfig, federation: Federation, server_test: Serv
         app = app_of_task(cfg.task)  # the app the coordinator submits for a retrain, a propagate, a verify
         if app is not None:
             manifest["app"] = app
+        from fedforget.tasks.task_functions import manifest_entry
+
+        manifest.update(manifest_entry(get_task(cfg.task)))  # its own loss and metric, if it has them
     if federation.class_counts:
         manifest["class-counts"] = {str(p): c for p, c in sorted(federation.class_counts.items())}
     if start is not None:
@@ -205,9 +208,16 @@ def open_server_run(cfg: RunConfig, federation: Federation, server_test: ServerT
     finally:
         ledger.close()
     check_against_manifest(federation, manifest, forgotten)
+    changed = None
+    if is_user_task(cfg.task):
+        from fedforget.tasks.task_functions import retrain_entry
+
+        changed = retrain_entry(manifest, get_task(cfg.task))  # refuses another loss; records another metric
     federation.plan = PartitionPlan({int(p): [[int(i) for i in s] for s in slices]
                                      for p, slices in manifest["partitions"].items()})
     bundle = build_model(cfg, server_test.num_classes)
     start = retrain_start(store, initial_arrays, bundle.initial_state)
+    if changed is not None:
+        store.update_manifest(**changed)
     return ServerRun(cfg, federation, server_test.examples, server_test.num_classes, bundle, store,
                      initial_arrays=start)

@@ -7,6 +7,7 @@ artifact alone, several (flat shards) as the mean of their softmax probabilities
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -73,13 +74,22 @@ def lora_probabilities(cfg: RunConfig, num_classes: int, store: Store, plan_json
 def serving_accuracy(cfg: RunConfig, num_classes: int, store: Store, plan_json: dict[str, Any],
                      serving: dict[str, Any], artifacts: list[dict[str, Any]], inputs: tuple[torch.Tensor, ...],
                      labels: torch.Tensor) -> dict[str, float]:
+    from fedforget.tasks.task_functions import task_metric
+
     probs = serving_probabilities(cfg, num_classes, store, plan_json, serving, artifacts, inputs)
-    return probability_metrics(probs, labels)
+    return probability_metrics(probs, labels, task_metric(cfg))
 
 
-def probability_metrics(probs: np.ndarray, labels: torch.Tensor) -> dict[str, float]:
-    """Accuracy and mean cross-entropy of class probabilities: the server's and each node's alike."""
+def probability_metrics(probs: np.ndarray, labels: torch.Tensor,
+                        metric: Callable[[np.ndarray, np.ndarray], Any] | None = None) -> dict[str, float]:
+    """Accuracy and mean cross-entropy of class probabilities: the server's and each node's alike; with a task's
+    own ``metric``, its values beside them (:func:`~fedforget.tasks.task_functions.metric_values`)."""
     y = labels.numpy()
     picked = np.clip(probs[np.arange(len(y)), y], 1e-12, 1.0)
-    return {"accuracy": float((probs.argmax(1) == y).mean()), "loss": float(-np.log(picked).mean()),
-            "num-examples": int(len(y))}
+    out = {"accuracy": float((probs.argmax(1) == y).mean()), "loss": float(-np.log(picked).mean()),
+           "num-examples": int(len(y))}
+    if metric is not None:
+        from fedforget.tasks.task_functions import metric_values
+
+        out.update(metric_values(metric, probs, y))
+    return out

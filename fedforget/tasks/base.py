@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -101,3 +101,9 @@ class TaskSpec:
     #: where a node whose node config names no ``data-dir`` (the simulation engine's) finds its records: a
     #: directory with ``{partition}`` in it ("": such a node trains on its share of the task's public set)
     simulation_data: str = ""
+    #: the task's own training loss, ``loss(logits, labels) -> scalar tensor``, in place of cross-entropy
+    #: (None: cross-entropy); only methods that declare they take it run a task that has one
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    #: the task's own metric of what is served, ``metric(probabilities, labels) -> {name: value}``, reported
+    #: beside accuracy and loss wherever the served model is evaluated (None: accuracy and loss only)
+    metric: Callable[[np.ndarray, np.ndarray], Mapping[str, float]] | None = None

@@ -51,6 +51,8 @@ class Task:
     prefixes (``["fc2"]``) only those, the rest frozen. Then that model is the whole model: its output is the
     logits, ``(batch, num_classes)`` (``feature_dim`` = ``num_classes``), with no LoRA (``lora_targets=[]``) and no
     fedforget head; fedavg and replay train it (docs/strategies.md).
+    ``loss`` trains with the task's own loss instead of cross-entropy, ``metric`` reports the task's own metric of
+    what is served (:mod:`fedforget.tasks.task_functions`).
     """
 
     name: str
@@ -69,6 +71,12 @@ class Task:
     source: str = ""
     #: which parameters train: "lora", "all", or a list of parameter-name prefixes (the model is the whole model)
     train: str | Sequence[str] = "lora"
+    #: the task's own training loss, ``loss(logits, labels) -> scalar tensor`` (logits: the model's outputs for
+    #: the batch), in place of cross-entropy: pure, handed fedforget's batches in its seeded order
+    loss: Callable[[Any, Any], Any] | None = None
+    #: the task's own metric, ``metric(probabilities, labels) -> {name: value}`` (numpy arrays: the served class
+    #: probabilities, the int labels), reported beside accuracy and loss wherever what is served is evaluated
+    metric: Callable[[Any, Any], Any] | None = None
     _spec: list[TaskSpec] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -90,6 +98,9 @@ class Task:
             raise ValueError("Task(simulation_data=...) needs '{partition}' in it (data/node-{partition})")
         if self.input_column == "text" and self.encode is None:
             raise ValueError("a text task needs encode(texts) -> tuple of tensors")
+        for name in ("loss", "metric"):
+            if getattr(self, name) is not None and not callable(getattr(self, name)):
+                raise TypeError(f"Task({name}=...) must be a function (docs/your-app.md)")
 
     def _check_input_columns(self) -> None:
         columns = self.input_columns
@@ -123,7 +134,8 @@ class Task:
                                        input_columns=tuple(self.input_columns),
                                        simulation_data=self.simulation_data,
                                        encode_text=self.encode if text else None,
-                                       scale_raw=None if text else self._to_inputs, trains=self.train))
+                                       scale_raw=None if text else self._to_inputs, trains=self.train,
+                                       loss=self.loss, metric=self.metric))
         return self._spec[0]
 
     def _no_public_data(self, cfg: RunConfig) -> TaskData:

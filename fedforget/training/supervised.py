@@ -13,6 +13,8 @@ from fedforget.training.determinism import deterministic_torch, generator
 EVAL_BATCH = 256
 #: a method's own term of the training loss: ``(logits, labels, trainable parameters) -> scalar``
 LossTerm = Callable[[torch.Tensor, torch.Tensor, list[nn.Parameter]], torch.Tensor]
+#: a task's own loss in place of cross-entropy: ``(logits, labels) -> scalar``
+TaskLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,8 @@ class TrainSettings:
     proximal_mu: float = 0.0
     #: a method's own term added to each batch's loss: ``loss_term(logits, labels, params)`` (None: none)
     loss_term: LossTerm | None = None
+    #: the task's own loss, in place of cross-entropy (None: cross-entropy); the terms above still add to it
+    loss: TaskLoss | None = None
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,8 @@ def _optimizer(params: Sequence[nn.Parameter], settings: TrainSettings) -> torch
 def train_supervised(
     model: nn.Module, inputs: tuple[torch.Tensor, ...], labels: torch.Tensor, settings: TrainSettings
 ) -> TrainResult:
-    """Cross-entropy training of the parameters that require grad; a fresh optimizer per call.
+    """Cross-entropy (or the task's own loss) training of the parameters that require grad; a fresh optimizer
+    per call.
 
     The data order comes from a generator seeded by ``settings.seed`` (which callers derive from
     run seed, artifact, round and partition), so the same call gives the same bits anywhere.
@@ -68,7 +73,8 @@ def train_supervised(
             for start in range(0, n, settings.batch_size):
                 idx = order[start : start + settings.batch_size]
                 logits = model(*(t[idx] for t in inputs))
-                loss = nn.functional.cross_entropy(logits, labels[idx])
+                loss = (nn.functional.cross_entropy(logits, labels[idx]) if settings.loss is None
+                        else _task_loss(settings.loss, logits, labels[idx]))
                 if anchor is not None:
                     loss = loss + settings.proximal_mu / 2 * sum(
                         ((p - a) ** 2).sum() for p, a in zip(params, anchor, strict=True))
@@ -81,6 +87,15 @@ def train_supervised(
                 steps += 1
         model.eval()
     return TrainResult(n, steps, total / max(steps, 1))
+
+
+def _task_loss(loss: TaskLoss, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The task's loss of one batch, which must be a scalar tensor backward can run through."""
+    value = loss(logits, labels)
+    if not isinstance(value, torch.Tensor) or value.dim() != 0 or not value.requires_grad:
+        raise ValueError(f"the task's loss {getattr(loss, '__qualname__', loss)!r} must return a scalar tensor "
+                         "computed from the logits it is handed")
+    return value
 
 
 @torch.no_grad()

@@ -309,7 +309,10 @@ def evaluate(store: StoreOpt, as_json: JsonOpt = False) -> None:
     if as_json:
         emit(result, True)
     else:
-        console.print(f"served accuracy [bold]{result['accuracy']:.4f}[/] (loss {result['loss']:.4f}, "
+        from fedforget.tasks.task_functions import metric_names
+
+        own = "".join(f", {k} {result[k]:.4f}" for k in metric_names(handle.manifest()) if k in result)
+        console.print(f"served accuracy [bold]{result['accuracy']:.4f}[/] (loss {result['loss']:.4f}{own}, "
                       f"{result['num-examples']} test examples, {len(result['serving'])} artifact(s))")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,7 @@ from fedforget.core.config import stored_run_config
 from fedforget.methods.registry import FAMILIES
 from fedforget.store import Store
 from fedforget.store.initial_arrays import recorded_sha
+from fedforget.tasks.task_functions import metric_names
 
 
 def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
@@ -54,16 +56,19 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
     finally:
         ledger.close()
     acc = None
+    own: dict[str, Any] = {}  # the task's own metric's values (Task(metric=...)), beside the accuracy
     servable = bool(serving.get("available")) and bool(served)  # else nothing is served: no accuracy to show
     if servable and cached and cached.get("serving") == sorted(served):
         acc = cached["accuracy"]
+        own = cached
     elif accuracy and servable and all(a["intact"] for a in artifacts if a["serving"]):
         from fedforget.federation.serve import ServingError
         from fedforget.tasks.server_data import ServerTestError
         from fedforget.unlearning.evaluate import evaluate_store
 
         try:
-            acc = evaluate_store(store)["accuracy"]
+            own = evaluate_store(store)
+            acc = own["accuracy"]
         except ServingError:  # nothing servable after all: status shows that instead of failing
             acc = None
         except ServerTestError:  # a server without a test set (the nodes evaluated what is served)
@@ -80,7 +85,8 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
         "rounds_done": int(manifest.get("rounds-done", 0)),
         "accuracy": None if acc is None or (isinstance(acc, float) and math.isnan(acc)) else acc,
         "accuracy_on": "the server's test set",
-        "federated_accuracy": nodes_evaluation(on_nodes, served) if servable else None,
+        "federated_accuracy": nodes_evaluation(on_nodes, served, metric_names(manifest)) if servable else None,
+        "task_metrics": {k: own[k] for k in metric_names(manifest) if isinstance(own.get(k), int | float)},
         "serving": sorted(served),
         "serving_plan": serving,
         "available": available,
@@ -102,21 +108,25 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
     }
 
 
-def nodes_evaluation(cached: Any, served: set[str]) -> dict[str, Any] | None:  # noqa: ANN401 - a ledger value
+def nodes_evaluation(cached: Any, served: set[str],  # noqa: ANN401 - a ledger value
+                     names: Sequence[str] = ()) -> dict[str, Any] | None:
     """The nodes' evaluation of what is served now (``evaluate-on-nodes``), as the run that served it measured
-    it: the example-weighted accuracy and loss on their own test records; None when the served plan changed
-    since (a forget), or no run measured it."""
+    it: the example-weighted accuracy and loss on their own test records, and of the task's own metric values
+    ``names`` (under ``metrics``, when it has any); None when the served plan changed since (a forget), or no run
+    measured it."""
     if not isinstance(cached, dict) or cached.get("serving") != sorted(served):
         return None
+    own = {k: cached[f"federated-{k}"] for k in names if f"federated-{k}" in cached}
     return {"accuracy": cached.get("federated-accuracy"), "loss": cached.get("federated-loss"),
             "examples": cached.get("federated-examples"), "nodes": cached.get("federated-nodes"),
-            "on": "the nodes' own test records"}
+            "on": "the nodes' own test records", **({"metrics": own} if own else {})}
 
 
 def accuracy_line(status: dict[str, Any]) -> str:
     """The served accuracy, saying which evaluation each number is."""
     acc, nodes = status["accuracy"], status.get("federated_accuracy")
     line = f"served accuracy {'—' if acc is None else f'{acc:.4f}'} (server's test set)"
+    line += "".join(f", {k} {v:.4f}" for k, v in (status.get("task_metrics") or {}).items())
     if nodes and isinstance(nodes.get("accuracy"), int | float):
         line += (f" · {nodes['accuracy']:.4f} on the nodes' test records ({nodes.get('examples')} records, "
                  f"{nodes.get('nodes')} nodes)")

@@ -87,6 +87,7 @@ METHOD = Method(
     serving_rules={"chains": serving_rule},
     forget_message=FORGET,
     config=ChainsConfig,
+    refuses_task_loss=None,  # each position trains by train_supervised (federation/module_training.py)
     defaults=DEFAULTS,
     footprint=footprint,
     size_keys={

@@ -77,6 +77,7 @@ METHOD = Method(
     serving_rules={"fedshard": serving_rule},
     forget_message=FORGET,
     config=FedShardConfig,
+    refuses_task_loss=None,  # each shard trains by train_supervised (federation/module_training.py)
     footprint=footprint,
     planning=("fedforget.methods.fedshard.config", "fedforget.methods.fedshard.plan",
               "fedforget.methods.fedshard.costs", "fedforget.methods.fedshard.angles",

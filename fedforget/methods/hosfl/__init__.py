@@ -67,6 +67,8 @@ METHOD = Method(
     serving_rules={"split": SINGLE_RULE},
     forget_message=FORGET,
     config=HosflConfig,
+    refuses_task_loss=("its training step is split over three messages (forward, zeroth-order, backprop) "
+                       "between the nodes' and the server's halves of the model"),
     defaults=DEFAULTS,
     planning=("fedforget.methods.hosfl.config", "fedforget.methods.hosfl.plan",),
     status=status,

@@ -37,6 +37,7 @@ METHOD = Method(
     serving_rules={"replay": SINGLE_RULE},
     forget_message=FORGET,
     config=ReplayConfig,
+    refuses_task_loss=None,  # its nodes train by train_supervised (federation/adapter_round.py)
     planning=("fedforget.methods.replay.config", "fedforget.methods.replay.plan"),
     plan_artifacts=plan_artifacts,
     no_whole_model=None,  # one model's trainable state per round and per checkpoint, whatever the model is

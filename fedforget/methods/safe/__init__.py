@@ -120,6 +120,8 @@ METHOD = Method(
     serving_rules={"safe": serving_rule},
     forget_message="query.safeforget",
     config=SafeConfig,
+    refuses_task_loss=("each clique trains its own adapter with its own loss over the shared features, and that "
+                       "loss is what keeps the cliques apart"),
     defaults=DEFAULTS,
     footprint=footprint,
     size_keys={v: ("safe.adapter-width", "safe.coarse", "safe.fine", "num-rounds", "slices-per-client")

@@ -139,9 +139,10 @@ def served_probabilities(cfg: RunConfig, num_classes: int, store: Store, plan_js
 
 def safe_accuracy(cfg: RunConfig, store: Store, plan_json: dict[str, Any], serving: dict[str, Any],
                   artifacts: list[dict[str, Any]]) -> dict[str, float]:
+    """Accuracy and loss of the served ensemble on the test split, and the task's own metric values."""
+    from fedforget.federation.serve import probability_metrics
+    from fedforget.tasks.task_functions import task_metric
+
     probs, labels = safe_probabilities(cfg, store, plan_json, serving, artifacts)
     assert labels is not None
-    y = labels.numpy()
-    picked = np.clip(probs[np.arange(len(y)), y], 1e-12, 1.0)
-    return {"accuracy": float((probs.argmax(1) == y).mean()), "loss": float(-np.log(picked).mean()),
-            "num-examples": int(len(y))}
+    return probability_metrics(probs, labels, task_metric(cfg))
