@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from fedforget.core.config import RunConfig
-from fedforget.core.ids import QUOTED_CHARS
 from fedforget.core.record_ids import check_record_id, local_sample_id
+from fedforget.tasks.node_data_error import MAX_INPUT_VALUES, NodeDataError
+from fedforget.tasks.node_data_error import quote as _quote
 
 if TYPE_CHECKING:
     import torch
@@ -47,7 +48,7 @@ MAX_DATA_BYTES = 1 * 2**30
 #: Largest unpacked size of the columns read, as a Parquet footer declares it and as they are decoded.
 MAX_UNPACKED_BYTES = 4 * 2**30
 #: Most pixel values in one split (each becomes a float64 before scaling): 2 GiB of them.
-MAX_PIXEL_VALUES = 2**28
+MAX_PIXEL_VALUES = MAX_INPUT_VALUES
 #: Most records in one split of a node's data (the run config's ``train-size`` bound).
 MAX_RECORDS = 10_000_000
 #: Longest text of one record, in characters (tokenizers truncate far below this).
@@ -57,10 +58,6 @@ FORMATS = ("parquet", "csv")
 RECORD_ID, LABEL, TEXT, PIXELS = "record_id", "label", "text", "pixels"
 DOCS = "see docs/operations/data.md"
 _CSV_INTEGER = re.compile(r"-?[0-9]{1,18}")
-
-
-class NodeDataError(ValueError):
-    """A node's data directory cannot be used; the message is one line naming the node and what to do."""
 
 
 @dataclass
@@ -229,10 +226,6 @@ def find_split_file(data_dir: Path, split: str, where: str) -> Path:
     if len(found) > 1:
         raise NodeDataError(f"{where}: {data_dir} holds {' and '.join(p.name for p in found)}; keep one of them")
     return found[0]
-
-
-def _quote(text: str) -> str:
-    return repr(text[:QUOTED_CHARS]) + ("…" if len(text) > QUOTED_CHARS else "")
 
 
 def _one_line(exc: BaseException) -> str:

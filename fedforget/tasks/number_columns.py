@@ -6,7 +6,7 @@ from text (every CSV column is read as text; a Parquet column of strings is pars
 numbers such as ``3``, ``-0.5`` or ``1e-3``, spaces around them ignored. The first value that is missing, not a
 number, or not finite (NaN, infinite) is refused in one :class:`NodeDataError` line naming the file, the column
 and the row (1 = the first record), before anything is trained. The stacked rows are bounded like pixel values:
-at most :data:`~fedforget.tasks.local_records.MAX_PIXEL_VALUES` in one split, checked before they are allocated.
+at most :data:`~fedforget.tasks.node_data_error.MAX_INPUT_VALUES` in one split, checked before they are allocated.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from fedforget.tasks.local_records import MAX_PIXEL_VALUES, NodeDataError, _quote
+from fedforget.tasks.node_data_error import MAX_INPUT_VALUES, NodeDataError
+from fedforget.tasks.node_data_error import quote as _quote
 
 #: Values parsed at once when a text column is searched for its first value that is not a number.
 _SEARCH_CHUNK = 4096
@@ -25,9 +26,9 @@ def stack_number_columns(table: Any, columns: tuple[str, ...], name: str) -> np.
     """``columns`` of ``table`` side by side, in their order, as float64 ``(records, len(columns))``; ``name``
     (``node node-1: /data/train.csv``) starts each refusal."""
     count = table.num_rows * len(columns)
-    if count > MAX_PIXEL_VALUES:
+    if count > MAX_INPUT_VALUES:
         raise NodeDataError(f"{name}: {table.num_rows:,} records of {len(columns)} input columns are over "
-                            f"{MAX_PIXEL_VALUES:,} values in all, the most a node reads; split the data")
+                            f"{MAX_INPUT_VALUES:,} values in all, the most a node reads; split the data")
     rows = np.empty((table.num_rows, len(columns)), dtype=np.float64)
     for j, column in enumerate(columns):
         rows[:, j] = _numbers(table.column(column), column, name)
