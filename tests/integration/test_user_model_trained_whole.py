@@ -8,6 +8,7 @@ app's own ServerApp and fedforget's ClientApp."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -120,18 +121,29 @@ def users_model_with(state: dict[str, torch.Tensor]) -> torch.nn.Module:
     return model
 
 
-def from_scratch(home: Path, name: str, key: str, method: str, tombstone: bool) -> Store:
+def from_scratch(home: Path, name: str, key: str, method: str, tombstone: bool, **keys: object) -> Store:
     """The app trained from scratch under the store's record key, node-1 holding the record as deleted (or not:
     the negative control's reference, which trained on it)."""
     root = home / name
     hand_over(root, key)
     if tombstone:
         add_tombstones(root / "clients" / "1", f"local:{RECORD[0]}", [local_sample_id(*RECORD, key)])
-    run_app(root, "ALL", method)
+    run_app(root, "ALL", method, **keys)
     return Store.open(root)
 
 
-@pytest.mark.parametrize("method", ["fedavg", "replay"])
+def scratch_keys(store: Store, method: str, workdir: Path) -> dict[str, object]:
+    """What the method's scratch run is given (``verify``'s own rule): FedShard replays the stored shard tree, its
+    guarantee being relative to the plan."""
+    if method != "fedshard":
+        return {}
+    plan_file = workdir / "plan.json"
+    plan_file.parent.mkdir(parents=True, exist_ok=True)
+    plan_file.write_text(json.dumps(store.manifest()["plan"]), encoding="utf-8")
+    return {"fedshard.plan-file": str(plan_file)}
+
+
+@pytest.mark.parametrize("method", ["fedavg", "replay", "fedshard"])
 def test_a_one_model_method_trains_the_users_whole_model_serves_its_output_and_retrains_exactly(home, method):
     store_root = home / "runs" / method
     run_app(store_root, "ALL", method)
@@ -154,14 +166,16 @@ def test_a_one_model_method_trains_the_users_whole_model_serves_its_output_and_r
     assert served_sha(Store.open(store_root)) != trained
     key = store_record_key(store.manifest())
 
-    def reference(_store: Store, _workdir: Path, _forgotten: dict) -> tuple[Store, set]:
-        return from_scratch(home, "reference", key, method, tombstone=True), set()
+    def reference(store: Store, workdir: Path, _forgotten: dict) -> tuple[Store, set]:
+        keys = scratch_keys(store, method, workdir)
+        return from_scratch(home, "reference", key, method, tombstone=True, **keys), set()
 
     report = verify_store(Store.open(store_root), reference=reference)
     assert report["exact"] is True, report["reason"]
 
-    def kept_the_record(_store: Store, _workdir: Path, _forgotten: dict) -> tuple[Store, set]:
-        return from_scratch(home, "kept", key, method, tombstone=False), set()
+    def kept_the_record(store: Store, workdir: Path, _forgotten: dict) -> tuple[Store, set]:
+        keys = scratch_keys(store, method, workdir)
+        return from_scratch(home, "kept", key, method, tombstone=False, **keys), set()
 
     assert verify_store(Store.open(store_root), reference=kept_the_record)["exact"] is False
 
@@ -191,7 +205,7 @@ def test_a_named_subset_trains_only_those_parameters_the_rest_stays_the_init(hom
         assert result.exit_code == 0, result.output
 
 
-@pytest.mark.parametrize("method", ["fedsgt", "s3t", "sisa", "fedcio", "fedshard", "safe", "protosisa", "hosfl",
+@pytest.mark.parametrize("method", ["fedsgt", "s3t", "sisa", "fedcio", "safe", "protosisa", "hosfl",
                                     "sfl", "zo-sfl"])
 def test_a_method_that_trains_lora_only_refuses_the_users_whole_model_in_one_line_before_any_store(home, method):
     store = home / "s"
