@@ -101,6 +101,8 @@ class Method:
     #: prefixes; :mod:`fedforget.tasks.trained_parameters`), refused in one line; None: it exchanges one model's
     #: trainable state per round, whatever that model is, so it trains it
     no_whole_model: str | None = "it trains LoRA adapters and fedforget's head"
+    #: variant → its own ``no_whole_model`` where it differs from its family's (None: that variant trains it)
+    whole_model_variants: Mapping[str, str | None] = field(default_factory=dict)
     #: regex of a progress line its ServerApp logs (groups: done, total) → the label ``fedforget run``'s bar shows
     progress: Mapping[str, str] = field(default_factory=dict)
     #: crash points (``fedforget.store.crash``) its retrain passes once per artifact, which the fault campaigns hit
@@ -114,6 +116,10 @@ class Method:
     @property
     def package(self) -> str:
         return f"fedforget.methods.{self.name}"
+
+    def whole_model_refusal(self, variant: str) -> str | None:
+        """Why ``method=variant`` cannot train the user's own model as the whole model; None: it can."""
+        return self.whole_model_variants.get(variant, self.no_whole_model)
 
     def hooks(self) -> tuple[Hook, ...]:
         """Every function it declares, each once."""
