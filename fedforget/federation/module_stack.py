@@ -14,6 +14,7 @@ import torch
 from fedforget.core.config import RunConfig
 from fedforget.federation.run_setup import DEFAULT_ADAPTER, build_model
 from fedforget.tasks.peft_modules import HEAD_PREFIX, TaskModel
+from fedforget.tasks.whole_model import WholeModel
 
 Tensors = dict[str, torch.Tensor]
 
@@ -40,7 +41,7 @@ def slot_name(position: int) -> str:
 
 
 def assemble(cfg: RunConfig, num_classes: int, stacking: str, modules: Sequence[Module],
-             head: Mapping[str, torch.Tensor], train_last: bool = False) -> TaskModel:
+             head: Mapping[str, torch.Tensor], train_last: bool = False) -> TaskModel | WholeModel:
     """The (cached, reset) task model with exactly ``modules`` active in order and ``head`` loaded.
 
     ``stacking='continue'`` loads the single module and ``head`` as the model's trainable state of the default
