@@ -101,6 +101,8 @@ class Method:
     #: prefixes; :mod:`fedforget.tasks.trained_parameters`), refused in one line; None: it exchanges one model's
     #: trainable state per round, whatever that model is, so it trains it
     no_whole_model: str | None = "it trains LoRA adapters and fedforget's head"
+    #: variant → its own ``no_whole_model`` where it differs from its family's (None: that variant trains it)
+    whole_model_variants: Mapping[str, str | None] = field(default_factory=dict)
     #: why it refuses a task's own loss (``Task(loss=...)``): the one line a run of such a task is refused with.
     #: None: its nodes train by ``train_supervised``, which takes the loss in place of cross-entropy. A method
     #: refuses it until it declares otherwise (a task's metric, which only reads what is served, every method takes)
@@ -118,6 +120,10 @@ class Method:
     @property
     def package(self) -> str:
         return f"fedforget.methods.{self.name}"
+
+    def whole_model_refusal(self, variant: str) -> str | None:
+        """Why ``method=variant`` cannot train the user's own model as the whole model; None: it can."""
+        return self.whole_model_variants.get(variant, self.no_whole_model)
 
     def hooks(self) -> tuple[Hook, ...]:
         """Every function it declares, each once."""

@@ -14,13 +14,15 @@ import torch
 from fedforget.core.config import RunConfig
 from fedforget.federation.run_setup import DEFAULT_ADAPTER, build_model
 from fedforget.tasks.peft_modules import HEAD_PREFIX, TaskModel
+from fedforget.tasks.whole_model import WholeModel
 
 Tensors = dict[str, torch.Tensor]
 
 
 @dataclass(frozen=True)
 class Module:
-    """One position of a chain: its adapter slot name, the layers it sits on, its LoRA weights."""
+    """One position of a chain: its adapter slot name, the layers it sits on, its LoRA weights (a continued
+    module of the user's own model: its trained parameters)."""
 
     slot: str
     targets: list[str] | None
@@ -39,25 +41,27 @@ def slot_name(position: int) -> str:
 
 
 def assemble(cfg: RunConfig, num_classes: int, stacking: str, modules: Sequence[Module],
-             head: Mapping[str, torch.Tensor], train_last: bool = False) -> TaskModel:
+             head: Mapping[str, torch.Tensor], train_last: bool = False) -> TaskModel | WholeModel:
     """The (cached, reset) task model with exactly ``modules`` active in order and ``head`` loaded.
 
-    ``stacking='continue'`` loads the single module into the default adapter (SISA, FedCIO);
-    ``'new'`` adds one adapter per module (FedSGT, S3T). With ``train_last`` only the last module
-    and the head get gradients.
+    ``stacking='continue'`` loads the single module and ``head`` as the model's trainable state of the default
+    slot (SISA, FedCIO, FedShard): the model says what that is, LoRA + ``head.*`` for fedforget's task model, the
+    trained parameters for the user's own model (``Task(train='all')``), which has no LoRA/head split; splitting
+    a state by name and loading both parts back is the state itself. ``'new'`` adds one adapter per module
+    (FedSGT, S3T). With ``train_last`` only the last module and the head get gradients.
     """
     model = build_model(cfg, num_classes).model
     if stacking == "continue":
         if len(modules) != 1:
             raise ValueError(f"a continued adapter is one module, got {len(modules)}")
-        model.load_adapter_state(DEFAULT_ADAPTER, dict(modules[0].lora))
-        names = [DEFAULT_ADAPTER]
-    else:
-        names = []
-        for module in modules:
-            model.add_adapter(module.slot, seed=0, target_modules=module.targets)
-            model.load_adapter_state(module.slot, dict(module.lora))
-            names.append(module.slot)
+        model.load_trainable_state(DEFAULT_ADAPTER, {**modules[0].lora, **head})
+        model.activate([DEFAULT_ADAPTER], trainable=[DEFAULT_ADAPTER] if train_last else [])
+        return model
+    names = []
+    for module in modules:
+        model.add_adapter(module.slot, seed=0, target_modules=module.targets)
+        model.load_adapter_state(module.slot, dict(module.lora))
+        names.append(module.slot)
     model.activate(names, trainable=names[-1:] if train_last else [])
     model.load_head_state(dict(head))
     return model

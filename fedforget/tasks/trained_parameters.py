@@ -3,7 +3,7 @@
 ``"lora"``: LoRA adapters on the frozen backbone plus fedforget's head (every method). ``"all"``, or a list of
 parameter-name prefixes: the user's model is the whole model (its output is the logits), those parameters train
 and the rest stay frozen; only a method whose declaration says it exchanges one model's trainable state per round
-(:attr:`fedforget.core.method.Method.no_whole_model` None) can run it. Pure: no torch.
+(:meth:`fedforget.core.method.Method.whole_model_refusal` None) can run it. Pure: no torch.
 """
 
 from __future__ import annotations
@@ -44,10 +44,11 @@ def check_method_trains(method: Method, cfg: RunConfig, trains: Trains) -> None:
     ``head-only`` (the user's model has no separate head)."""
     if not trains_whole_model(trains):
         return
-    if method.no_whole_model is not None:
-        able = [v for m in known_methods.families() if m.no_whole_model is None for v in m.variants]
+    refusal = method.whole_model_refusal(cfg.method)
+    if refusal is not None:
+        able = [v for m in known_methods.families() for v in m.variants if m.whole_model_refusal(v) is None]
         raise ConfigError(f"method={cfg.method!r} cannot train the user's own model (task {cfg.task!r} has "
-                          f"{describe(trains)}): {method.no_whole_model}; use method= one of {', '.join(able)}, "
+                          f"{describe(trains)}): {refusal}; use method= one of {', '.join(able)}, "
                           "or Task(train='lora')")
     if cfg.head_only:
         raise ConfigError(f"head-only=true trains fedforget's head, and task {cfg.task!r} has {describe(trains)} "

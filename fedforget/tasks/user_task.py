@@ -50,7 +50,7 @@ class Task:
     frozen backbone; ``"all"`` every parameter of the model ``backbone()`` builds, or a list of parameter-name
     prefixes (``["fc2"]``) only those, the rest frozen. Then that model is the whole model: its output is the
     logits, ``(batch, num_classes)`` (``feature_dim`` = ``num_classes``), with no LoRA (``lora_targets=[]``) and no
-    fedforget head; fedavg and replay train it (docs/strategies.md).
+    fedforget head; fedavg, replay, FedShard, SISA and FedCIO train it (docs/strategies.md).
     ``loss`` trains with the task's own loss instead of cross-entropy, ``metric`` reports the task's own metric of
     what is served (:mod:`fedforget.tasks.task_functions`).
     """

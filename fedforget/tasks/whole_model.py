@@ -2,7 +2,8 @@
 
 :class:`WholeModel` has the interface the one-model methods use on :class:`~fedforget.tasks.peft_modules.TaskModel`
 (one adapter slot named ``default``, :meth:`activate`, :meth:`trainable_state`, :meth:`load_trainable_state`), so
-fedavg and replay exchange, average, checkpoint and serve it unchanged: its trainable state is the trained
+fedavg and replay exchange, average, checkpoint and serve it unchanged, and SISA, FedCIO and FedShard continue it
+as their one module (``module_stack.assemble``): its trainable state is the trained
 parameters under the user's own names, and its output is the user's module's output (the logits).
 
 The module stays in eval mode (no dropout: its draws would come from an unseeded stream). BatchNorm running

@@ -71,3 +71,21 @@ def test_a_model_with_running_statistics_or_a_prefix_naming_nothing_is_refused()
     build_whole_model(nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2, track_running_stats=False)), "all", "t")
     with pytest.raises(ConfigError, match="'9' names no parameter"):
         build_whole_model(mlp(), ("2", "9"), "t")
+
+
+def test_each_variant_of_a_family_declares_for_itself_whether_it_trains_the_users_whole_model():
+    """The chains continue one model along a chain (SISA, FedCIO: they train it) or stack modules that forgetting
+    switches off (FedSGT, S3T: they refuse, naming who can)."""
+    from fedforget.core.config import RunConfig
+    from fedforget.methods.registry import FAMILIES
+    from fedforget.tasks.trained_parameters import check_method_trains
+
+    chains = next(m for m in FAMILIES if "sisa" in m.variants)
+    for variant in ("sisa", "fedcio"):
+        assert chains.whole_model_refusal(variant) is None
+        check_method_trains(chains, RunConfig(method=variant, task="digits-mlp"), "all")
+    for variant in ("fedsgt", "s3t"):
+        with pytest.raises(ConfigError, match="switching modules off") as refused:
+            check_method_trains(chains, RunConfig(method=variant, task="digits-mlp"), "all")
+        assert "\n" not in str(refused.value)
+        assert all(v in str(refused.value) for v in ("fedavg", "replay", "fedshard", "sisa", "fedcio"))

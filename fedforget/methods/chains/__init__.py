@@ -108,6 +108,6 @@ METHOD = Method(
     commands=add_commands,
     progress={r"(\d+)/(\d+) chain positions trained": "chain positions"},  # server.py logs it per position
     crash_points=("chains:position-recorded",),  # server.py, once a position's artifact is recorded
-    no_whole_model=("its chains stack LoRA modules (FedSGT and S3T forget by switching modules off) or continue "
-                    "one LoRA module apart from fedforget's head (SISA, FedCIO)"),
+    no_whole_model="it stacks LoRA modules on the frozen backbone and forgets by switching modules off",
+    whole_model_variants={"sisa": None, "fedcio": None},  # a chain continues one model: its trainable state
 )

@@ -88,6 +88,5 @@ METHOD = Method(
     prepare_scratch=prepare_scratch,
     commands=add_commands,
     progress={r"FedShard stage (\d+)/(\d+)": "FedShard stages"},  # server.py logs it per stage
-    no_whole_model=("its shards' models are merged as LoRA factors + fedforget's head (lora-merge), a "
-                    "merge not run on a whole model"),
+    no_whole_model=None,  # one model per shard, its trainable state averaged (lora-merge: LoRA + head models only)
 )

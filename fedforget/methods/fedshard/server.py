@@ -61,6 +61,8 @@ from fedforget.methods.fedshard.plan import (
     variance,
 )
 from fedforget.store.ledger import Ledger
+from fedforget.tasks.registry import get_task
+from fedforget.tasks.trained_parameters import trains_whole_model
 
 Arrays = dict[str, np.ndarray]
 #: a shard member's round: the chains' module training (``TrainModule``, one continued module), FedShard's type
@@ -264,12 +266,19 @@ def stage_inits(trainer: ShardTrainer, stage: Sequence[ShardNode], below: Sequen
     their examples, with LoRA factors merged by ``lora-merge`` (methods/fedshard/lora_merge.py)."""
     if below is None:
         return {s.index: dict(trainer.theta0) for s in stage}
+    rule = merge_rule(trainer.cfg)
     out = {}
     for s in stage:
         kids = [results[j] for j in s.children if results[j].weight > 0]
-        out[s.index] = (merge_lora([k.state for k in kids], [k.weight for k in kids], trainer.cfg.fedshard.lora_merge)
-                        if kids else dict(trainer.theta0))
+        out[s.index] = merge_lora([k.state for k in kids], [k.weight for k in kids], rule) if kids else dict(
+            trainer.theta0)
     return out
+
+
+def merge_rule(cfg: RunConfig) -> str:
+    """``lora-merge`` for LoRA + head models; the user's own model (``Task(train='all')``) has no LoRA factors,
+    whatever its parameters are named: its shards are averaged tensor by tensor (``factors``)."""
+    return "factors" if trains_whole_model(get_task(cfg.task).trains) else cfg.fedshard.lora_merge
 
 
 def record_first_per_class_accuracy(run: ServerRun, ledger: Ledger, serving: dict) -> None:
