@@ -26,9 +26,9 @@ RECORD = "node-1:patient-1-007"
 SHORT = "num-rounds=1"
 
 
-def copy_app(folder: Path) -> Path:
+def copy_app(folder: Path, example: Path = EXAMPLE) -> Path:
     """A copy of the example, as a user's checkout of it."""
-    shutil.copytree(EXAMPLE, folder, ignore=shutil.ignore_patterns("runs", "__pycache__"))
+    shutil.copytree(example, folder, ignore=shutil.ignore_patterns("runs", ".flwr", "__pycache__"))
     return folder
 
 
@@ -50,10 +50,11 @@ def user_shell(fed: FlowerHome) -> dict[str, str]:
     return {k: v for k, v in fed.env.items() if k not in ("FEDFORGET_HOME", "PYTHONPATH")}
 
 
-def forget_and_retrain(fed: FlowerHome, app: Path, store: Path, env: dict[str, str] | None = None) -> dict[str, str]:
-    """Forget RECORD and retrain through the app that trained the store; the coordinator's environment."""
+def forget_and_retrain(fed: FlowerHome, app: Path, store: Path, env: dict[str, str] | None = None,
+                       record: str = RECORD) -> dict[str, str]:
+    """Forget ``record`` and retrain through the app that trained the store; the coordinator's environment."""
     env = env or {**fed.env, "FEDFORGET_HOME": str(app)}
-    fedforget_cli(env, "forget", "--store", str(store), "--record", RECORD)
+    fedforget_cli(env, "forget", "--store", str(store), "--record", record)
     retrained = json.loads(fedforget_cli(env, "retrain", "--store", str(store), "--federation", fed.connection,
                                          "--json").stdout)
     assert retrained["retrained_up_to_request"] == 1
