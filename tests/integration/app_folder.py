@@ -16,17 +16,14 @@ NODES = 3
 KEYS = {"task": "digits-mlp", "lr": 0.02, "local_epochs": 1, "slices_per_client": 1, "train_size": 300,
         "test_size": 100, "num_rounds": 3}
 
-PYPROJECT = """[project]
-name = "{name}"
-version = "1.0.0"
 
-[tool.flwr.app]
-publisher = "tester"
 
-[tool.flwr.app.components]
-serverapp = "{module}:app"
-clientapp = "fedforget.client_app:app"
-"""
+def app_pyproject(name: str, serverapp: str, clientapp: str, config: str = "") -> str:
+    """A Flower app's ``pyproject.toml``: its name, its components, and its run config's TOML lines (if any)."""
+    text = (f'[project]\nname = "{name}"\nversion = "1.0.0"\n\n[tool.flwr.app]\npublisher = "tester"\n\n'
+            f'[tool.flwr.app.components]\nserverapp = "{serverapp}"\nclientapp = "{clientapp}"\n')
+    return text + (f"\n[tool.flwr.app.config]\n{config}" if config else "")
+
 
 MODULE = """from pathlib import Path
 
@@ -74,7 +71,8 @@ def main(grid: Grid, context: Context) -> None:
 def write_app(folder: Path, module: str, clip: float = 0.05) -> Path:
     """The app folder, its module ``module`` clipping at ``clip`` (written again: the app's code now)."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "pyproject.toml").write_text(PYPROJECT.format(name=module.replace("_", "-"), module=module))
+    (folder / "pyproject.toml").write_text(app_pyproject(module.replace("_", "-"), f"{module}:app",
+                                                         "fedforget.client_app:app"))
     (folder / f"{module}.py").write_text(MODULE.format(clip=clip, keys=KEYS))
     return folder
 

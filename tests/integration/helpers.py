@@ -145,3 +145,25 @@ def training_rows(store: Store) -> int:
     from fedforget.store.purge import TRAINING_VALUES
 
     return sum(any(k in row for k in TRAINING_VALUES) for row in store.metrics())
+
+
+def example_home(example: Path, home: Path, monkeypatch) -> Path:  # noqa: ANN001 - pytest's MonkeyPatch
+    """A copy of an example app's records in ``home``, made its FEDFORGET_HOME (its relative paths resolve
+    there), and the app's code on sys.path, as Flower's run of it has."""
+    import shutil
+
+    shutil.copytree(example / "data", home / "data")
+    monkeypatch.setenv("FEDFORGET_HOME", str(home))
+    monkeypatch.syspath_prepend(str(example))
+    return home
+
+
+def example_script(example: Path, name: str):  # noqa: ANN201 - a module
+    """``<example>/<name>.py`` loaded from its file under a name of its own: two examples' scripts of the same
+    name (``make_data``) never stand in for each other in ``sys.modules``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"{example.name.replace('-', '_')}_{name}", example / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

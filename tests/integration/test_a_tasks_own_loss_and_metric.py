@@ -8,16 +8,13 @@ before the store exists."""
 from __future__ import annotations
 
 import json
-import shutil
 import sys
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from flwr.common.config import flatten_dict
 from flwr.serverapp import Grid, ServerApp
 from typer.testing import CliRunner
 
@@ -31,7 +28,10 @@ from fedforget.strategies import start_from_context, strategy_for
 from fedforget.tasks import user_task
 from fedforget.tasks.server_data import load_server_test
 from fedforget.unlearning.cli import app as cli
+from fedforget.unlearning.user_app import declared_config
 from fedforget.unlearning.verify import verify_store
+
+from .helpers import example_home
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tabular-mlp"
 NODES = 3
@@ -80,14 +80,13 @@ def macro_f1(probabilities: np.ndarray, labels: np.ndarray) -> float:
 
 
 def app_config() -> dict[str, object]:
-    data = tomllib.loads((EXAMPLE / "pyproject.toml").read_text(encoding="utf-8"))
-    return flatten_dict(data["tool"]["flwr"]["app"]["config"])
+    return declared_config(EXAMPLE)
 
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The example's records as FEDFORGET_HOME, its code and the user's task module on sys.path."""
-    shutil.copytree(EXAMPLE / "data", tmp_path / "data")
+    example_home(EXAMPLE, tmp_path, monkeypatch)
     table = pq.read_table(tmp_path / "data" / "server" / "test.parquet")
     for p, rows in NODE_TESTS.items():  # nodes 0 and 1 hold test records of their own; node 2 none (it abstains)
         part = table.take(pa.array(list(rows)))
@@ -96,8 +95,6 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
                        tmp_path / "data" / f"node-{p}" / "test.parquet")
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / f"{MODULE}.py").write_text(TASK_MODULE, encoding="utf-8")
-    monkeypatch.setenv("FEDFORGET_HOME", str(tmp_path))
-    monkeypatch.syspath_prepend(str(EXAMPLE))
     monkeypatch.syspath_prepend(str(tmp_path / "code"))
     return tmp_path
 

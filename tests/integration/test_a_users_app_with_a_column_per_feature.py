@@ -27,6 +27,7 @@ from fedforget.store.tombstones import add_tombstones
 from fedforget.unlearning.cli import app as cli
 from fedforget.unlearning.verify import verify_store
 
+from .app_folder import app_pyproject
 from .helpers import served_sha
 
 NODES, ROWS_PER_NODE, TEST_ROWS, FEATURES, CLASSES = 3, 40, 60, 30, 3
@@ -34,19 +35,7 @@ COLUMNS = [f"f{i}" for i in range(FEATURES)]
 RECORD = ("node-1", "patient-1-007")
 KEY = "5c" * 32  # the stores' record key, so that runs of the same records can be compared byte for byte
 
-PYPROJECT = """[project]
-name = "{name}"
-version = "1.0.0"
-
-[tool.flwr.app]
-publisher = "tester"
-
-[tool.flwr.app.components]
-serverapp = "{package}.server_app:app"
-clientapp = "{package}.client_app:app"
-
-[tool.flwr.app.config]
-method = "fedavg"
+CONFIG = """method = "fedavg"
 task = "{package}.task:TASK"
 store = "runs/columns"
 test-data = "data/server"
@@ -166,7 +155,9 @@ def make_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., A
         package = f"columns_app_{tmp_path.name.replace('-', '_')}"
         folder = tmp_path / "app"
         (folder / package).mkdir(parents=True)
-        (folder / "pyproject.toml").write_text(PYPROJECT.format(name=package.replace("_", "-"), package=package))
+        (folder / "pyproject.toml").write_text(app_pyproject(package.replace("_", "-"), f"{package}.server_app:app",
+                                                             f"{package}.client_app:app",
+                                                             CONFIG.format(package=package)))
         (folder / package / "__init__.py").write_text("")
         (folder / package / "task.py").write_text(TASK.format(simulation_data=simulation_data))
         (folder / package / "server_app.py").write_text(SERVER_APP)

@@ -7,13 +7,9 @@ in ``served_sha256.json``."""
 
 from __future__ import annotations
 
-import shutil
-import sys
-import tomllib
 from pathlib import Path
 
 import pytest
-from flwr.common.config import flatten_dict
 from typer.testing import CliRunner
 
 from fedforget.core.config import ConfigError
@@ -23,9 +19,10 @@ from fedforget.inprocess import run_in_process
 from fedforget.store import Store
 from fedforget.store.tombstones import add_tombstones
 from fedforget.unlearning.cli import app as cli
+from fedforget.unlearning.user_app import declared_config
 from fedforget.unlearning.verify import verify_store
 
-from .helpers import copy_store, served_sha
+from .helpers import copy_store, example_home, example_script, served_sha
 from .served_bytes import assert_changed_served_byte_is_caught, assert_serves_recorded_bytes
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tabular-mlp"
@@ -41,17 +38,12 @@ UNKEYED = "example/tabular-mlp unkeyed"
 
 def app_config() -> dict[str, object]:
     """The example's [tool.flwr.app.config], flattened as Flower reads it."""
-    data = tomllib.loads((EXAMPLE / "pyproject.toml").read_text(encoding="utf-8"))
-    return flatten_dict(data["tool"]["flwr"]["app"]["config"])
+    return declared_config(EXAMPLE)
 
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A copy of the example's records as FEDFORGET_HOME (its relative paths resolve there); its code on sys.path."""
-    shutil.copytree(EXAMPLE / "data", tmp_path / "data")
-    monkeypatch.setenv("FEDFORGET_HOME", str(tmp_path))
-    monkeypatch.syspath_prepend(str(EXAMPLE))
-    return tmp_path
+    return example_home(EXAMPLE, tmp_path, monkeypatch)
 
 
 def run_app(store: Path, action: str = "train") -> None:
@@ -180,12 +172,7 @@ def test_a_wrong_task_reference_in_the_app_is_one_config_error_before_any_store(
 
 
 def test_the_example_data_script_writes_the_committed_records(tmp_path):
-    sys.path.insert(0, str(EXAMPLE))
-    try:
-        import make_data
-    finally:
-        sys.path.remove(str(EXAMPLE))
-    make_data.main(tmp_path)
+    example_script(EXAMPLE, "make_data").main(tmp_path)
     for path in sorted((EXAMPLE / "data").rglob("*.parquet")):
         import pyarrow.parquet as pq
 

@@ -8,14 +8,11 @@ bit for bit as training from scratch without it (a reference that kept the recor
 from __future__ import annotations
 
 import csv
-import shutil
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from flwr.common.config import flatten_dict
 from typer.testing import CliRunner
 
 from fedforget.federation.record_key import hand_over
@@ -24,9 +21,10 @@ from fedforget.store import Store
 from fedforget.store.tombstones import add_tombstones
 from fedforget.training.supervised import predict_logits
 from fedforget.unlearning.cli import app as cli
+from fedforget.unlearning.user_app import declared_config
 from fedforget.unlearning.verify import served_outputs, verify_store
 
-from .helpers import served_sha
+from .helpers import example_home, example_script, served_sha
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "whole-mlp"
 NODES = 3
@@ -36,17 +34,12 @@ KEY = "3e" * 32  # the store's record key (a store's own is random)
 
 def app_config(**changes: object) -> dict[str, object]:
     """The example's [tool.flwr.app.config] as Flower reads it, with ``changes``."""
-    data = tomllib.loads((EXAMPLE / "pyproject.toml").read_text(encoding="utf-8"))
-    return {**flatten_dict(data["tool"]["flwr"]["app"]["config"]), **changes}
+    return {**declared_config(EXAMPLE), **changes}
 
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A copy of the example's records as FEDFORGET_HOME; its code on sys.path."""
-    shutil.copytree(EXAMPLE / "data", tmp_path / "data")
-    monkeypatch.setenv("FEDFORGET_HOME", str(tmp_path))
-    monkeypatch.syspath_prepend(str(EXAMPLE))
-    return tmp_path
+    return example_home(EXAMPLE, tmp_path, monkeypatch)
 
 
 def run_app(store: Path, method: str, action: str = "train") -> Store:
@@ -129,11 +122,8 @@ def test_the_example_trains_its_whole_mlp_reports_its_metric_and_forgets_exactly
     assert control["exact"] is False  # a reference trained on the record is caught
 
 
-def test_the_example_data_script_writes_the_committed_records(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(EXAMPLE))
-    import make_data
-
-    make_data.main(tmp_path)
+def test_the_example_data_script_writes_the_committed_records(tmp_path):
+    example_script(EXAMPLE, "make_data").main(tmp_path)
     committed = sorted(p.relative_to(EXAMPLE / "data") for p in (EXAMPLE / "data").rglob("*.csv"))
     assert committed == sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*.csv"))
     for path in committed:

@@ -9,7 +9,6 @@ app's own ServerApp and fedforget's ClientApp."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +25,7 @@ from fedforget.training.supervised import predict_logits
 from fedforget.unlearning.cli import app as cli
 from fedforget.unlearning.verify import served_outputs, verify_store
 
-from .helpers import served_sha
+from .helpers import example_home, served_sha
 from .test_example_tabular_mlp_app import EXAMPLE, NODES, app_config
 
 RECORD = ("node-1", "patient-1-007")
@@ -72,11 +71,9 @@ NORMED = task("all", lambda: make_model(normed=True))
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The example's records as FEDFORGET_HOME, its app and the user's tasks (``whole_tasks``) on sys.path."""
-    shutil.copytree(EXAMPLE / "data", tmp_path / "data")
+    example_home(EXAMPLE, tmp_path, monkeypatch)
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "whole_tasks.py").write_text(TASKS, encoding="utf-8")
-    monkeypatch.setenv("FEDFORGET_HOME", str(tmp_path))
-    monkeypatch.syspath_prepend(str(EXAMPLE))
     monkeypatch.syspath_prepend(str(tmp_path / "code"))
     return tmp_path
 
