@@ -118,3 +118,18 @@ def test_every_variable_of_the_loopback_script_is_documented_on_the_deployment_p
     assert {"FEDFORGET_DEPLOY_DIR", "FEDFORGET_DEPLOY_DATA"} <= variables
     assert not {v for v in variables if f"`{v}`" not in page}, "undocumented: " + ", ".join(
         sorted(v for v in variables if f"`{v}`" not in page))
+
+
+def test_the_in_code_server_app_the_docs_show_is_the_one_ci_runs():
+    """The page's in-code ServerApp is, line for line, the app the end-to-end tests run; its run config the app's."""
+    import tomllib
+
+    page, fixture = DOCS / "your-app.md", ROOT / "tests" / "fixtures" / "in-code-app"
+    shown = [b for b in code_blocks(page) if b.startswith("# in_code_app/server_app.py")]
+    assert len(shown) == 1
+    code = (fixture / "in_code_app" / "server_app.py").read_text()
+    assert "\n".join(shown[0].splitlines()[1:]) in code
+    config = [b for b in code_blocks(page) if b.startswith("[tool.flwr.app.config]\naction")]
+    assert len(config) == 1
+    declared = tomllib.loads((fixture / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    assert tomllib.loads(config[0])["tool"]["flwr"]["app"]["config"] == declared
