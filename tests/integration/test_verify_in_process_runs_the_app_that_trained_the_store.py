@@ -7,6 +7,7 @@ app gone from its folder, or at another version, is refused in one line before a
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from fedforget.unlearning.forget import forget_request
 from fedforget.unlearning.verify import verify_store
 
 from .app_folder import NODES, server_app, write_app
-from .helpers import served_ids
+from .helpers import invoke, served_ids
 
 MODULE = "clipped_verify_app"
 
@@ -36,6 +37,10 @@ def test_a_store_of_a_users_subclass_verifies_exactly_in_process_and_an_edited_a
     store = Store.open(path)
     assert store.manifest()["app"]["dir"] == str(folder.resolve())
     assert store.manifest()["replay-strategy"]["attributes"]["clip"] == 0.05
+    shown = invoke(["status", "--store", str(path), "--json"])  # the subclass, which replay.strategy does not name
+    assert json.loads(shown[1])["replay_strategy"]["class"].endswith("ClippedFedAvg")
+    assert json.loads(shown[1])["replay_strategy"]["attributes"]["clip"] == 0.05
+    assert "ClippedFedAvg, a subclass" in invoke(["status", "--store", str(path)])[1]
     forget_request(store, samples=[store.manifest()["partitions"]["0"][0][0]])
     _retrain(store, folder)
     assert served_ids(store)

@@ -22,6 +22,20 @@ def plan_artifacts(plan: dict[str, Any]) -> set[str]:
     return plan_artifacts_(plan)
 
 
+def status(view: Any) -> dict[str, Any]:  # noqa: ANN401 - a StatusView
+    """The user's subclass whose rounds the store holds (its class and the attributes it was built with), which
+    the run config's ``replay.strategy`` (its Flower parent) does not name; None for any other store."""
+    recorded = view.manifest.get("replay-strategy")
+    return {"replay_strategy": recorded if isinstance(recorded, dict) else None}
+
+
+def print_status(status: dict[str, Any], console: Any) -> None:  # noqa: ANN401 - a rich Console
+    recorded = status.get("replay_strategy")
+    if recorded:
+        console.print(f"replay strategy {recorded.get('class')}, a subclass (the attributes it was built with: "
+                      "--json)", highlight=False, soft_wrap=True)
+
+
 def strategies() -> tuple[type, ...]:
     from fedforget.methods.replay.strategy import Forgettable
 
@@ -38,6 +52,8 @@ METHOD = Method(
     forget_message=FORGET,
     config=ReplayConfig,
     refuses_task_loss=None,  # its nodes train by train_supervised (federation/adapter_round.py)
+    status=status,
+    print_status=print_status,
     planning=("fedforget.methods.replay.config", "fedforget.methods.replay.plan"),
     plan_artifacts=plan_artifacts,
     no_whole_model=None,  # one model's trainable state per round and per checkpoint, whatever the model is
