@@ -47,6 +47,7 @@ from flwr.serverapp.strategy import FedAvg
 
 import fedforget.methods.registry  # noqa: F401 - the method declarations parse_run_config reads
 from fedforget.core.config import parse_run_config
+from fedforget.federation.record_key import hand_over
 from fedforget.inprocess import default_run_config, run_in_process
 from fedforget.store import Store
 from fedforget.training.supervised import predict_logits
@@ -110,11 +111,18 @@ def served_state(store: Store) -> dict[str, torch.Tensor]:
     return state
 
 
+def record_key(seed: int) -> str:
+    """The store's record key for ``seed``. A store's own key is random and the nodes' records are keyed (and
+    so ordered) by it; a key fixed per seed makes a rerun give the same bits."""
+    return f"{seed:064x}"
+
+
 def run_fedforget(seed: int, method: str, home: Path, probe: bool = False) -> dict[str, torch.Tensor]:
     from whole_mlp.client_app import app as client_app
     from whole_mlp.server_app import app as server_app
 
     store = home / "runs" / f"{method}-{seed}{'-probe' if probe else ''}"
+    hand_over(store, record_key(seed))
     changes: dict[str, object] = {"method": method}
     if probe:
         changes["task"] = f"{__name__}:PROBE_TASK"
@@ -299,6 +307,7 @@ def main(argv: list[str] | None = None) -> None:
                                      "(plain PyTorch loop), data order torch.Generator(seed, round, node)",
                      "probe": "replay with Task(train=['fc2'])",
                      "central": "all nodes' train.csv in one place, num-rounds × local-epochs passes",
+                     "record-key": "fixed per seed (the seed as 64 hex digits), handed over to each fedforget store",
                      "runtime": "in process (run_in_process)"},
            "rows": rows, "summary": summary, "paired": diffs}
     path.parent.mkdir(parents=True, exist_ok=True)
