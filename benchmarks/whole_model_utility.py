@@ -273,7 +273,8 @@ def run_seed(seed: int, settings: dict[str, object], home: Path) -> list[dict[st
                      "wall-s": round(time.monotonic() - started, 2),
                      "trained": sorted(k for k, v in states[method].items() if not torch.equal(v, init[k]))})
     for row in rows:
-        row["max-abs-weight-diff-vs-flower"] = max_abs_diff(states[row["method"]], states["flower"])
+        # to 4 digits: the plain loops leave torch's threads as they are, so their float sums vary in the 7th
+        row["max-abs-weight-diff-vs-flower"] = round(max_abs_diff(states[row["method"]], states["flower"]), 4)
         print(f"seed {seed} {row['method']}: accuracy {row['accuracy']:.4f}, macro-F1 {row['macro-f1']:.4f}, "
               f"max |w - w_flower| {row['max-abs-weight-diff-vs-flower']:.3g}, {row['wall-s']:.1f} s", flush=True)
     return rows
