@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, Context
 from flwr.common.config import parse_config_args
@@ -29,6 +28,7 @@ from fedforget.strategies import start_from_context
 from fedforget.unlearning import verify_federation
 from fedforget.unlearning.cli import app as cli_app
 
+from ....flower_subclasses import ClippedFedAvg, NoisyFedAvg
 from ...helpers import artifact_rows, artifact_shas, copy_store, served_ids
 
 NODES = 3
@@ -36,26 +36,6 @@ ROUNDS = 4
 KEYS = {"task": "digits-mlp", "lr": 0.02, "local_epochs": 1, "slices_per_client": 1, "train_size": 300,
         "test_size": 100, "num_rounds": ROUNDS}
 runner = CliRunner()
-
-
-class ClippedFedAvg(FedAvg):
-    """FedAvg whose global model is clipped coordinate-wise: a deterministic function of the replies."""
-
-    def __init__(self, clip: float = 0.05, **kwargs: object) -> None:
-        super().__init__(**kwargs)
-        self.clip = clip
-
-    def aggregate_train(self, server_round, replies):  # noqa: ANN001, ANN201
-        arrays, metrics = super().aggregate_train(server_round, replies)
-        if arrays is not None:
-            arrays = ArrayRecord({k: Array(np.clip(v.numpy(), -self.clip, self.clip)) for k, v in arrays.items()})
-        return arrays, metrics
-
-
-class NoisyFedAvg(FedAvg):
-    def aggregate_train(self, server_round, replies):  # noqa: ANN001, ANN201
-        arrays, metrics = super().aggregate_train(server_round, replies)
-        return ArrayRecord({k: Array(v.numpy() + np.random.normal(0, 0.01)) for k, v in arrays.items()}), metrics
 
 
 class RememberingFedAvg(FedAvg):

@@ -10,7 +10,6 @@ import random
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord
 from flwr.serverapp.strategy import (
     DifferentialPrivacyClientSideAdaptiveClipping,
     DifferentialPrivacyClientSideFixedClipping,
@@ -26,25 +25,7 @@ from fedforget.core.config import ConfigError
 from fedforget.methods.replay import flower_strategies
 from fedforget.strategies import Forgettable
 
-
-class ClippedFedAvg(FedAvg):
-    """FedAvg whose global model is clipped coordinate-wise: a deterministic function of the replies."""
-
-    def __init__(self, clip: float = 0.05, **kwargs: object) -> None:
-        super().__init__(**kwargs)
-        self.clip = clip
-
-    def aggregate_train(self, server_round, replies):  # noqa: ANN001, ANN201
-        arrays, metrics = super().aggregate_train(server_round, replies)
-        if arrays is not None:
-            arrays = ArrayRecord({k: Array(np.clip(v.numpy(), -self.clip, self.clip)) for k, v in arrays.items()})
-        return arrays, metrics
-
-
-class NoisyFedAvg(FedAvg):
-    def aggregate_train(self, server_round, replies):  # noqa: ANN001, ANN201
-        arrays, metrics = super().aggregate_train(server_round, replies)
-        return ArrayRecord({k: Array(v.numpy() + np.random.normal(0, 0.01)) for k, v in arrays.items()}), metrics
+from ....flower_subclasses import ClippedFedAvg, NoisyFedAvg
 
 
 class ShufflingFedProx(FedProx):
@@ -80,7 +61,7 @@ def test_flowers_six_and_a_deterministic_subclass_are_accepted_with_their_bases_
     assert flower_strategies.refusal(clipped) is None
     assert flower_strategies.keys_of(clipped) == {"replay.strategy": "fedavg", "fraction-train": 0.5}
     recorded = flower_strategies.identity(clipped)
-    assert recorded["class"] == f"{__name__}.ClippedFedAvg" and recorded["attributes"]["clip"] == 0.2
+    assert recorded["class"] == f"{ClippedFedAvg.__module__}.ClippedFedAvg" and recorded["attributes"]["clip"] == 0.2
     assert recorded == flower_strategies.identity(ClippedFedAvg(clip=0.2, fraction_train=0.5))  # same in any process
     assert recorded != flower_strategies.identity(ClippedFedAvg(clip=0.3, fraction_train=0.5))
 
