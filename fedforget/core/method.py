@@ -107,6 +107,10 @@ class Method:
     #: None: its nodes train by ``train_supervised``, which takes the loss in place of cross-entropy. A method
     #: refuses it until it declares otherwise (a task's metric, which only reads what is served, every method takes)
     refuses_task_loss: str | None = "it does not declare that its training takes a task's own loss"
+    #: why it refuses a task's own train step (``Task(train_step=...)``): the one line a run of such a task is
+    #: refused with. None: its nodes train by ``train_supervised``, which calls the step once per batch in place of
+    #: its own forward, backward and optimizer step. A method refuses it until it declares otherwise
+    refuses_train_step: str | None = "it does not declare that its training takes a task's own train step"
     #: regex of a progress line its ServerApp logs (groups: done, total) → the label ``fedforget run``'s bar shows
     progress: Mapping[str, str] = field(default_factory=dict)
     #: crash points (``fedforget.store.crash``) its retrain passes once per artifact, which the fault campaigns hit

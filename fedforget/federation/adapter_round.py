@@ -17,7 +17,7 @@ from fedforget.federation.client_site import ClientSite
 from fedforget.federation.messaging import PARTITION_KEY, RECEIVED, to_numpy
 from fedforget.federation.node_evaluation import node_test_examples
 from fedforget.federation.run_setup import build_model
-from fedforget.tasks.task_functions import task_loss
+from fedforget.tasks.task_functions import task_loss, task_train_step
 from fedforget.training.supervised import LossTerm, TrainSettings, evaluate, train_supervised
 
 
@@ -59,6 +59,7 @@ def train_adapter(msg: Message, context: Context, loss_term: LossTerm | None = N
         epochs=cfg.local_epochs, batch_size=cfg.batch_size, lr=cfg.lr, optimizer=cfg.optimizer,
         seed=derive_seed(cfg.seed, cfg.method, artifact, server_round, site.partition, "train-order"),
         proximal_mu=float(config.get("proximal-mu", 0.0)), loss_term=loss_term, loss=task_loss(cfg),
+        train_step=task_train_step(cfg),
     )
     result = train_supervised(model, examples.inputs, examples.labels, settings)
     metrics = MetricRecord({"num-examples": result.num_examples, "train-loss": result.mean_loss,

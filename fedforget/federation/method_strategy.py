@@ -163,6 +163,12 @@ class MethodStrategy(Strategy):
     def check(self, cfg: RunConfig, federation: Federation, num_classes: int) -> None:
         """Refuse a run this federation cannot do, before the store exists (raises ConfigError)."""
 
+    def train_step_refusal(self) -> str | None:
+        """Why this strategy, as built, cannot train with a task's own train step (``Task(train_step=...)``); None:
+        it can. The declaration's reason; a strategy whose configuration adds a term to the loss (which a step,
+        computing its own loss, would hide) says so here."""
+        return self.method.refuses_train_step
+
     def train(self, grid: Grid, run: ServerRun, ledger: Ledger) -> Built:
         """Load the sample index and the plan into the fresh ledger, then train everything (``action=train``)."""
         raise NotImplementedError(f"{type(self).__name__} does not say how it trains: write its train()")
@@ -283,7 +289,8 @@ class MethodStrategy(Strategy):
             from fedforget.tasks.trained_parameters import check_method_trains
 
             check_method_trains(self.method, cfg, get_task(cfg.task).trains)
-            check_task_functions(self.method, self.variant, get_task(cfg.task))  # its loss, its metric
+            # its loss, its train step, its metric
+            check_task_functions(self.method, self.variant, get_task(cfg.task), self.train_step_refusal())
         log(INFO, "Starting %s strategy (%s):", type(self).__name__, action)
         self.summary()
         store_root = resolve_store_path(cfg.store)

@@ -17,7 +17,7 @@ from fedforget.federation.messaging import PARTITION_KEY, to_numpy
 from fedforget.federation.module_messages import INIT_SEED_KEY, KEEP_KEY, MODULES_KEY, PREFIX_KEY, Slot, TrainModule
 from fedforget.federation.module_stack import Module, assemble, fresh_module, initial_head, split_state
 from fedforget.store.module_cache import cached_module, keep_module
-from fedforget.tasks.task_functions import task_loss
+from fedforget.tasks.task_functions import task_loss, task_train_step
 from fedforget.training.supervised import TrainSettings, train_supervised
 
 
@@ -92,7 +92,7 @@ def train_chain_position(msg: Message, context: Context) -> Message:
     settings = TrainSettings(
         epochs=cfg.local_epochs, batch_size=cfg.batch_size, lr=cfg.lr, optimizer=cfg.optimizer,
         seed=derive_seed(cfg.seed, cfg.method, artifact, server_round, site.partition, "train-order"),
-        loss=task_loss(cfg),
+        loss=task_loss(cfg), train_step=task_train_step(cfg),
     )
     result = train_supervised(model, examples.inputs, examples.labels, settings)
     metrics["train-loss"] = result.mean_loss

@@ -107,3 +107,7 @@ class TaskSpec:
     #: the task's own metric of what is served, ``metric(probabilities, labels) -> {name: value}``, reported
     #: beside accuracy and loss wherever the served model is evaluated (None: accuracy and loss only)
     metric: Callable[[np.ndarray, np.ndarray], Mapping[str, float]] | None = None
+    #: the task's own train step, ``train_step(model, inputs, labels, optimizer) -> loss``, called once per batch in
+    #: place of the loop's forward, backward and optimizer step (None: the loop's own; exclusive with ``loss``);
+    #: only methods that declare they take it run a task that has one
+    train_step: Callable[..., object] | None = None

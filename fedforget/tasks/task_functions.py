@@ -1,11 +1,14 @@
-"""A user task's own loss and metric (``Task(loss=..., metric=...)``): who takes them, how a metric's values are
-checked, and what the store records of them.
+"""A user task's own loss, train step and metric (``Task(loss=..., train_step=..., metric=...)``): who takes them,
+how a metric's values are checked, and what the store records of them.
 
 The loss replaces cross-entropy in ``train_supervised`` on the nodes of a method whose declaration says it takes
 one (:attr:`~fedforget.core.method.Method.refuses_task_loss` is None); any other method refuses the task before
-the store exists. The metric reads the served class probabilities only, so every method reports it, beside
-accuracy and loss, wherever what is served is evaluated; the server and each node run the task's own code, never
-code carried in a message. Shipped tasks have neither: their runs take the code path they always took.
+the store exists. A train step replaces the loop's forward, backward and optimizer step per batch the same way
+(:attr:`~fedforget.core.method.Method.refuses_train_step`, or the strategy's own refusal where its configuration
+adds a term to the loss that a step would hide). The metric reads the served class probabilities only, so every
+method reports it, beside accuracy and loss, wherever what is served is evaluated; the server and each node run
+the task's own code, never code carried in a message. Shipped tasks have none: their runs take the code path they
+always took.
 """
 
 from __future__ import annotations
@@ -46,6 +49,12 @@ def task_loss(cfg: RunConfig) -> Callable[[Any, Any], Any] | None:
     """The run's task's own loss (None: cross-entropy)."""
     spec = _spec(cfg)
     return None if spec is None else spec.loss
+
+
+def task_train_step(cfg: RunConfig) -> Callable[..., Any] | None:
+    """The run's task's own train step (None: the loop's own forward, backward and optimizer step)."""
+    spec = _spec(cfg)
+    return None if spec is None else spec.train_step
 
 
 def task_metric(cfg: RunConfig) -> Metric | None:
@@ -107,31 +116,55 @@ def refuse_task_loss(method: Method, variant: str, spec: TaskSpec) -> None:
                           "drop Task(loss=...) or use a method that takes it (docs/strategies.md)")
 
 
-def check_task_functions(method: Method, variant: str, spec: TaskSpec) -> list[str]:
-    """What ``start`` checks of a user task's functions before the store is touched; the metric's names."""
+def refuse_train_step(variant: str, spec: TaskSpec, refusal: str | None) -> None:
+    """Refuse a task with its own train step for a method (or a strategy's configuration) whose training does not
+    take one: ``refusal`` says why, the line names the methods that do."""
+    if spec.train_step is None or refusal is None:
+        return
+    from fedforget.methods.registry import FAMILIES
+
+    takers = [v for m in FAMILIES if m.refuses_train_step is None for v in m.variants if v != variant]
+    raise ConfigError(f"method {variant!r} does not train with a task's own train step: {refusal}; drop "
+                      f"Task(train_step=...) or use a method that takes it ({', '.join(takers)}; docs/strategies.md)")
+
+
+def check_task_functions(method: Method, variant: str, spec: TaskSpec,
+                         train_step_refusal: str | None = None) -> list[str]:
+    """What ``start`` checks of a user task's functions before the store is touched; the metric's names.
+    ``train_step_refusal``: the strategy's reason to refuse a train step (its declaration's, or its own where its
+    configuration adds a term to the loss)."""
     refuse_task_loss(method, variant, spec)
+    refuse_train_step(variant, spec, train_step_refusal)
     return probe_metric(spec)
 
 
 def manifest_entry(spec: TaskSpec) -> dict[str, Any]:
-    """``{MANIFEST_KEY: ...}`` for a task with a loss or a metric: their names and the metric's value names (which
-    Flower's Result and ``status`` pick); empty for any other task, whose manifest stays as it was."""
-    if spec.loss is None and spec.metric is None:
+    """``{MANIFEST_KEY: ...}`` for a task with a loss, a train step or a metric: their names and the metric's value
+    names (which Flower's Result and ``status`` pick), ``train-step`` only for a task with one; empty for any other
+    task, whose manifest stays as it was."""
+    if spec.loss is None and spec.metric is None and spec.train_step is None:
         return {}
-    return {MANIFEST_KEY: {"loss": None if spec.loss is None else function_name(spec.loss),
-                           "metric": None if spec.metric is None else function_name(spec.metric),
-                           "metric-names": probe_metric(spec)}}
+    entry: dict[str, Any] = {"loss": None if spec.loss is None else function_name(spec.loss),
+                             "metric": None if spec.metric is None else function_name(spec.metric),
+                             "metric-names": probe_metric(spec)}
+    if spec.train_step is not None:
+        entry["train-step"] = function_name(spec.train_step)
+    return {MANIFEST_KEY: entry}
 
 
 def retrain_entry(manifest: Mapping[str, Any], spec: TaskSpec) -> dict[str, Any] | None:
-    """A retrain whose task trains with another loss than the store's training is refused: what it rebuilt would
-    not be what a from-scratch run of the recorded task builds. A metric may change (it trains nothing): the
-    manifest's entry to record then, None when it stands."""
+    """A retrain whose task trains with another loss or train step than the store's training is refused: what it
+    rebuilt would not be what a from-scratch run of the recorded task builds. A metric may change (it trains
+    nothing): the manifest's entry to record then, None when it stands."""
     recorded = manifest.get(MANIFEST_KEY) or {}
     now = manifest_entry(spec).get(MANIFEST_KEY) or {"loss": None, "metric": None, "metric-names": []}
     if recorded.get("loss") != now["loss"]:
         raise ConfigError(f"the store was trained with Task(loss={recorded.get('loss')}) and the app's task now has "
                           f"loss={now['loss']}; retrain with the loss the store recorded")
+    if recorded.get("train-step") != now.get("train-step"):
+        raise ConfigError(f"the store was trained with Task(train_step={recorded.get('train-step')}) and the app's "
+                          f"task now has train_step={now.get('train-step')}; retrain with the train step the store "
+                          "recorded")
     unchanged = recorded == now or (not recorded and now["metric"] is None)
     return None if unchanged else {MANIFEST_KEY: now}
 

@@ -52,7 +52,8 @@ class Task:
     logits, ``(batch, num_classes)`` (``feature_dim`` = ``num_classes``), with no LoRA (``lora_targets=[]``) and no
     fedforget head; fedavg, replay, FedShard, SISA and FedCIO train it (docs/strategies.md).
     ``loss`` trains with the task's own loss instead of cross-entropy, ``metric`` reports the task's own metric of
-    what is served (:mod:`fedforget.tasks.task_functions`).
+    what is served (:mod:`fedforget.tasks.task_functions`). ``train_step`` trains each batch with the task's own
+    step (its forward, backward and optimizer step) instead of the loop's; a task gives a loss or a step, not both.
     """
 
     name: str
@@ -77,6 +78,11 @@ class Task:
     #: the task's own metric, ``metric(probabilities, labels) -> {name: value}`` (numpy arrays: the served class
     #: probabilities, the int labels), reported beside accuracy and loss wherever what is served is evaluated
     metric: Callable[[Any, Any], Any] | None = None
+    #: the task's own train step, ``train_step(model, inputs, labels, optimizer) -> loss`` (inputs: a tuple of the
+    #: batch's input tensors), called once per batch of fedforget's seeded order in place of its forward, backward
+    #: and optimizer step: gradient clipping, several forward passes, auxiliary losses, seeded augmentation;
+    #: it trains only on the batch it is handed (docs/your-app.md). Exclusive with ``loss``
+    train_step: Callable[[Any, Any, Any, Any], Any] | None = None
     _spec: list[TaskSpec] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -98,9 +104,12 @@ class Task:
             raise ValueError("Task(simulation_data=...) needs '{partition}' in it (data/node-{partition})")
         if self.input_column == "text" and self.encode is None:
             raise ValueError("a text task needs encode(texts) -> tuple of tensors")
-        for name in ("loss", "metric"):
+        for name in ("loss", "metric", "train_step"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 raise TypeError(f"Task({name}=...) must be a function (docs/your-app.md)")
+        if self.loss is not None and self.train_step is not None:
+            raise ValueError("give Task(loss=...) or Task(train_step=...), not both: a train step computes its own "
+                             "loss (docs/your-app.md)")
 
     def _check_input_columns(self) -> None:
         columns = self.input_columns
@@ -135,7 +144,7 @@ class Task:
                                        simulation_data=self.simulation_data,
                                        encode_text=self.encode if text else None,
                                        scale_raw=None if text else self._to_inputs, trains=self.train,
-                                       loss=self.loss, metric=self.metric))
+                                       loss=self.loss, metric=self.metric, train_step=self.train_step))
         return self._spec[0]
 
     def _no_public_data(self, cfg: RunConfig) -> TaskData:

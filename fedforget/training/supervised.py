@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from fedforget.core.seeds import derive_seed
 from fedforget.training.determinism import deterministic_torch, generator
 
 EVAL_BATCH = 256
@@ -15,6 +17,9 @@ EVAL_BATCH = 256
 LossTerm = Callable[[torch.Tensor, torch.Tensor, list[nn.Parameter]], torch.Tensor]
 #: a task's own loss in place of cross-entropy: ``(logits, labels) -> scalar``
 TaskLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+#: a task's own train step in place of the loop's forward, backward and optimizer step:
+#: ``(model, inputs, labels, optimizer) -> the batch's loss`` (a finite number or a scalar tensor)
+TrainStep = Callable[[nn.Module, tuple[torch.Tensor, ...], torch.Tensor, torch.optim.Optimizer], object]
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,9 @@ class TrainSettings:
     loss_term: LossTerm | None = None
     #: the task's own loss, in place of cross-entropy (None: cross-entropy); the terms above still add to it
     loss: TaskLoss | None = None
+    #: the task's own train step, called once per batch instead of the loop's own (None: the loop's own); it
+    #: computes its own loss, so neither a task's loss nor a term above can add to it
+    train_step: TrainStep | None = None
 
 
 @dataclass(frozen=True)
@@ -50,8 +58,8 @@ def _optimizer(params: Sequence[nn.Parameter], settings: TrainSettings) -> torch
 def train_supervised(
     model: nn.Module, inputs: tuple[torch.Tensor, ...], labels: torch.Tensor, settings: TrainSettings
 ) -> TrainResult:
-    """Cross-entropy (or the task's own loss) training of the parameters that require grad; a fresh optimizer
-    per call.
+    """Cross-entropy (or the task's own loss, or each batch by the task's own train step) training of the
+    parameters that require grad; a fresh optimizer per call.
 
     The data order comes from a generator seeded by ``settings.seed`` (which callers derive from
     run seed, artifact, round and partition), so the same call gives the same bits anywhere.
@@ -62,6 +70,8 @@ def train_supervised(
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("the model has no trainable parameters")
+    if settings.train_step is not None:
+        return _train_by_step(model, params, inputs, labels, settings, settings.train_step)
     total, steps = 0.0, 0
     with deterministic_torch():
         model.train()
@@ -87,6 +97,48 @@ def train_supervised(
                 steps += 1
         model.eval()
     return TrainResult(n, steps, total / max(steps, 1))
+
+
+def _train_by_step(model: nn.Module, params: list[nn.Parameter], inputs: tuple[torch.Tensor, ...],
+                   labels: torch.Tensor, settings: TrainSettings, step_fn: TrainStep) -> TrainResult:
+    """The loop with the task's own step per batch: the same optimizer, batches and order as the loop's own, and
+    torch's global random stream seeded before each step from the unit's seed and the step's number (dropout or
+    augmentation in a step draws the same numbers in a retrain and a reference run), restored afterwards."""
+    if settings.proximal_mu or settings.loss_term is not None:
+        raise ValueError("a task's train step computes its own loss, which would hide the method's own term "
+                         "(FedProx's proximal term or another); train this method with Task(loss=...) instead")
+    n = len(labels)
+    total, steps = 0.0, 0
+    devices = sorted({p.device.index or 0 for p in params if p.device.type == "cuda"})
+    with deterministic_torch(), torch.random.fork_rng(devices=devices):
+        model.train()
+        opt = _optimizer(params, settings)
+        gen = generator(settings.seed)
+        for _ in range(settings.epochs):
+            order = torch.randperm(n, generator=gen)
+            for start in range(0, n, settings.batch_size):
+                idx = order[start : start + settings.batch_size]
+                torch.manual_seed(derive_seed(settings.seed, "train-step", steps))
+                opt.zero_grad(set_to_none=True)
+                total += step_loss(step_fn, step_fn(model, tuple(t[idx] for t in inputs), labels[idx], opt))
+                steps += 1
+        model.eval()
+    return TrainResult(n, steps, total / max(steps, 1))
+
+
+def step_loss(step: TrainStep, value: object) -> float:
+    """The loss a task's train step returned for its batch, which must be a finite number or a scalar tensor."""
+    number = None
+    if isinstance(value, torch.Tensor) and value.dim() == 0:
+        number = float(value.detach())
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+    if number is None or not math.isfinite(number):
+        shown = (f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) and value.dim()
+                 else " ".join(repr(value).split())[:80])
+        raise ValueError(f"the task's train step {getattr(step, '__qualname__', step)!r} returned {shown}; it must "
+                         "return the batch's loss as a finite number or a scalar tensor")
+    return number
 
 
 def _task_loss(loss: TaskLoss, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -88,6 +88,7 @@ METHOD = Method(
     forget_message=FORGET,
     config=ChainsConfig,
     refuses_task_loss=None,  # each position trains by train_supervised (federation/module_training.py)
+    refuses_train_step=None,  # the same loop calls the step per batch
     defaults=DEFAULTS,
     footprint=footprint,
     size_keys={

@@ -28,4 +28,5 @@ METHOD = Method(
     head_only=True,  # head-only=true trains the head alone on the frozen backbone: a linear probe
     no_whole_model=None,  # one model's trainable state averaged per round, whatever the model is
     refuses_task_loss=None,  # its nodes train by train_supervised (federation/adapter_round.py)
+    refuses_train_step=None,  # the same loop calls the step per batch
 )

@@ -78,6 +78,7 @@ METHOD = Method(
     forget_message=FORGET,
     config=FedShardConfig,
     refuses_task_loss=None,  # each shard trains by train_supervised (federation/module_training.py)
+    refuses_train_step=None,  # the same loop calls the step per batch
     footprint=footprint,
     planning=("fedforget.methods.fedshard.config", "fedforget.methods.fedshard.plan",
               "fedforget.methods.fedshard.costs", "fedforget.methods.fedshard.angles",

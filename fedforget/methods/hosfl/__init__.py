@@ -69,6 +69,8 @@ METHOD = Method(
     config=HosflConfig,
     refuses_task_loss=("its training step is split over three messages (forward, zeroth-order, backprop) "
                        "between the nodes' and the server's halves of the model"),
+    refuses_train_step=("its training step is split over three messages (forward, zeroth-order, backprop) "
+                        "between the nodes' and the server's halves of the model, so no one call holds it"),
     defaults=DEFAULTS,
     planning=("fedforget.methods.hosfl.config", "fedforget.methods.hosfl.plan",),
     status=status,

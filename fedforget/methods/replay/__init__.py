@@ -52,6 +52,7 @@ METHOD = Method(
     forget_message=FORGET,
     config=ReplayConfig,
     refuses_task_loss=None,  # its nodes train by train_supervised (federation/adapter_round.py)
+    refuses_train_step=None,  # the same loop calls the step per batch (not under FedProx: Forgettable refuses)
     status=status,
     print_status=print_status,
     planning=("fedforget.methods.replay.config", "fedforget.methods.replay.plan"),

@@ -83,6 +83,17 @@ class Forgettable(MethodStrategy):
 
         return flower_strategies.build(self.config.replay) if self._flower is None else _copy_of(self._flower)
 
+    def train_step_refusal(self) -> str | None:
+        """FedProx adds its proximal term to each batch's loss on the nodes, which a task's own step would hide."""
+        from flwr.serverapp.strategy import FedProx
+
+        built = self.flower_strategy()
+        if isinstance(built, FedProx) and built.proximal_mu:
+            return (f"{type(built).__name__} adds its proximal term to the loss the nodes compute, and a train step "
+                    "computes its own loss; build it with FedAvg (strategy='fedavg'), or give the loss as "
+                    "Task(loss=...)")
+        return super().train_step_refusal()
+
     def _start(self, grid: Grid, initial_arrays: ArrayRecord | None, num_rounds: int | None, timeout: float | None,
                train_config: ConfigRecord | None, evaluate_config: ConfigRecord | None,
                evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None, action: str) -> Result:
