@@ -209,7 +209,8 @@ def method_table_rows() -> list[str]:
         classes = ", ".join(f"`{c.__name__}`" for c in method.strategies())
         variants = ", ".join(f"`{v}`" for v in method.variants)
         loss = "takes it" if method.refuses_task_loss is None else f"refuses it: {method.refuses_task_loss}"
-        rows.append(f"| {classes} | {variants} | {loss} | reports it |")
+        step = "takes it" if method.refuses_train_step is None else f"refuses it: {method.refuses_train_step}"
+        rows.append(f"| {classes} | {variants} | {loss} | {step} | reports it |")
     return rows
 
 

@@ -123,7 +123,7 @@ METHOD = Method(
     refuses_task_loss=("each clique trains its own adapter with its own loss over the shared features, and that "
                        "loss is what keeps the cliques apart"),
     refuses_train_step=("each clique trains its own adapter with its own loss over the shared features, and that "
-                        "loss is what keeps the cliques apart: a step would train across them"),
+                        "loss is what keeps the cliques apart, which a step computing its own would not"),
     defaults=DEFAULTS,
     footprint=footprint,
     size_keys={v: ("safe.adapter-width", "safe.coarse", "safe.fine", "num-rounds", "slices-per-client")
