@@ -109,7 +109,9 @@ def _train_by_step(model: nn.Module, params: list[nn.Parameter], inputs: tuple[t
                          "(FedProx's proximal term or another); train this method with Task(loss=...) instead")
     n = len(labels)
     total, steps = 0.0, 0
-    devices = sorted({p.device.index or 0 for p in params if p.device.type == "cuda"})
+    # the CUDA streams too once CUDA is in use (seeded and restored with the CPU's); else only the CPU's is touched
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    seed_stream = torch.manual_seed if devices else torch.random.default_generator.manual_seed
     with deterministic_torch(), torch.random.fork_rng(devices=devices):
         model.train()
         opt = _optimizer(params, settings)
@@ -118,7 +120,7 @@ def _train_by_step(model: nn.Module, params: list[nn.Parameter], inputs: tuple[t
             order = torch.randperm(n, generator=gen)
             for start in range(0, n, settings.batch_size):
                 idx = order[start : start + settings.batch_size]
-                torch.manual_seed(derive_seed(settings.seed, "train-step", steps))
+                seed_stream(derive_seed(settings.seed, "train-step", steps))
                 opt.zero_grad(set_to_none=True)
                 total += step_loss(step_fn, step_fn(model, tuple(t[idx] for t in inputs), labels[idx], opt))
                 steps += 1
