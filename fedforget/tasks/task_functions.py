@@ -121,9 +121,9 @@ def refuse_train_step(variant: str, spec: TaskSpec, refusal: str | None) -> None
     take one: ``refusal`` says why, the line names the methods that do."""
     if spec.train_step is None or refusal is None:
         return
-    from fedforget.methods.registry import FAMILIES
+    from fedforget.core.known_methods import families
 
-    takers = [v for m in FAMILIES if m.refuses_train_step is None for v in m.variants if v != variant]
+    takers = [v for m in families() if m.refuses_train_step is None for v in m.variants if v != variant]
     raise ConfigError(f"method {variant!r} does not train with a task's own train step: {refusal}; drop "
                       f"Task(train_step=...) or use a method that takes it ({', '.join(takers)}; docs/strategies.md)")
 
