@@ -1,5 +1,6 @@
 """The app's own language model: the first two decoder layers of SmolLM2-135M (pretrained), its own tied LM head,
-LoRA on the attention's ``q_proj`` and ``v_proj`` and on the LM head, trained with the language-model loss, perplexity as its metric.
+LoRA on the attention's ``q_proj`` and ``v_proj`` and on the LM head, trained with the language-model loss,
+perplexity as its metric.
 
 The model predicts the next token over a fixed vocabulary: the tokenizer's first ``VOCABULARY - 1`` tokens (the
 most frequent of its training corpus) and one ``OTHER`` class for the rest, so that what is served per text stays
