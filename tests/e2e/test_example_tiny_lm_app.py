@@ -7,6 +7,7 @@ from-scratch run through the nodes without the text."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from fedforget.launch import simulation_federation
 
 from ..integration.helpers import fedforget_cli, finished_store
-from .test_example_app_runtimes import NODES, copy_app, forget_and_retrain, user_fedforget_run, user_shell
+from .test_example_app_runtimes import NODES, copy_app, forget_and_retrain, user_shell
 
 pytestmark = pytest.mark.e2e
 
@@ -25,7 +26,8 @@ def test_the_tiny_lm_example_on_the_simulation_engine_then_forget_retrain_verify
     app = copy_app(tmp_path / "tiny-lm", EXAMPLE)
     with simulation_federation(tmp_path / "flwr-home", NODES) as fed:
         store = app / "runs" / "tiny-lm"
-        run = user_fedforget_run(fed, app)
+        run = subprocess.run(["fedforget", "run", "--federation", fed.connection], env=user_shell(fed), cwd=app,
+                             capture_output=True, text=True, timeout=900, check=False)
         assert f"running the Flower app example/tiny-lm 1.0.0 in {app}" in run.stdout, run.stdout[-3000:]
         manifest = finished_store(run, store).manifest()
         assert manifest["task"] == "tiny_lm.task:TASK" and manifest["config"]["method"] == "fedsgt"

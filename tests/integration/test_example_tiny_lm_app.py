@@ -89,7 +89,7 @@ def test_the_example_trains_its_language_model_reports_perplexity_and_forgets_a_
                                           "targets": "tiny_lm.task:next_tokens"}
     keys = served_keys(store)
     assert keys and all("lora_" in k for k in keys)  # LoRA modules only: the model's own LM head is the output
-    assert any("lm_head" in k for k in keys) and any("q_proj" in k for k in keys)
+    assert any("unembed" in k for k in keys) and any("q_proj" in k for k in keys)
 
     final = next(row for row in reversed(store.metrics()) if row.get("final"))
     assert final["perplexity"] == pytest.approx(np.exp(final["loss"]), rel=1e-9)  # over the same targets

@@ -56,15 +56,16 @@ class TinyLM(nn.Module):
         config = AutoConfig.from_pretrained(model_dir(), num_hidden_layers=LAYERS, use_cache=False)
         self.decoder = AutoModel.from_pretrained(model_dir(), config=config, dtype=torch.float32)
         embedding = self.decoder.embed_tokens.weight.detach()
-        # the tied LM head over the fixed vocabulary; OTHER's row is the mean of the rows it stands for
+        # the tied LM head over the fixed vocabulary; OTHER's row is the mean of the rows it stands for. Named
+        # "unembed": peft reads a LoRA target named "lm_head" as an embedding layer whose weights it saves whole
         rows = torch.cat([embedding[:OTHER], embedding[OTHER:].mean(dim=0, keepdim=True)])
-        self.lm_head = nn.Linear(rows.shape[1], VOCABULARY, bias=False)
+        self.unembed = nn.Linear(rows.shape[1], VOCABULARY, bias=False)
         with torch.no_grad():
-            self.lm_head.weight.copy_(rows)
+            self.unembed.weight.copy_(rows)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return self.lm_head(hidden)
+        return self.unembed(hidden)
 
 
 def encode(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -98,7 +99,7 @@ TASK = Task(
     backbone=TinyLM,
     feature_dim=VOCABULARY,  # the model's output is the logits
     num_classes=VOCABULARY,
-    lora_targets=["q_proj", "v_proj", "lm_head"],
+    lora_targets=["q_proj", "v_proj", "unembed"],
     head=False,
     input_column="text",
     encode=encode,
