@@ -21,7 +21,7 @@ from .test_example_tiny_lm_app import EXAMPLE, NODES
 #: what a method needs on the example's 3 nodes (2 slices each)
 METHOD_KEYS: dict[str, dict[str, object]] = {
     "fedavg": {"num-rounds": 2}, "replay": {"num-rounds": 2}, "fedshard": {"num-rounds": 2},
-    "sisa": {"chains.groups": 3}, "fedcio": {"chains.clusters": 2}, "s3t": {"chains.groups": 3, "chains.shards": 1},
+    "sisa": {"chains.groups": 3}, "fedcio": {"chains.clusters": 2}, "s3t": {"chains.groups": 3, "chains.budget": 2, "chains.placement": "additive"},
 }
 TASKS = '''
 import numpy as np
@@ -114,7 +114,7 @@ def test_every_method_that_takes_a_loss_trains_a_sequence_task_and_reports_its_m
 
 @pytest.mark.parametrize("method", ["safe", "protosisa", "hosfl"])
 def test_a_method_whose_training_takes_no_loss_refuses_a_sequence_task_before_any_store(home, method):
-    with pytest.raises(ConfigError, match="sequence task|own model|cannot train") as info:
+    with pytest.raises(ConfigError, match="sequence task|needs a split model") as info:
         run_app(home / "runs" / method, method)
     assert "\n" not in str(info.value)
     assert not (home / "runs" / method / "manifest.json").exists()
