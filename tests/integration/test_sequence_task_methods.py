@@ -21,7 +21,8 @@ from .test_example_tiny_lm_app import EXAMPLE, NODES
 #: what a method needs on the example's 3 nodes (2 slices each)
 METHOD_KEYS: dict[str, dict[str, object]] = {
     "fedavg": {"num-rounds": 2}, "replay": {"num-rounds": 2}, "fedshard": {"num-rounds": 2},
-    "sisa": {"chains.groups": 3}, "fedcio": {"chains.clusters": 2}, "s3t": {"chains.groups": 3, "chains.budget": 2, "chains.placement": "additive"},
+    "sisa": {"chains.groups": 3}, "fedcio": {"chains.clusters": 2},
+    "s3t": {"chains.groups": 3, "chains.budget": 2, "chains.placement": "additive"},
 }
 TASKS = '''
 import numpy as np
