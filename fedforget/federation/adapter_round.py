@@ -29,7 +29,7 @@ def _evaluate_share(site: ClientSite, model: torch.nn.Module) -> dict[str, float
     """Accuracy and loss of ``model`` on this client's share of the public test split, or on its own test
     records (a node with its own data, which may hold none)."""
     test = node_test_examples(site)
-    return evaluate(model, test.inputs, test.labels)
+    return evaluate(model, test.inputs, test.targets)
 
 
 def train_adapter(msg: Message, context: Context, loss_term: LossTerm | None = None) -> Message:
@@ -61,7 +61,7 @@ def train_adapter(msg: Message, context: Context, loss_term: LossTerm | None = N
         proximal_mu=float(config.get("proximal-mu", 0.0)), loss_term=loss_term, loss=task_loss(cfg),
         train_step=task_train_step(cfg),
     )
-    result = train_supervised(model, examples.inputs, examples.labels, settings)
+    result = train_supervised(model, examples.inputs, examples.targets, settings)
     metrics = MetricRecord({"num-examples": result.num_examples, "train-loss": result.mean_loss,
                             PARTITION_KEY: site.partition})
     if received is not None:

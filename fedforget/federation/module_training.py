@@ -94,7 +94,7 @@ def train_chain_position(msg: Message, context: Context) -> Message:
         seed=derive_seed(cfg.seed, cfg.method, artifact, server_round, site.partition, "train-order"),
         loss=task_loss(cfg), train_step=task_train_step(cfg),
     )
-    result = train_supervised(model, examples.inputs, examples.labels, settings)
+    result = train_supervised(model, examples.inputs, examples.targets, settings)
     metrics["train-loss"] = result.mean_loss
     slot = "default" if stacking == "continue" else slots[-1].slot
     reply = ArrayRecord(model.trainable_state(slot))

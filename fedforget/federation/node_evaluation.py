@@ -34,7 +34,7 @@ def served_metrics(request: EvaluateServed, site: ClientSite, test: Examples) ->
 
     probs = serving_probabilities(site.cfg, request.num_classes, request.store(site.state_dir), request.plan,
                                   request.serving, list(request.artifacts), test.inputs)
-    result = probability_metrics(probs, test.labels, task_metric(site.cfg))
+    result = probability_metrics(probs, test.targets, task_metric(site.cfg))
     own = {k: float(v) for k, v in result.items() if k not in ("accuracy", "loss", "num-examples")}
     return EvaluateResult(site.partition, result["accuracy"], result["loss"], int(result["num-examples"]), own)
 

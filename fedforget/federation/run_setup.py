@@ -61,7 +61,8 @@ def build_model(cfg: RunConfig, num_classes: int) -> ModelBundle:
             whole = build_whole_model(backbone.module, task.trains, cfg.task)
             _MODELS[key] = ModelBundle(whole, backbone, whole.trainable_state(DEFAULT_ADAPTER))
         else:
-            model = build_task_model(backbone, num_classes, cfg.lora_r, cfg.lora_alpha, cfg.seed, DEFAULT_ADAPTER)
+            model = build_task_model(backbone, num_classes, cfg.lora_r, cfg.lora_alpha, cfg.seed, DEFAULT_ADAPTER,
+                                     head=task.head)
             _MODELS[key] = ModelBundle(model, backbone, model.trainable_state(DEFAULT_ADAPTER))
     bundle = _MODELS[key]
     if isinstance(bundle.model, WholeModel):

@@ -18,6 +18,7 @@ from fedforget.core.known_methods import for_plan
 from fedforget.federation.module_stack import Module, assemble, split_state
 from fedforget.federation.run_setup import DEFAULT_ADAPTER, build_model
 from fedforget.store import Store
+from fedforget.tasks.base import IGNORE
 from fedforget.tasks.registry import get_task
 from fedforget.tasks.trained_parameters import trains_whole_model
 from fedforget.training.supervised import predict_logits
@@ -34,8 +35,9 @@ def load_tensors(store: Store, sha256: str) -> Tensors:
 
 
 def class_probabilities(logits: torch.Tensor) -> np.ndarray:
-    """Softmax in float64: every serving function turns logits into the probabilities it compares alike."""
-    return torch.softmax(logits.double(), dim=1).numpy()
+    """Softmax over the classes (the last axis: a sequence task's logits are per position) in float64: every
+    serving function turns logits into the probabilities it compares alike."""
+    return torch.softmax(logits.double(), dim=-1).numpy()
 
 
 def serving_probabilities(cfg: RunConfig, num_classes: int, store: Store, plan_json: dict[str, Any],
@@ -82,12 +84,20 @@ def serving_accuracy(cfg: RunConfig, num_classes: int, store: Store, plan_json: 
 
 def probability_metrics(probs: np.ndarray, labels: torch.Tensor,
                         metric: Callable[[np.ndarray, np.ndarray], Any] | None = None) -> dict[str, float]:
-    """Accuracy and mean cross-entropy of class probabilities: the server's and each node's alike; with a task's
-    own ``metric``, its values beside them (:func:`~fedforget.tasks.task_functions.metric_values`)."""
+    """Accuracy and mean cross-entropy of class probabilities: the server's and each node's alike (a sequence
+    task's over its target positions); with a task's own ``metric``, its values beside them
+    (:func:`~fedforget.tasks.task_functions.metric_values`)."""
     y = labels.numpy()
-    picked = np.clip(probs[np.arange(len(y)), y], 1e-12, 1.0)
-    out = {"accuracy": float((probs.argmax(1) == y).mean()), "loss": float(-np.log(picked).mean()),
-           "num-examples": int(len(y))}
+    if y.ndim > 1:
+        kept = y != IGNORE
+        per_target, hit_targets = probs[kept], y[kept]
+        picked = np.clip(per_target[np.arange(len(hit_targets)), hit_targets], 1e-12, 1.0)
+        out = {"accuracy": float((per_target.argmax(1) == hit_targets).mean()) if len(hit_targets) else 0.0,
+               "loss": float(-np.log(picked).mean()) if len(hit_targets) else 0.0, "num-examples": int(len(y))}
+    else:
+        picked = np.clip(probs[np.arange(len(y)), y], 1e-12, 1.0)
+        out = {"accuracy": float((probs.argmax(1) == y).mean()), "loss": float(-np.log(picked).mean()),
+               "num-examples": int(len(y))}
     if metric is not None:
         from fedforget.tasks.task_functions import metric_values
 

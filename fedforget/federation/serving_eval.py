@@ -22,6 +22,6 @@ def evaluate_serving(run: ServerRun, ledger: Ledger) -> dict[str, float]:
                                      "num-examples": 0})
         return {"accuracy": float("nan"), "loss": float("nan"), "num-examples": 0}
     result = serving_accuracy(run.cfg, run.num_classes, run.store, ledger.plan(), serving, ledger.artifacts(),
-                              run.test.inputs, run.test.labels)
+                              run.test.inputs, run.test.targets)
     ledger.set_meta("accuracy", {"serving": serving["artifacts"], **result})
     return result

@@ -267,6 +267,10 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
             pid, probs = models.predict(inputs)
         except ServingError as exc:
             raise HTTPException(409, _one_line(str(exc))) from None
+        if probs.ndim > 2:  # a sequence task's (records × positions × classes): no class per record to answer
+            raise HTTPException(422, f"task {models.cfg.task!r} is a sequence task (its model predicts each "
+                                     "position): /v1/predict answers a class per record; `fedforget evaluate` "
+                                     "measures what it serves")
         if not np.isfinite(probs).all():  # finite inputs the network's float32 arithmetic still overflows on
             raise HTTPException(422, f"inputs: the model's float32 arithmetic overflows on them; {INPUT_SCALE}")
         return PredictOut(plan_id=pid, task=models.cfg.task, predictions=[int(i) for i in probs.argmax(1)],

@@ -11,6 +11,9 @@ from torch import nn
 
 from fedforget.core.config import RunConfig
 
+#: a target position with nothing to predict (padding, a sequence's last token): torch's ``ignore_index``
+IGNORE = -100
+
 
 @dataclass
 class Examples:
@@ -23,18 +26,30 @@ class Examples:
     inputs: tuple[torch.Tensor, ...]
     labels: torch.Tensor
     ids: torch.Tensor
+    #: what the model is trained to output per record when it is not the label: a sequence task's targets,
+    #: ``Task(targets=...)`` of the inputs (a language model's next tokens, ``IGNORE`` where there is none)
+    sequence_targets: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         n = len(self.labels)
         if any(len(t) != n for t in self.inputs) or len(self.ids) != n:
             raise ValueError("every input tensor and the ids need one row per label")
+        if self.sequence_targets is not None and len(self.sequence_targets) != n:
+            raise ValueError("the sequence targets need one row per label")
+
+    @property
+    def targets(self) -> torch.Tensor:
+        """What training and evaluation compare the model's output with: the labels, or a sequence task's
+        targets."""
+        return self.labels if self.sequence_targets is None else self.sequence_targets
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def subset(self, index: Sequence[int] | torch.Tensor) -> Examples:
         idx = torch.as_tensor(index, dtype=torch.long)
-        return Examples(tuple(t[idx] for t in self.inputs), self.labels[idx], self.ids[idx])
+        targets = None if self.sequence_targets is None else self.sequence_targets[idx]
+        return Examples(tuple(t[idx] for t in self.inputs), self.labels[idx], self.ids[idx], targets)
 
     def by_ids(self, sample_ids: Sequence[int]) -> Examples:
         """The rows with these global ids, in the order given; unknown ids raise KeyError."""
@@ -111,3 +126,9 @@ class TaskSpec:
     #: place of the loop's forward, backward and optimizer step (None: the loop's own; exclusive with ``loss``);
     #: only methods that declare they take it run a task that has one
     train_step: Callable[..., object] | None = None
+    #: a sequence task's targets from its inputs, ``targets(*inputs) -> (batch, positions)`` int64 (``IGNORE``
+    #: where a position has none): the model's output per position is compared with them, not with a label
+    targets: Callable[..., torch.Tensor] | None = None
+    #: fedforget's linear head on the backbone's features; False: the backbone's output is the task's output
+    #: (a language model's logits), and LoRA alone trains
+    head: bool = True

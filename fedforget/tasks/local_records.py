@@ -122,10 +122,11 @@ def read_file_rows(data_dir: Path, cfg: RunConfig, who: str, num_classes: int, s
     spec = get_task(cfg.task)
     columns = input_columns(spec)
     source = find_split_file(Path(data_dir), split, who)
-    table = _read_table(source, [RECORD_ID, LABEL, *columns], who)
+    labelled = spec.targets is None  # a sequence task's targets come from its inputs: its records hold no label
+    table = _read_table(source, [RECORD_ID, *([LABEL] if labelled else []), *columns], who)
     name = f"{who}: {source}"
     record_ids = _record_ids(table.column(RECORD_ID), name)
-    labels = _labels(table.column(LABEL), num_classes, name)
+    labels = _labels(table.column(LABEL), num_classes, name) if labelled else np.zeros(len(record_ids), np.int64)
     if spec.input_columns:
         from fedforget.tasks.number_columns import stack_number_columns
 
@@ -152,6 +153,7 @@ def read_local_records(data_dir: Path, cfg: RunConfig, node: str, num_classes: i
     import torch
 
     from fedforget.tasks.base import Examples
+    from fedforget.tasks.sequence_targets import with_targets
 
     who = f"node {node}"
     rows = read_file_rows(data_dir, cfg, who, num_classes, split)
@@ -161,8 +163,8 @@ def read_local_records(data_dir: Path, cfg: RunConfig, node: str, num_classes: i
     rows.raw = [rows.raw[i] for i in order] if rows.column == TEXT else rows.raw[order]
     inputs = encode_rows(rows, cfg, who)
     digests = {r: _digest(int(y), x) for r, y, x in zip(rows.record_ids, rows.labels.tolist(), rows.raw, strict=True)}
-    return LocalRecords(rows.record_ids, Examples(inputs, torch.from_numpy(rows.labels), torch.from_numpy(sample_ids)),
-                        digests)
+    examples = Examples(inputs, torch.from_numpy(rows.labels), torch.from_numpy(sample_ids))
+    return LocalRecords(rows.record_ids, with_targets(cfg, examples), digests)
 
 
 @dataclass
@@ -341,6 +343,8 @@ def _read_csv(fh: BinaryIO, columns: list[str], path: Path, where: str) -> Any:
                                 "split the data")
         batches.append(batch)
     table = pa.Table.from_batches(batches, schema=reader.schema)
+    if LABEL not in columns:
+        return table
     return table.set_column(table.schema.get_field_index(LABEL), LABEL, _csv_labels(table.column(LABEL), path, where))
 
 

@@ -23,7 +23,7 @@ HEAD_PREFIX = "head."
 class TaskModel(nn.Module):
     """``head(body(*inputs))`` with ``body`` a PeftModel over a frozen backbone kept in eval mode."""
 
-    def __init__(self, body: PeftModel, head: nn.Linear) -> None:
+    def __init__(self, body: PeftModel, head: nn.Module) -> None:
         super().__init__()
         self.body = body
         self.head = head
@@ -99,8 +99,10 @@ class TaskModel(nn.Module):
 
 
 def build_task_model(backbone: Backbone, num_classes: int, lora_r: int, lora_alpha: int, seed: int,
-                     adapter: str = "default") -> TaskModel:
-    """Freeze the backbone, wrap it with one LoRA adapter and add a head, all from seeded inits."""
+                     adapter: str = "default", head: bool = True) -> TaskModel:
+    """Freeze the backbone, wrap it with one LoRA adapter and add a head, all from seeded inits; ``head=False``:
+    the backbone's output is the task's output (a language model's logits), the head an identity with no
+    weights, and LoRA alone trains."""
     module = backbone.module
     module.eval()
     for p in module.parameters():
@@ -110,7 +112,7 @@ def build_task_model(backbone: Backbone, num_classes: int, lora_r: int, lora_alp
         torch.manual_seed(derive_seed(seed, "lora-init", adapter))
         body = get_peft_model(module, config, adapter_name=adapter)
         torch.manual_seed(derive_seed(seed, "head-init"))
-        head = nn.Linear(backbone.feature_dim, num_classes)
-    model = TaskModel(body, head)
+        top: nn.Module = nn.Linear(backbone.feature_dim, num_classes) if head else nn.Identity()
+    model = TaskModel(body, top)
     model.activate([adapter], trainable=[adapter])
     return model

@@ -271,8 +271,10 @@ def _explicit_test(cfg: RunConfig) -> ServerTest:
         raise ServerTestError(f"run-config 'test-data': {exc}") from None
     if not len(rows.labels):
         raise ServerTestError(f"run-config 'test-data' {folder} holds no test records; add some or unset it")
+    from fedforget.tasks.sequence_targets import with_targets
+
     examples = Examples(inputs, torch.from_numpy(rows.labels), torch.arange(len(rows.labels), dtype=torch.int64))
-    return ServerTest(examples, num_classes, f"test-data {folder}")
+    return ServerTest(with_targets(cfg, examples), num_classes, f"test-data {folder}")
 
 
 def _declared_classes(cfg: RunConfig) -> int:

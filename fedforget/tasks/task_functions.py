@@ -100,8 +100,14 @@ def probe_metric(spec: TaskSpec) -> list[str]:
     import numpy as np
 
     classes = max(spec.num_classes, 2)
+    if spec.targets is not None:  # a sequence task: probabilities per position, targets with a position ignored
+        from fedforget.tasks.base import IGNORE
+
+        probabilities, labels = np.full((2, 3, classes), 1.0 / classes), np.array([[0, 1, IGNORE], [1, 0, IGNORE]])
+    else:
+        probabilities, labels = np.full((classes, classes), 1.0 / classes), np.arange(classes)
     try:
-        return sorted(metric_values(spec.metric, np.full((classes, classes), 1.0 / classes), np.arange(classes)))
+        return sorted(metric_values(spec.metric, probabilities, labels))
     except Exception as exc:  # noqa: BLE001 - whatever the user's metric raises is one line for them
         line = " ".join(str(exc).split())[:300] if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
         raise ConfigError(f"Task(metric=...) of task {spec.name!r} fails on uniform probabilities: {line}; it "
@@ -114,6 +120,10 @@ def refuse_task_loss(method: Method, variant: str, spec: TaskSpec) -> None:
     if spec.loss is not None and method.refuses_task_loss is not None:
         raise ConfigError(f"method {variant!r} does not train with a task's own loss: {method.refuses_task_loss}; "
                           "drop Task(loss=...) or use a method that takes it (docs/strategies.md)")
+    if (spec.targets is not None or not spec.head) and method.refuses_task_loss is not None:
+        raise ConfigError(f"method {variant!r} does not train a model whose output is the task's logits (a sequence "
+                          f"task, or Task(head=False)): {method.refuses_task_loss}; use a method that trains it "
+                          "(docs/strategies.md)")
 
 
 def refuse_train_step(variant: str, spec: TaskSpec, refusal: str | None) -> None:
@@ -139,16 +149,18 @@ def check_task_functions(method: Method, variant: str, spec: TaskSpec,
 
 
 def manifest_entry(spec: TaskSpec) -> dict[str, Any]:
-    """``{MANIFEST_KEY: ...}`` for a task with a loss, a train step or a metric: their names and the metric's value
-    names (which Flower's Result and ``status`` pick), ``train-step`` only for a task with one; empty for any other
-    task, whose manifest stays as it was."""
-    if spec.loss is None and spec.metric is None and spec.train_step is None:
+    """``{MANIFEST_KEY: ...}`` for a task with a loss, a train step, a metric or targets: their names and the metric's
+    value names (which Flower's Result and ``status`` pick), ``train-step`` and ``targets`` only for a task with
+    one; empty for any other task, whose manifest stays as it was."""
+    if spec.loss is None and spec.metric is None and spec.train_step is None and spec.targets is None:
         return {}
     entry: dict[str, Any] = {"loss": None if spec.loss is None else function_name(spec.loss),
                              "metric": None if spec.metric is None else function_name(spec.metric),
                              "metric-names": probe_metric(spec)}
     if spec.train_step is not None:
         entry["train-step"] = function_name(spec.train_step)
+    if spec.targets is not None:  # what a sequence task trains towards: recorded only where there is one
+        entry["targets"] = function_name(spec.targets)
     return {MANIFEST_KEY: entry}
 
 
@@ -158,13 +170,11 @@ def retrain_entry(manifest: Mapping[str, Any], spec: TaskSpec) -> dict[str, Any]
     nothing): the manifest's entry to record then, None when it stands."""
     recorded = manifest.get(MANIFEST_KEY) or {}
     now = manifest_entry(spec).get(MANIFEST_KEY) or {"loss": None, "metric": None, "metric-names": []}
-    if recorded.get("loss") != now["loss"]:
-        raise ConfigError(f"the store was trained with Task(loss={recorded.get('loss')}) and the app's task now has "
-                          f"loss={now['loss']}; retrain with the loss the store recorded")
-    if recorded.get("train-step") != now.get("train-step"):
-        raise ConfigError(f"the store was trained with Task(train_step={recorded.get('train-step')}) and the app's "
-                          f"task now has train_step={now.get('train-step')}; retrain with the train step the store "
-                          "recorded")
+    for name, field_name in (("loss", "loss"), ("train-step", "train_step"), ("targets", "targets")):
+        if recorded.get(name) != now.get(name):
+            raise ConfigError(f"the store was trained with Task({field_name}={recorded.get(name)}) and the app's task "
+                              f"now has {field_name}={now.get(name)}; retrain with the {field_name.replace('_', ' ')} "
+                              "the store recorded")
     unchanged = recorded == now or (not recorded and now["metric"] is None)
     return None if unchanged else {MANIFEST_KEY: now}
 

@@ -54,6 +54,9 @@ class Task:
     ``loss`` trains with the task's own loss instead of cross-entropy, ``metric`` reports the task's own metric of
     what is served (:mod:`fedforget.tasks.task_functions`). ``train_step`` trains each batch with the task's own
     step (its forward, backward and optimizer step) instead of the loop's; a task gives a loss or a step, not both.
+    ``targets`` makes it a sequence task (a language model): the model's logits per position are trained and
+    evaluated against targets computed from the inputs (:mod:`fedforget.tasks.sequence_targets`), with
+    ``head=False`` when the backbone's output is the logits.
     """
 
     name: str
@@ -83,6 +86,14 @@ class Task:
     #: and optimizer step: gradient clipping, several forward passes, auxiliary losses, seeded augmentation;
     #: it trains only on the batch it is handed (docs/your-app.md). Exclusive with ``loss``
     train_step: Callable[[Any, Any, Any, Any], Any] | None = None
+    #: a sequence task's targets from a batch of its inputs, ``targets(*inputs) -> (batch, positions)`` int64, each
+    #: a class or -100 where the position predicts nothing (a language model: ``next_token_targets``); its model
+    #: outputs ``(batch, positions, num_classes)`` logits and its records need no ``label`` column
+    targets: Callable[..., Any] | None = None
+    #: fedforget's linear head on the backbone's ``feature_dim`` features (with ``train="lora"``); False: the
+    #: backbone's output is already the logits (``feature_dim=num_classes``: a language model's own LM head),
+    #: and the LoRA adapters alone train
+    head: bool = True
     _spec: list[TaskSpec] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -104,7 +115,13 @@ class Task:
             raise ValueError("Task(simulation_data=...) needs '{partition}' in it (data/node-{partition})")
         if self.input_column == "text" and self.encode is None:
             raise ValueError("a text task needs encode(texts) -> tuple of tensors")
-        for name in ("loss", "metric", "train_step"):
+        if not self.head and (trains_whole_model(self.train) or self.feature_dim != self.num_classes):
+            raise ValueError("Task(head=False) serves the backbone's output as the logits: it needs train='lora' "
+                             "and feature_dim=num_classes")
+        if self.targets is not None and self.head and not trains_whole_model(self.train):
+            raise ValueError("a sequence task (Task(targets=...)) outputs logits per position: give head=False "
+                             "(the backbone's output is the logits) or train='all'")
+        for name in ("loss", "metric", "train_step", "targets"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 raise TypeError(f"Task({name}=...) must be a function (docs/your-app.md)")
         if self.loss is not None and self.train_step is not None:
@@ -144,7 +161,8 @@ class Task:
                                        simulation_data=self.simulation_data,
                                        encode_text=self.encode if text else None,
                                        scale_raw=None if text else self._to_inputs, trains=self.train,
-                                       loss=self.loss, metric=self.metric, train_step=self.train_step))
+                                       loss=self.loss, metric=self.metric, train_step=self.train_step,
+                                       targets=self.targets, head=self.head))
         return self._spec[0]
 
     def _no_public_data(self, cfg: RunConfig) -> TaskData:

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from fedforget.core.seeds import derive_seed
+from fedforget.tasks.base import IGNORE
 from fedforget.training.determinism import deterministic_torch, generator
 
 EVAL_BATCH = 256
@@ -83,7 +84,7 @@ def train_supervised(
             for start in range(0, n, settings.batch_size):
                 idx = order[start : start + settings.batch_size]
                 logits = model(*(t[idx] for t in inputs))
-                loss = (nn.functional.cross_entropy(logits, labels[idx]) if settings.loss is None
+                loss = (cross_entropy(logits, labels[idx]) if settings.loss is None
                         else _task_loss(settings.loss, logits, labels[idx]))
                 if anchor is not None:
                     loss = loss + settings.proximal_mu / 2 * sum(
@@ -141,6 +142,12 @@ def step_loss(step: TrainStep, value: object) -> float:
         raise ValueError(f"the task's train step {getattr(step, '__qualname__', step)!r} returned {shown}; it must "
                          "return the batch's loss as a finite number or a scalar tensor")
     return number
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of class logits ``(batch, classes)`` against labels, or of a sequence task's logits
+    ``(batch, positions, classes)`` against its targets over the positions that predict something."""
+    if targets.dim() == 1:
+        return nn.functional.cross_entropy(logits, targets)
+    return nn.functional.cross_entropy(logits.flatten(0, -2), targets.flatten(), ignore_index=IGNORE)
 
 
 def _task_loss(loss: TaskLoss, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -162,10 +169,29 @@ def predict_logits(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> torch.
 
 
 def evaluate(model: nn.Module, inputs: tuple[torch.Tensor, ...], labels: torch.Tensor) -> dict[str, float]:
-    """Accuracy and mean cross-entropy on the given examples."""
+    """Accuracy and mean cross-entropy on the given examples (a sequence task's: over its target positions)."""
     if len(labels) == 0:
         return {"accuracy": 0.0, "loss": 0.0, "num-examples": 0}
+    if labels.dim() > 1:
+        return _evaluate_sequences(model, inputs, labels)
     logits = predict_logits(model, inputs)
     loss = float(nn.functional.cross_entropy(logits, labels))
     acc = float((logits.argmax(dim=1) == labels).float().mean())
     return {"accuracy": acc, "loss": loss, "num-examples": int(len(labels))}
+
+
+@torch.no_grad()
+def _evaluate_sequences(model: nn.Module, inputs: tuple[torch.Tensor, ...], targets: torch.Tensor) -> dict[str, float]:
+    """Token accuracy and mean cross-entropy over the target positions, batch by batch: a sequence task's
+    logits for a whole test set (records × positions × classes) are never held at once."""
+    nll, hits, count = 0.0, 0, 0
+    with deterministic_torch():
+        model.eval()
+        for s in range(0, len(targets), EVAL_BATCH):
+            logits = model(*(t[s : s + EVAL_BATCH] for t in inputs)).flatten(0, -2)
+            y = targets[s : s + EVAL_BATCH].flatten()
+            kept = y != IGNORE
+            nll += float(nn.functional.cross_entropy(logits[kept].double(), y[kept], reduction="sum"))
+            hits += int((logits[kept].argmax(dim=1) == y[kept]).sum())
+            count += int(kept.sum())
+    return {"accuracy": hits / max(count, 1), "loss": nll / max(count, 1), "num-examples": int(len(targets))}

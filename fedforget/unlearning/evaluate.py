@@ -30,7 +30,7 @@ def evaluate_store(store: Store) -> dict[str, Any]:
     try:
         serving = ledger.serving()
         result = serving_accuracy(cfg, test.num_classes, store, ledger.plan(), serving, ledger.artifacts(),
-                                  test.examples.inputs, test.examples.labels)
+                                  test.examples.inputs, test.examples.targets)
         try:
             ledger.set_meta("accuracy", {"serving": sorted(serving["artifacts"]), **result})
         except sqlite3.OperationalError as exc:  # a read-only store: the result stands, only its cache is lost

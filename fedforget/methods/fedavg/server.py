@@ -169,7 +169,7 @@ class FedAvgRound(Round):
         if len(run.test):  # a server without a test set (the nodes evaluate what is served) measures nothing
             model = run.bundle.model
             model.load_trainable_state(DEFAULT_ADAPTER, {k: torch.from_numpy(np.array(v)) for k, v in state.items()})
-            result = evaluate(model, run.test.inputs, run.test.labels)
+            result = evaluate(model, run.test.inputs, run.test.targets)
             row.update(accuracy=result["accuracy"], loss=result["loss"])
             log(INFO, "round %d/%d: test accuracy %.4f, loss %.4f", server_round, cfg.num_rounds,
                 result["accuracy"], result["loss"])

@@ -119,6 +119,10 @@ def fairness_of_store(store: Store) -> dict[str, Any]:
         return report
     cfg = parse_run_config(stored_run_config(manifest["config"]))
     test = load_server_test(cfg)
+    if test.examples.sequence_targets is not None:
+        report["mp"] = None
+        report["mp-note"] = "a sequence task's model predicts per position: it has no per-class accuracy"
+        return report
     num_classes = test.num_classes
     inputs, labels = test.examples.inputs, test.examples.labels.numpy()
     if first_per_class is not None:  # measured by training: the first model's bytes are purged by a leave

@@ -285,7 +285,7 @@ def record_first_per_class_accuracy(run: ServerRun, ledger: Ledger, serving: dic
     """The first served model's per-class test accuracy, for ``fairness``'s ΔY once that model is purged."""
     from fedforget.federation.serve import serving_probabilities
 
-    if not serving.get("available"):
+    if not serving.get("available") or run.test.sequence_targets is not None:  # a sequence task has no classes
         return
     probs = serving_probabilities(run.cfg, run.num_classes, run.store, ledger.plan(), serving,
                                   ledger.artifacts(), run.test.inputs)

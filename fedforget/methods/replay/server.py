@@ -168,7 +168,7 @@ def report(run: ServerRun, server_round: int, arrays: dict[str, np.ndarray], rnd
     measured: dict[str, float] = {}
     if len(run.test):  # a server without a test set (the nodes evaluate what is served) measures nothing
         model.load_trainable_state(DEFAULT_ADAPTER, {k: torch.from_numpy(np.array(v)) for k, v in arrays.items()})
-        result = evaluate(model, run.test.inputs, run.test.labels)
+        result = evaluate(model, run.test.inputs, run.test.targets)
         measured = {"accuracy": result["accuracy"], "loss": result["loss"]}
         log(INFO, "round %d/%d: test accuracy %.4f, loss %.4f", server_round, cfg.num_rounds,
             result["accuracy"], result["loss"])
