@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -104,6 +105,11 @@ class TaskSpec:
     #: the task's own training loss, ``loss(logits, labels) -> scalar tensor``, in place of cross-entropy
     #: (None: cross-entropy); only methods that declare they take it run a task that has one
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
-    #: the task's own metric of what is served, ``metric(probabilities, labels) -> {name: value}``, reported
-    #: beside accuracy and loss wherever the served model is evaluated (None: accuracy and loss only)
+    #: the task's own metric of what is served, ``metric(probabilities, labels) -> {name: value}`` (with a
+    #: ``prediction``: ``metric(outputs, labels)``), reported beside accuracy and loss wherever the served model
+    #: is evaluated (None: accuracy and loss only)
     metric: Callable[[np.ndarray, np.ndarray], Mapping[str, float]] | None = None
+    #: the task's own prediction from the served logits, ``prediction(logits) -> array`` (one output per record),
+    #: what the forget service's ``predict`` returns and what ``metric`` reads in place of the class
+    #: probabilities (None: the probabilities, their argmax the predicted class)
+    prediction: Callable[[torch.Tensor], Any] | None = None

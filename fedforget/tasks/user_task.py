@@ -52,7 +52,8 @@ class Task:
     logits, ``(batch, num_classes)`` (``feature_dim`` = ``num_classes``), with no LoRA (``lora_targets=[]``) and no
     fedforget head; fedavg, replay, FedShard, SISA and FedCIO train it (docs/strategies.md).
     ``loss`` trains with the task's own loss instead of cross-entropy, ``metric`` reports the task's own metric of
-    what is served (:mod:`fedforget.tasks.task_functions`).
+    what is served, ``prediction`` turns the served logits into the task's own output
+    (:mod:`fedforget.tasks.task_functions`).
     """
 
     name: str
@@ -75,8 +76,13 @@ class Task:
     #: the batch), in place of cross-entropy: pure, handed fedforget's batches in its seeded order
     loss: Callable[[Any, Any], Any] | None = None
     #: the task's own metric, ``metric(probabilities, labels) -> {name: value}`` (numpy arrays: the served class
-    #: probabilities, the int labels), reported beside accuracy and loss wherever what is served is evaluated
+    #: probabilities, or with a ``prediction`` its outputs; the int labels), reported beside accuracy and loss
+    #: wherever what is served is evaluated
     metric: Callable[[Any, Any], Any] | None = None
+    #: the task's own prediction, ``prediction(logits) -> array`` (logits: the served model's, a float64
+    #: ``(records, num_classes)`` tensor; one output per record: a label, a value, the top k), what the forget
+    #: service's ``predict`` returns as ``outputs`` and what ``metric`` reads instead of the probabilities
+    prediction: Callable[[Any], Any] | None = None
     _spec: list[TaskSpec] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -98,7 +104,7 @@ class Task:
             raise ValueError("Task(simulation_data=...) needs '{partition}' in it (data/node-{partition})")
         if self.input_column == "text" and self.encode is None:
             raise ValueError("a text task needs encode(texts) -> tuple of tensors")
-        for name in ("loss", "metric"):
+        for name in ("loss", "metric", "prediction"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 raise TypeError(f"Task({name}=...) must be a function (docs/your-app.md)")
 
@@ -135,7 +141,7 @@ class Task:
                                        simulation_data=self.simulation_data,
                                        encode_text=self.encode if text else None,
                                        scale_raw=None if text else self._to_inputs, trains=self.train,
-                                       loss=self.loss, metric=self.metric))
+                                       loss=self.loss, metric=self.metric, prediction=self.prediction))
         return self._spec[0]
 
     def _no_public_data(self, cfg: RunConfig) -> TaskData:
