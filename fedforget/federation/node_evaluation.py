@@ -30,11 +30,11 @@ def served_metrics(request: EvaluateServed, site: ClientSite, test: Examples) ->
     if not len(test):
         return EvaluateResult(site.partition, 0.0, 0.0, 0)
     from fedforget.federation.serve import probability_metrics, serving_probabilities
-    from fedforget.tasks.task_functions import task_metric
+    from fedforget.tasks.task_functions import task_metric, task_prediction
 
     probs = serving_probabilities(site.cfg, request.num_classes, request.store(site.state_dir), request.plan,
                                   request.serving, list(request.artifacts), test.inputs)
-    result = probability_metrics(probs, test.targets, task_metric(site.cfg))
+    result = probability_metrics(probs, test.targets, task_metric(site.cfg), task_prediction(site.cfg))
     own = {k: float(v) for k, v in result.items() if k not in ("accuracy", "loss", "num-examples")}
     return EvaluateResult(site.partition, result["accuracy"], result["loss"], int(result["num-examples"]), own)
 

@@ -76,17 +76,19 @@ def lora_probabilities(cfg: RunConfig, num_classes: int, store: Store, plan_json
 def serving_accuracy(cfg: RunConfig, num_classes: int, store: Store, plan_json: dict[str, Any],
                      serving: dict[str, Any], artifacts: list[dict[str, Any]], inputs: tuple[torch.Tensor, ...],
                      labels: torch.Tensor) -> dict[str, float]:
-    from fedforget.tasks.task_functions import task_metric
+    from fedforget.tasks.task_functions import task_metric, task_prediction
 
     probs = serving_probabilities(cfg, num_classes, store, plan_json, serving, artifacts, inputs)
-    return probability_metrics(probs, labels, task_metric(cfg))
+    return probability_metrics(probs, labels, task_metric(cfg), task_prediction(cfg))
 
 
 def probability_metrics(probs: np.ndarray, labels: torch.Tensor,
-                        metric: Callable[[np.ndarray, np.ndarray], Any] | None = None) -> dict[str, float]:
+                        metric: Callable[[np.ndarray, np.ndarray], Any] | None = None,
+                        prediction: Callable[[torch.Tensor], Any] | None = None) -> dict[str, float]:
     """Accuracy and mean cross-entropy of class probabilities: the server's and each node's alike (a sequence
     task's over its target positions); with a task's own ``metric``, its values beside them
-    (:func:`~fedforget.tasks.task_functions.metric_values`)."""
+    (:func:`~fedforget.tasks.task_functions.metric_values`), on the outputs of the task's own ``prediction`` where
+    it has one."""
     y = labels.numpy()
     if y.ndim > 1:
         kept = y != IGNORE
@@ -99,7 +101,7 @@ def probability_metrics(probs: np.ndarray, labels: torch.Tensor,
         out = {"accuracy": float((probs.argmax(1) == y).mean()), "loss": float(-np.log(picked).mean()),
                "num-examples": int(len(y))}
     if metric is not None:
-        from fedforget.tasks.task_functions import metric_values
+        from fedforget.tasks.task_functions import metric_input, metric_values
 
-        out.update(metric_values(metric, probs, y))
+        out.update(metric_values(metric, metric_input(probs, prediction), y))
     return out

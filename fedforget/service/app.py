@@ -250,12 +250,14 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
         return Response(data, media_type="application/json",
                         headers={"content-disposition": f'attachment; filename="request-{ledger_request}.json"'})
 
-    @app.post("/v1/predict", response_model=PredictOut, tags=["serve"], dependencies=[Security(bearer)],
-              responses=refusals(409, *BODY_ERRORS, *ERRORS))
+    @app.post("/v1/predict", response_model=PredictOut, response_model_exclude_none=True, tags=["serve"],
+              dependencies=[Security(bearer)], responses=refusals(409, *BODY_ERRORS, *ERRORS))
     def predict(body: PredictBody) -> PredictOut:
-        """The served model's class probabilities and argmax, with the id of the plan that answered."""
+        """The served model's class probabilities and argmax, and the task's own prediction where it has one, with
+        the id of the plan that answered."""
         from fedforget.federation.serve import ServingError
         from fedforget.service.inputs import INPUT_SCALE, InputError, model_inputs
+        from fedforget.service.predict import PredictionError, task_outputs
 
         s = service()
         models = s.models()
@@ -273,8 +275,12 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
                                      "measures what it serves")
         if not np.isfinite(probs).all():  # finite inputs the network's float32 arithmetic still overflows on
             raise HTTPException(422, f"inputs: the model's float32 arithmetic overflows on them; {INPUT_SCALE}")
+        try:
+            outputs = task_outputs(models.cfg, probs)
+        except PredictionError as exc:
+            raise HTTPException(422, f"inputs: {_one_line(str(exc))}") from None
         return PredictOut(plan_id=pid, task=models.cfg.task, predictions=[int(i) for i in probs.argmax(1)],
-                          probabilities=[[float(p) for p in row] for row in probs])
+                          probabilities=[[float(p) for p in row] for row in probs], outputs=outputs)
 
     @app.get("/v1/status", tags=["status"], responses=refusals(*ERRORS), dependencies=[Security(bearer)])
     def status() -> JSONResponse:

@@ -5,7 +5,8 @@ with every forget that changes what is served (and with a retrain that rebuilds 
 loaded artifacts are cached under that id; a request that finds another id in the ledger drops the
 cache and loads the new plan, so nothing purged stays in memory past the first answer from the new
 plan. Serving goes through :func:`fedforget.federation.serve.serving_probabilities`, as
-``evaluate`` and ``verify`` do.
+``evaluate`` and ``verify`` do; a task with its own prediction (``Task(prediction=...)``) turns those
+probabilities into its outputs (:func:`task_outputs`) as its metric's evaluation does.
 """
 
 from __future__ import annotations
@@ -59,6 +60,25 @@ class _ArrayMemo:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
+
+
+class PredictionError(ValueError):
+    """The task's own prediction failed on these inputs, or returned what is not one output per input."""
+
+
+def task_outputs(cfg: Any, probabilities: np.ndarray) -> list[Any] | None:  # noqa: ANN401 - a RunConfig
+    """The task's own prediction for each input, as JSON values (None for a task without one)."""
+    from fedforget.tasks.task_functions import function_name, prediction_outputs, task_prediction
+
+    prediction = task_prediction(cfg)
+    if prediction is None:
+        return None
+    try:
+        return prediction_outputs(prediction, probabilities).tolist()
+    except Exception as exc:  # noqa: BLE001 - whatever the app's prediction raises is one line for the caller
+        why = str(exc) if isinstance(exc, ValueError) else f"{function_name(prediction)} raised " \
+            f"{type(exc).__name__}: {exc}"
+        raise PredictionError(" ".join(why.split())[:300]) from None
 
 
 @dataclass

@@ -205,6 +205,9 @@ class PredictOut(BaseModel):
     task: str
     predictions: list[int]
     probabilities: list[list[float]]
+    outputs: list[Any] | None = Field(None, description="The task's own prediction per input (a label, a value, "
+                                                        "the top k: Task(prediction=...)); absent for a task "
+                                                        "without one.")
 
 
 class Health(BaseModel):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -119,8 +120,9 @@ class TaskSpec:
     #: the task's own training loss, ``loss(logits, labels) -> scalar tensor``, in place of cross-entropy
     #: (None: cross-entropy); only methods that declare they take it run a task that has one
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
-    #: the task's own metric of what is served, ``metric(probabilities, labels) -> {name: value}``, reported
-    #: beside accuracy and loss wherever the served model is evaluated (None: accuracy and loss only)
+    #: the task's own metric of what is served, ``metric(probabilities, labels) -> {name: value}`` (with a
+    #: ``prediction``: ``metric(outputs, labels)``), reported beside accuracy and loss wherever the served model
+    #: is evaluated (None: accuracy and loss only)
     metric: Callable[[np.ndarray, np.ndarray], Mapping[str, float]] | None = None
     #: the task's own train step, ``train_step(model, inputs, labels, optimizer) -> loss``, called once per batch in
     #: place of the loop's forward, backward and optimizer step (None: the loop's own; exclusive with ``loss``);
@@ -132,3 +134,7 @@ class TaskSpec:
     #: fedforget's linear head on the backbone's features; False: the backbone's output is the task's output
     #: (a language model's logits), and LoRA alone trains
     head: bool = True
+    #: the task's own prediction from the served logits, ``prediction(logits) -> array`` (one output per record),
+    #: what the forget service's ``predict`` returns and what ``metric`` reads in place of the class
+    #: probabilities (None: the probabilities, their argmax the predicted class)
+    prediction: Callable[[torch.Tensor], Any] | None = None

@@ -1,5 +1,6 @@
-"""A user task's own loss, train step and metric (``Task(loss=..., train_step=..., metric=...)``): who takes them,
-how a metric's values are checked, and what the store records of them.
+"""A user task's own loss, train step, metric and prediction (``Task(loss=..., train_step=..., metric=...,
+prediction=...)``): who takes them, how a metric's values and a prediction's outputs are checked, and what the
+store records of them.
 
 The loss replaces cross-entropy in ``train_supervised`` on the nodes of a method whose declaration says it takes
 one (:attr:`~fedforget.core.method.Method.refuses_task_loss` is None); any other method refuses the task before
@@ -7,8 +8,11 @@ the store exists. A train step replaces the loop's forward, backward and optimiz
 (:attr:`~fedforget.core.method.Method.refuses_train_step`, or the strategy's own refusal where its configuration
 adds a term to the loss that a step would hide). The metric reads the served class probabilities only, so every
 method reports it, beside accuracy and loss, wherever what is served is evaluated; the server and each node run
-the task's own code, never code carried in a message. Shipped tasks have none: their runs take the code path they
-always took.
+the task's own code, never code carried in a message. The prediction turns what is served into the task's own
+output (a label by its own threshold, a value, the top k): the forget service's ``predict`` returns it, and the
+metric reads it in place of the probabilities. It reads logits (:func:`served_logits`), computed from the served
+probabilities, so every method's serving, one model or an ensemble, hands it the same kind of input. Shipped
+tasks have none of these: their runs take the code path they always took.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ if TYPE_CHECKING:
     from fedforget.tasks.base import TaskSpec
 
 Metric = Callable[[Any, Any], Any]
+Prediction = Callable[[Any], Any]
 #: what a metric may call its values: lower-case words joined by ``-`` or ``_`` (a metrics row's key)
 METRIC_NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
 #: the names fedforget's own evaluation already reports, and the prefixes of its other rows' keys
@@ -63,6 +68,58 @@ def task_metric(cfg: RunConfig) -> Metric | None:
     return None if spec is None else spec.metric
 
 
+def task_prediction(cfg: RunConfig) -> Prediction | None:
+    """The run's task's own prediction (None: the class probabilities are the output)."""
+    spec = _spec(cfg)
+    return None if spec is None else spec.prediction
+
+
+def served_logits(probabilities: np.ndarray) -> Any:  # noqa: ANN401 - a torch tensor (torch is imported lazily)
+    """The logits a task's prediction reads: the log of the served class probabilities, a float64 tensor.
+
+    For one served model they are its own logits less their log-sum-exp per record, so the argmax, the top k and
+    the softmax are the model's; an ensemble mixes its members as probabilities, and these are the logits whose
+    softmax is the mixture. A probability that underflowed to 0 reads as the log of the smallest normal float64
+    (about -708), so every logit is finite.
+    """
+    import numpy as np
+    import torch
+
+    floor = np.finfo(np.float64).tiny
+    return torch.from_numpy(np.log(np.maximum(np.asarray(probabilities, dtype=np.float64), floor)))
+
+
+def prediction_outputs(prediction: Prediction, probabilities: np.ndarray) -> np.ndarray:
+    """What ``prediction`` outputs for the records whose served class probabilities are ``probabilities``, checked:
+    numbers (bool, int or finite float), one entry per record along the first axis (raises ValueError with one
+    line naming the prediction)."""
+    import numpy as np
+
+    out = prediction(served_logits(probabilities))
+    where = f"the task's prediction {function_name(prediction)}"
+    if hasattr(out, "detach"):
+        out = out.detach().cpu().numpy()
+    try:
+        outputs = np.asarray(out)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where} returned {type(out).__name__}, not an array: {exc}") from None
+    if outputs.dtype.kind not in "biuf":
+        raise ValueError(f"{where} returned {outputs.dtype} values; return numbers (an array of labels, values or "
+                         "indices)")
+    records = len(probabilities)
+    if outputs.ndim == 0 or outputs.shape[0] != records:
+        raise ValueError(f"{where} returned shape {tuple(outputs.shape)} for {records} records; return one output "
+                         "per record along the first axis")
+    if outputs.dtype.kind == "f" and not np.isfinite(outputs).all():
+        raise ValueError(f"{where} returned a value that is not finite; return finite numbers")
+    return outputs
+
+
+def metric_input(probabilities: np.ndarray, prediction: Prediction | None) -> np.ndarray:
+    """What a task's metric reads: the served class probabilities, or the outputs of the task's prediction."""
+    return probabilities if prediction is None else prediction_outputs(prediction, probabilities)
+
+
 def function_name(fn: object) -> str:
     """``module:qualname`` of a task's function, as the manifest records it."""
     return f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', type(fn).__qualname__)}"
@@ -92,26 +149,54 @@ def metric_values(metric: Metric, probabilities: np.ndarray, labels: np.ndarray)
     return values
 
 
+def _uniform(spec: TaskSpec) -> np.ndarray:
+    """Uniform class probabilities for as many records as the task has classes: what the probes call on."""
+    import numpy as np
+
+    classes = max(spec.num_classes, 2)
+    return np.full((classes, classes), 1.0 / classes)
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())[:300] if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+
+
+def probe_prediction(spec: TaskSpec) -> np.ndarray | None:
+    """The task's prediction's outputs on uniform probabilities (None without one): a prediction that fails, or
+    returns what is not one number or row of numbers per record, is refused before the store exists."""
+    if spec.prediction is None:
+        return None
+    try:
+        return prediction_outputs(spec.prediction, _uniform(spec))
+    except Exception as exc:  # noqa: BLE001 - whatever the user's prediction raises is one line for them
+        raise ConfigError(f"Task(prediction=...) of task {spec.name!r} fails on uniform logits: {_one_line(exc)}; "
+                          "it takes the logits, a (records, classes) float64 torch tensor, and returns one output "
+                          "per record (docs/your-app.md)") from None
+
+
 def probe_metric(spec: TaskSpec) -> list[str]:
-    """The names the task's metric reports, from one call on uniform probabilities over each class once: a metric
-    that fails, or reports something a metrics row cannot hold, is refused before the store exists."""
+    """The names the task's metric reports, from one call on uniform probabilities over each class once (or its
+    prediction's outputs on them): a metric that fails, or reports something a metrics row cannot hold, is refused
+    before the store exists."""
+    outputs = probe_prediction(spec)
     if spec.metric is None:
         return []
     import numpy as np
 
-    classes = max(spec.num_classes, 2)
+    takes = "(probabilities, labels)" if outputs is None else "(the prediction's outputs, labels)"
     if spec.targets is not None:  # a sequence task: probabilities per position, targets with a position ignored
         from fedforget.tasks.base import IGNORE
 
-        probabilities, labels = np.full((2, 3, classes), 1.0 / classes), np.array([[0, 1, IGNORE], [1, 0, IGNORE]])
+        classes = max(spec.num_classes, 2)
+        read, labels = np.full((2, 3, classes), 1.0 / classes), np.array([[0, 1, IGNORE], [1, 0, IGNORE]])
     else:
-        probabilities, labels = np.full((classes, classes), 1.0 / classes), np.arange(classes)
+        probabilities = _uniform(spec)
+        read, labels = (probabilities if outputs is None else outputs), np.arange(len(probabilities))
     try:
-        return sorted(metric_values(spec.metric, probabilities, labels))
+        return sorted(metric_values(spec.metric, read, labels))
     except Exception as exc:  # noqa: BLE001 - whatever the user's metric raises is one line for them
-        line = " ".join(str(exc).split())[:300] if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
-        raise ConfigError(f"Task(metric=...) of task {spec.name!r} fails on uniform probabilities: {line}; it "
-                          "takes (probabilities, labels) numpy arrays and returns {name: number} "
+        raise ConfigError(f"Task(metric=...) of task {spec.name!r} fails on uniform probabilities: {_one_line(exc)}; "
+                          f"it takes {takes} numpy arrays and returns {{name: number}} "
                           "(docs/your-app.md)") from None
 
 
@@ -148,11 +233,15 @@ def check_task_functions(method: Method, variant: str, spec: TaskSpec,
     return probe_metric(spec)
 
 
+#: the entry of a task with none of its own functions, as a retrain compares it
+NO_FUNCTIONS = {"loss": None, "metric": None, "metric-names": []}
+
+
 def manifest_entry(spec: TaskSpec) -> dict[str, Any]:
-    """``{MANIFEST_KEY: ...}`` for a task with a loss, a train step, a metric or targets: their names and the metric's
-    value names (which Flower's Result and ``status`` pick), ``train-step`` and ``targets`` only for a task with
-    one; empty for any other task, whose manifest stays as it was."""
-    if spec.loss is None and spec.metric is None and spec.train_step is None and spec.targets is None:
+    """``{MANIFEST_KEY: ...}`` for a task with a loss, a train step, a metric, targets or a prediction: their names
+    and the metric's value names (which Flower's Result and ``status`` pick), ``train-step``, ``targets`` and
+    ``prediction`` only for a task with one; empty for any other task, whose manifest stays as it was."""
+    if all(f is None for f in (spec.loss, spec.metric, spec.train_step, spec.targets, spec.prediction)):
         return {}
     entry: dict[str, Any] = {"loss": None if spec.loss is None else function_name(spec.loss),
                              "metric": None if spec.metric is None else function_name(spec.metric),
@@ -161,21 +250,23 @@ def manifest_entry(spec: TaskSpec) -> dict[str, Any]:
         entry["train-step"] = function_name(spec.train_step)
     if spec.targets is not None:  # what a sequence task trains towards: recorded only where there is one
         entry["targets"] = function_name(spec.targets)
+    if spec.prediction is not None:
+        entry["prediction"] = function_name(spec.prediction)
     return {MANIFEST_KEY: entry}
 
 
 def retrain_entry(manifest: Mapping[str, Any], spec: TaskSpec) -> dict[str, Any] | None:
-    """A retrain whose task trains with another loss or train step than the store's training is refused: what it
-    rebuilt would not be what a from-scratch run of the recorded task builds. A metric may change (it trains
-    nothing): the manifest's entry to record then, None when it stands."""
+    """A retrain whose task trains with another loss, train step or targets than the store's training is refused:
+    what it rebuilt would not be what a from-scratch run of the recorded task builds. A metric or a prediction may
+    change (they train nothing): the manifest's entry to record then, None when it stands."""
     recorded = manifest.get(MANIFEST_KEY) or {}
-    now = manifest_entry(spec).get(MANIFEST_KEY) or {"loss": None, "metric": None, "metric-names": []}
+    now = manifest_entry(spec).get(MANIFEST_KEY) or dict(NO_FUNCTIONS)
     for name, field_name in (("loss", "loss"), ("train-step", "train_step"), ("targets", "targets")):
         if recorded.get(name) != now.get(name):
             raise ConfigError(f"the store was trained with Task({field_name}={recorded.get(name)}) and the app's task "
                               f"now has {field_name}={now.get(name)}; retrain with the {field_name.replace('_', ' ')} "
                               "the store recorded")
-    unchanged = recorded == now or (not recorded and now["metric"] is None)
+    unchanged = recorded == now or (not recorded and now == NO_FUNCTIONS)
     return None if unchanged else {MANIFEST_KEY: now}
 
 

@@ -52,7 +52,8 @@ class Task:
     logits, ``(batch, num_classes)`` (``feature_dim`` = ``num_classes``), with no LoRA (``lora_targets=[]``) and no
     fedforget head; fedavg, replay, FedShard, SISA and FedCIO train it (docs/strategies.md).
     ``loss`` trains with the task's own loss instead of cross-entropy, ``metric`` reports the task's own metric of
-    what is served (:mod:`fedforget.tasks.task_functions`). ``train_step`` trains each batch with the task's own
+    what is served, ``prediction`` turns the served logits into the task's own output
+    (:mod:`fedforget.tasks.task_functions`). ``train_step`` trains each batch with the task's own
     step (its forward, backward and optimizer step) instead of the loop's; a task gives a loss or a step, not both.
     ``targets`` makes it a sequence task (a language model): the model's logits per position are trained and
     evaluated against targets computed from the inputs (:mod:`fedforget.tasks.sequence_targets`), with
@@ -79,7 +80,8 @@ class Task:
     #: the batch), in place of cross-entropy: pure, handed fedforget's batches in its seeded order
     loss: Callable[[Any, Any], Any] | None = None
     #: the task's own metric, ``metric(probabilities, labels) -> {name: value}`` (numpy arrays: the served class
-    #: probabilities, the int labels), reported beside accuracy and loss wherever what is served is evaluated
+    #: probabilities, or with a ``prediction`` its outputs; the int labels), reported beside accuracy and loss
+    #: wherever what is served is evaluated
     metric: Callable[[Any, Any], Any] | None = None
     #: the task's own train step, ``train_step(model, inputs, labels, optimizer) -> loss`` (inputs: a tuple of the
     #: batch's input tensors), called once per batch of fedforget's seeded order in place of its forward, backward
@@ -94,6 +96,10 @@ class Task:
     #: backbone's output is already the logits (``feature_dim=num_classes``: a language model's own LM head),
     #: and the LoRA adapters alone train
     head: bool = True
+    #: the task's own prediction, ``prediction(logits) -> array`` (logits: the served model's, a float64
+    #: ``(records, num_classes)`` tensor; one output per record: a label, a value, the top k), what the forget
+    #: service's ``predict`` returns as ``outputs`` and what ``metric`` reads instead of the probabilities
+    prediction: Callable[[Any], Any] | None = None
     _spec: list[TaskSpec] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -121,7 +127,10 @@ class Task:
         if self.targets is not None and self.head and not trains_whole_model(self.train):
             raise ValueError("a sequence task (Task(targets=...)) outputs logits per position: give head=False "
                              "(the backbone's output is the logits) or train='all'")
-        for name in ("loss", "metric", "train_step", "targets"):
+        if self.targets is not None and self.prediction is not None:
+            raise ValueError("a sequence task (Task(targets=...)) serves probabilities per position; "
+                             "Task(prediction=...) is for a task with one output per record")
+        for name in ("loss", "metric", "train_step", "targets", "prediction"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 raise TypeError(f"Task({name}=...) must be a function (docs/your-app.md)")
         if self.loss is not None and self.train_step is not None:
@@ -162,7 +171,8 @@ class Task:
                                        encode_text=self.encode if text else None,
                                        scale_raw=None if text else self._to_inputs, trains=self.train,
                                        loss=self.loss, metric=self.metric, train_step=self.train_step,
-                                       targets=self.targets, head=self.head))
+                                       targets=self.targets, head=self.head,
+                                       prediction=self.prediction))
         return self._spec[0]
 
     def _no_public_data(self, cfg: RunConfig) -> TaskData:

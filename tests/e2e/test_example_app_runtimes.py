@@ -39,9 +39,12 @@ def user_flwr_run(fed: FlowerHome, app: Path, run_config: str = "") -> object:
                           text=True, timeout=600, check=False)
 
 
-def user_fedforget_run(fed: FlowerHome, app: Path) -> subprocess.CompletedProcess:
-    """``fedforget run`` from the app's directory, in a user's shell: nothing of the checkout's environment."""
-    return subprocess.run(["fedforget", "run", "--federation", fed.connection, "--run-config", SHORT],
+def user_fedforget_run(fed: FlowerHome, app: Path, run_config: str = SHORT,
+                       store: str | None = None) -> subprocess.CompletedProcess:
+    """``fedforget run`` from the app's directory, in a user's shell: nothing of the checkout's environment;
+    ``store``: the store a user names with ``--store`` instead of the app's declared one."""
+    chosen = ["--store", store] if store else []
+    return subprocess.run(["fedforget", "run", "--federation", fed.connection, *chosen, "--run-config", run_config],
                           env={**user_shell(fed), "COLUMNS": "300"}, cwd=app, capture_output=True, text=True,
                           timeout=900, check=False)
 

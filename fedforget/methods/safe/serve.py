@@ -141,8 +141,8 @@ def safe_accuracy(cfg: RunConfig, store: Store, plan_json: dict[str, Any], servi
                   artifacts: list[dict[str, Any]]) -> dict[str, float]:
     """Accuracy and loss of the served ensemble on the test split, and the task's own metric values."""
     from fedforget.federation.serve import probability_metrics
-    from fedforget.tasks.task_functions import task_metric
+    from fedforget.tasks.task_functions import task_metric, task_prediction
 
     probs, labels = safe_probabilities(cfg, store, plan_json, serving, artifacts)
     assert labels is not None
-    return probability_metrics(probs, labels, task_metric(cfg))
+    return probability_metrics(probs, labels, task_metric(cfg), task_prediction(cfg))
