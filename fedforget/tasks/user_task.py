@@ -55,9 +55,10 @@ class Task:
     ``loss`` trains with the task's own loss instead of cross-entropy, ``metric`` reports the task's own metric of
     what is served (:mod:`fedforget.tasks.task_functions`).
 
-    A task may bring a public data set, as the shipped tasks do: ``data(cfg) -> TaskData`` loads its train pool and
-    test split (:mod:`fedforget.tasks.base`, deterministic), ``train_ids(cfg)`` names the pool's sample ids without
-    reading a row; its nodes then need no records of their own, and ``input_column=""`` says they read none.
+    A shipped task brings a public data set (an app's task with one is refused where it is loaded: its nodes bring
+    their records): ``data(cfg) -> TaskData`` loads its train pool and test split (:mod:`fedforget.tasks.base`,
+    deterministic), ``train_ids(cfg)`` names the pool's sample ids without reading a row, ``num_classes=0`` takes the
+    classes from the data, and ``input_column=""`` says its nodes read no records of their own.
     ``backbone(cfg)``, a builder that takes an argument, is handed the run config; ``feature_dim=0`` takes the width
     from the built module's ``feature_dim``; ``lora_targets(module)`` may name the targets once the module is built,
     ``source(cfg)`` may read the run config. ``weights_sha256(module)`` computes the sha256 the store records
@@ -248,6 +249,10 @@ def load_user_task(reference: str) -> TaskSpec:
         raise ConfigError(f"run-config 'task'={reference!r}: cannot import {module_name!r} ({_one_line(exc)}); "
                           "run from your app's directory or put it on PYTHONPATH") from None
     found = getattr(module, attribute, None)
+    if isinstance(found, Task) and found.data is not None:
+        raise ConfigError(f"run-config 'task'={reference!r}: Task(data=...) is how fedforget's shipped tasks bring "
+                          "their public data sets; your app's task has its nodes bring their records (data-dir, "
+                          "simulation_data) and the server test-data: drop data= (docs/your-app.md)")
     spec = found.spec if isinstance(found, Task) else found
     if not isinstance(spec, TaskSpec):
         what = "has no attribute" if found is None else f"holds a {type(found).__name__}, not a fedforget.client.Task:"

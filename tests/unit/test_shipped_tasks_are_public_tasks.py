@@ -1,8 +1,9 @@
 """Every shipped task is a ``fedforget.client.Task``, the class a user writes, and loads as it did before it was
 one: the same sizes, classes, input column and forms, trained parameters and (for the backbone fedforget pretrains)
-the same weights hash, source and copy in the store. The fields the shipped tasks use are a user's too: a task
-with its own public data, a backbone built from the run config, its width and LoRA targets read from the built
-module, its own weights hash."""
+the same weights hash, source and copy in the store. The fields the shipped tasks use are on the one class: a task
+with its own public data (a shipped task's only: an app's task with one is refused in one line), and a user's too,
+a backbone built from the run config, its width and LoRA targets read from the built module, its own weights
+hash."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from torch import nn
 
 from fedforget.client import Task
 from fedforget.core.config import TASKS as CONFIG_TASKS
-from fedforget.core.config import HfConfig, RunConfig
+from fedforget.core.config import ConfigError, HfConfig, RunConfig
 from fedforget.tasks.base import Examples, TaskData
 from fedforget.tasks.builtin_vision import scale_raw_digits
 from fedforget.tasks.local_records import NodeDataError, input_column
@@ -99,24 +100,41 @@ class Widened(nn.Module):
         return self.fc(x)
 
 
-def test_a_users_task_may_bring_public_data_and_a_backbone_read_from_the_run_config():
+def test_a_users_backbone_may_read_the_run_config_and_describe_itself_once_built():
     built_for: list[str] = []
 
     def backbone(cfg: RunConfig) -> nn.Module:
         built_for.append(cfg.hf.model)
         return Widened(6)
 
-    task = Task("pool", backbone=backbone, feature_dim=0, lora_targets=lambda module: ["fc"], num_classes=0,
-                input_column="", source=lambda cfg: f"widened {cfg.hf.model}", data=_pool, default_train_size=6,
-                train_ids=lambda cfg: np.arange(6), weights_sha256=lambda module: "f" * 64, project_trained=False,
-                notes={"why": "a test"})
-    cfg = RunConfig(task="pool", tables=(HfConfig(model="m1"),))
-    got = task.spec.load_backbone(cfg, 1)
+    task = Task("own", backbone=backbone, feature_dim=0, lora_targets=lambda module: ["fc"], num_classes=3,
+                source=lambda cfg: f"widened {cfg.hf.model}", weights_sha256=lambda module: "f" * 64,
+                project_trained=False, notes={"why": "a test"})
+    got = task.spec.load_backbone(RunConfig(task="own", tables=(HfConfig(model="m1"),)), 1)
     assert built_for == ["m1"]
     assert (got.feature_dim, got.lora_targets, got.weights_sha256, got.source, got.project_trained) == \
         (6, ["fc"], "f" * 64, "widened m1", False)
-    assert task.spec.load_data(cfg).num_classes == 3 and task.spec.default_train_size == 6
-    assert task.spec.notes == {"why": "a test"} and task.spec.scale_raw is None and task.spec.encode_text is None
+    assert task.spec.notes == {"why": "a test"}
+
+
+def test_a_task_with_public_data_reads_no_node_records_and_takes_its_classes_from_the_data():
+    task = Task("pool", backbone=lambda: Widened(6), feature_dim=0, lora_targets=["fc"], num_classes=0,
+                input_column="", data=_pool, default_train_size=6, train_ids=lambda cfg: np.arange(6))
+    assert task.spec.load_data(RunConfig(task="pool")).num_classes == 3 and task.spec.default_train_size == 6
+    assert task.spec.scale_raw is None and task.spec.encode_text is None
+    with pytest.raises(NodeDataError, match="reads no node-owned records"):
+        input_column(task.spec)
+
+
+def test_a_users_app_task_with_public_data_is_refused_in_one_line(tmp_path, monkeypatch):
+    (tmp_path / "pooled_app.py").write_text(
+        "import numpy as np\nfrom torch import nn\nfrom fedforget.client import Task\n"
+        "TASK = Task('p', backbone=lambda: nn.Linear(2, 4), feature_dim=4, lora_targets=['x'], num_classes=2,\n"
+        "            data=lambda cfg: None)\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match="drop data=") as refused:
+        get_task("pooled_app:TASK")
+    assert "\n" not in str(refused.value)
 
 
 def test_a_users_backbone_without_an_argument_is_called_bare_and_hashed_over_its_state():
