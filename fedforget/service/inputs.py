@@ -1,6 +1,6 @@
 """Raw inputs in a task's own form → the model inputs its test split holds (what ``predict`` feeds).
 
-Each task declares its own forms (:class:`~fedforget.tasks.base.TaskSpec`): a text task tokenizes strings
+Each task declares its own forms (its loaded :class:`~fedforget.tasks.base.TaskSpec`): a text task tokenizes strings
 exactly as its loader does (``encode_text``); a vision task takes pixel arrays of its input shape
 (``digits-mlp``: 8×8 or 64 values, ``fmnist-cnn``: 28×28 or 784) in the model's scale, or, with ``raw``, as
 the data set stores them (digits 0..16, Fashion-MNIST 0..255), converted by the loader's own code
@@ -39,7 +39,7 @@ def _numbers_only(item: Any) -> bool:
 
 
 def _serving(kind: str) -> str:
-    return ", ".join(sorted(name for name, spec in TASKS.items() if getattr(spec, kind) is not None))
+    return ", ".join(sorted(name for name, task in TASKS.items() if getattr(task.spec, kind) is not None))
 
 
 def model_inputs(task: str, example_shape: tuple[int, ...] | None, inputs: list[Any],

@@ -86,7 +86,8 @@ class Backbone:
 
 @dataclass
 class TaskSpec:
-    """How to load one task; ``load_data`` and ``load_backbone`` must be deterministic."""
+    """How to load one task: the loaded form :attr:`fedforget.client.Task.spec` builds, for a shipped task and a
+    user's alike, and what the rest of fedforget reads; ``load_data`` and ``load_backbone`` must be deterministic."""
 
     name: str
     load_data: Callable[[RunConfig], TaskData]
@@ -108,8 +109,9 @@ class TaskSpec:
     #: which parameters train (:mod:`fedforget.tasks.trained_parameters`): ``"lora"`` (LoRA + fedforget's head),
     #: ``"all"`` or parameter-name prefixes of a user's model that is the whole model
     trains: str | tuple[str, ...] = "lora"
-    #: the node-data column of a record's inputs ("": ``text`` for a text task, ``pixels`` for a vision one): a
-    #: user task's own name for its column of number lists (``features``)
+    #: the node-data column of a record's inputs: ``text``, ``pixels`` (a shipped vision task's), a user task's own
+    #: name for its column of number lists (``features``); "": ``text`` if it encodes text, ``pixels`` if it scales
+    #: raw rows, else none (nodes read no records of their own)
     input_column: str = ""
     #: a user task's columns of a record's inputs, one number each, stacked in this order into its values
     #: (``()``: the one column of ``input_column``)

@@ -21,8 +21,8 @@ import numpy as np
 
 from fedforget.core.config import RunConfig
 from fedforget.core.seeds import derive_seed
-from fedforget.tasks.base import TaskData, TaskSpec
-from fedforget.tasks.builtin_vision import _digits_backbone, digits_task_data, digits_train_ids, scale_raw_digits
+from fedforget.tasks.base import TaskData
+from fedforget.tasks.builtin_vision import digits_task, digits_task_data, digits_train_ids, scale_raw_digits
 from fedforget.tasks.digits_validation import validation_rows, validation_train_ids
 from fedforget.tasks.vision_data import digits_arrays, make_examples
 
@@ -56,7 +56,5 @@ def _scale_raw_permuted(raw: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(scale_raw_digits(raw)[:, pixel_permutation()])
 
 
-DIGITS_MLP_PERM = TaskSpec("digits-mlp-perm", _perm_data, _digits_backbone, scale_raw=_scale_raw_permuted,
-                          num_classes=10, train_ids=digits_train_ids)
-DIGITS_MLP_PERM_VAL = TaskSpec("digits-mlp-perm-val", _perm_val_data, _digits_backbone, scale_raw=_scale_raw_permuted,
-                          num_classes=10, train_ids=validation_train_ids)
+DIGITS_MLP_PERM = digits_task("digits-mlp-perm", _perm_data, _scale_raw_permuted, digits_train_ids)
+DIGITS_MLP_PERM_VAL = digits_task("digits-mlp-perm-val", _perm_val_data, _scale_raw_permuted, validation_train_ids)

@@ -13,8 +13,8 @@ import numpy as np
 
 from fedforget.core.config import RunConfig
 from fedforget.core.seeds import derive_seed
-from fedforget.tasks.base import TaskData, TaskSpec
-from fedforget.tasks.builtin_vision import _digits_backbone, scale_raw_digits
+from fedforget.tasks.base import TaskData
+from fedforget.tasks.builtin_vision import digits_task, scale_raw_digits
 from fedforget.tasks.vision_data import DIGITS_TRAIN_ROWS, digits_arrays, make_examples
 
 #: Share of the training split held out for validation.
@@ -39,5 +39,4 @@ def validation_train_ids(cfg: RunConfig) -> np.ndarray:
     return validation_rows(DIGITS_TRAIN_ROWS)[0]
 
 
-DIGITS_MLP_VAL = TaskSpec("digits-mlp-val", _digits_val_data, _digits_backbone, scale_raw=scale_raw_digits,
-                          num_classes=10, train_ids=validation_train_ids)
+DIGITS_MLP_VAL = digits_task("digits-mlp-val", _digits_val_data, scale_raw_digits, validation_train_ids)

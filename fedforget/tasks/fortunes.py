@@ -17,8 +17,8 @@ import torch
 
 from fedforget.core.config import RunConfig
 from fedforget.tasks.assets import AssetMissing
-from fedforget.tasks.base import Examples, TaskData, TaskSpec
-from fedforget.tasks.text import _backbone, fixed_split, minilm_path, split_train_ids, tokenize
+from fedforget.tasks.base import Examples, TaskData
+from fedforget.tasks.text import fixed_split, minilm_path, on_minilm, split_train_ids, tokenize
 from fedforget.tasks.vision_data import take_subset
 
 FORTUNES_DEFAULT_DIR = "/usr/share/games/fortunes"
@@ -75,6 +75,7 @@ def _encode(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
 #: Rows of the training part of :func:`fixed_split` over the fortunes (15,217 rows): ids are positions there.
 FORTUNES_TRAIN_ROWS = 12174
 
-FORTUNES_MINILM = TaskSpec("fortunes-minilm", _data, _backbone, default_train_size=4000, default_test_size=1000,
-                           encode_text=_encode,
-                           train_ids=split_train_ids(FORTUNES_TRAIN_ROWS, 4000, "fortunes-minilm-train"))
+#: Its classes are the category files found (``num_classes=0``: read from the data).
+FORTUNES_MINILM = on_minilm("fortunes-minilm", num_classes=0, encode=_encode, data=_data, default_train_size=4000,
+                            default_test_size=1000,
+                            train_ids=split_train_ids(FORTUNES_TRAIN_ROWS, 4000, "fortunes-minilm-train"))

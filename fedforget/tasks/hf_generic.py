@@ -34,8 +34,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from fedforget.core.config import RunConfig
-from fedforget.tasks.base import Backbone, Examples, TaskData, TaskSpec
+from fedforget.tasks.base import Examples, TaskData
 from fedforget.tasks.text import MeanPooledEncoder, fixed_split, load_tokenizer, quiet_transformers
+from fedforget.tasks.user_task import Task
 from fedforget.tasks.vision_data import take_subset
 
 TEXT_COLUMNS = ("text", "sentence")
@@ -206,34 +207,50 @@ def transformer_lora_targets(module: nn.Module) -> list[str]:
     return attention or [n for n, _ in linear]
 
 
-def _timm_backbone(cfg: RunConfig) -> Backbone:
+def _timm_backbone(cfg: RunConfig) -> TimmImageEncoder:
     import timm
 
     net = timm.create_model(timm_model_name(cfg.hf.model), pretrained=True, num_classes=0)
     module = TimmImageEncoder(net, timm_data_config(cfg.hf.model)).eval()  # timm builds in train mode
-    targets = timm_lora_targets(module)
-    if not targets:
+    if not timm_lora_targets(module):
         raise ValueError(f"{cfg.hf.model!r} has no nn.Linear or 1x1 nn.Conv2d for LoRA")
-    return Backbone(module, module.feature_dim, targets, state_dict_sha256(net), f"timm {cfg.hf.model}")
+    return module
 
 
-def _transformers_backbone(cfg: RunConfig) -> Backbone:
+def _transformers_backbone(cfg: RunConfig) -> MeanPooledEncoder:
     from transformers import AutoModel
 
     with quiet_transformers():
         transformer = AutoModel.from_pretrained(cfg.hf.model)
     module = MeanPooledEncoder(transformer, int(transformer.config.hidden_size)).eval()
-    targets = transformer_lora_targets(module)
-    if not targets:
+    if not transformer_lora_targets(module):
         raise ValueError(f"{cfg.hf.model!r} has no linear layers for LoRA")
-    return Backbone(module, module.feature_dim, targets, state_dict_sha256(transformer),
-                    f"transformers {cfg.hf.model}, masked mean pooling")
+    return module
 
 
-def _backbone(cfg: RunConfig, seed: int) -> Backbone:
+def _backbone(cfg: RunConfig) -> nn.Module:
     if not cfg.hf.model:
         raise ValueError("task 'hf' needs run-config 'hf.model'")
     return _timm_backbone(cfg) if is_timm_model(cfg.hf.model) else _transformers_backbone(cfg)
 
 
-HF_GENERIC = TaskSpec("hf", _data, _backbone)
+def _lora_targets(module: nn.Module) -> list[str]:
+    return timm_lora_targets(module) if isinstance(module, TimmImageEncoder) else transformer_lora_targets(module)
+
+
+def _weights_sha256(module: nn.Module) -> str:
+    """The loaded network's own state dict, without the wrapper's buffers (timm) or pooling (transformers)."""
+    return state_dict_sha256(module.net if isinstance(module, TimmImageEncoder) else module.transformer)
+
+
+def _source(cfg: RunConfig) -> str:
+    if is_timm_model(cfg.hf.model):
+        return f"timm {cfg.hf.model}"
+    return f"transformers {cfg.hf.model}, masked mean pooling"
+
+
+#: Its model and data are the run config's (``hf.*``): the width, the LoRA targets and the classes are read from
+#: them once loaded; no raw input form (``input_column=""``).
+HF_GENERIC = Task("hf", backbone=_backbone, feature_dim=0, lora_targets=_lora_targets, num_classes=0,
+                  input_column="", source=_source, data=_data, weights_sha256=_weights_sha256,
+                  project_trained=False)

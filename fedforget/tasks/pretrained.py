@@ -142,9 +142,13 @@ def pretrained_path(name: str) -> Path:
     return path
 
 
-def load_pretrained(name: str) -> tuple[nn.Module, str]:
-    """The pretrained backbone module and the sha256 of its weight file."""
-    path = pretrained_path(name)
+def load_pretrained(name: str) -> nn.Module:
+    """The pretrained backbone module."""
     module = _ARCH[name][0]()
-    module.load_state_dict(load_file(str(path)))
-    return module, hashlib.sha256(path.read_bytes()).hexdigest()
+    module.load_state_dict(load_file(str(pretrained_path(name))))
+    return module
+
+
+def pretrained_sha256(name: str) -> str:
+    """The sha256 of the pretrained backbone's weight file: what a store records for it."""
+    return hashlib.sha256(pretrained_path(name).read_bytes()).hexdigest()

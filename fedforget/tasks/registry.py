@@ -14,22 +14,25 @@ from fedforget.tasks.hf_generic import HF_GENERIC
 from fedforget.tasks.partitioning import PartitionPlan, plan_partitions
 from fedforget.tasks.smollm import RT_SMOLLM, RT_SMOLLM_VAL
 from fedforget.tasks.text import RT_MINILM
+from fedforget.tasks.user_task import Task
 
-TASKS: dict[str, TaskSpec] = {
-    spec.name: spec
-    for spec in (DIGITS_MLP, FMNIST_CNN, FMNIST_EFFNET, RT_MINILM, HF_GENERIC, RT_SMOLLM, FORTUNES_MINILM,
+#: Every shipped task, defined with the public :class:`fedforget.client.Task` as a user's task is.
+TASKS: dict[str, Task] = {
+    task.name: task
+    for task in (DIGITS_MLP, FMNIST_CNN, FMNIST_EFFNET, RT_MINILM, HF_GENERIC, RT_SMOLLM, FORTUNES_MINILM,
                  DIGITS_MLP_VAL, RT_SMOLLM_VAL, DIGITS_MLP_PERM, DIGITS_MLP_PERM_VAL)
 }
 
 
 def get_task(name: str) -> TaskSpec:
-    """A shipped task by name, or a user task by its ``"<module>:<ATTRIBUTE>"`` reference (imported on first use)."""
+    """The loaded form of a shipped task by name, or of a user task by its ``"<module>:<ATTRIBUTE>"`` reference
+    (imported on first use): what :attr:`Task.spec` builds for either."""
     if is_user_task(name):
         from fedforget.tasks.user_task import load_user_task
 
         return load_user_task(name)
     try:
-        return TASKS[name]
+        return TASKS[name].spec
     except KeyError:
         raise ValueError(f"unknown task {name!r}; known: {', '.join(sorted(TASKS))}") from None
 

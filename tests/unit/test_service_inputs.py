@@ -59,7 +59,7 @@ def test_a_task_without_raw_or_text_inputs_names_the_tasks_that_have_them() -> N
 def test_a_text_with_a_lone_surrogate_is_refused_before_the_tokenizer() -> None:
     from fedforget.tasks.registry import TASKS
 
-    text_task = next(name for name, spec in TASKS.items() if spec.encode_text is not None)
+    text_task = next(name for name, task in TASKS.items() if task.spec.encode_text is not None)
     with pytest.raises(InputError, match=r"inputs\[1\]: not valid Unicode"):
         model_inputs(text_task, None, ["fine", "bad \ud800"])
 

@@ -11,6 +11,7 @@ import pytest
 
 from fedforget.client import Task
 from fedforget.core.config import ConfigError, is_user_task, parse_run_config
+from fedforget.tasks.local_records import input_column
 from fedforget.tasks.registry import get_task
 
 GOOD = """
@@ -50,7 +51,7 @@ def test_anything_else_is_refused_naming_both_forms(task):
 
 def test_the_shipped_tasks_still_parse_and_load_as_before():
     assert parse_run_config({"task": "digits-mlp"}).task == "digits-mlp"
-    assert get_task("digits-mlp").name == "digits-mlp" and get_task("digits-mlp").input_column == ""
+    assert get_task("digits-mlp").name == "digits-mlp" and input_column(get_task("digits-mlp")) == "pixels"
 
 
 def test_a_user_task_loads_as_a_taskspec_named_by_its_reference(app_module):
