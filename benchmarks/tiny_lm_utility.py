@@ -61,7 +61,10 @@ from tiny_lm.task import TASK, TinyLM, encode, language_model_loss, next_tokens 
 
 
 def app_config(seed: int, store: Path, **changes: object) -> dict[str, object]:
-    return {**declared_config(EXAMPLE), "seed": seed, "store": str(store), **changes}
+    """The example's run config with its seed and store set; FedSGT's own keys only where it runs."""
+    declared = {k: v for k, v in declared_config(EXAMPLE).items()
+                if changes.get("method", "fedsgt") == "fedsgt" or not k.startswith("chains.")}
+    return {**declared, "seed": seed, "store": str(store), **changes}
 
 
 def texts(path: Path) -> list[str]:

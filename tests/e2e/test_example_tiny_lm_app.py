@@ -26,8 +26,9 @@ def test_the_tiny_lm_example_on_the_simulation_engine_then_forget_retrain_verify
     app = copy_app(tmp_path / "tiny-lm", EXAMPLE)
     with simulation_federation(tmp_path / "flwr-home", NODES) as fed:
         store = app / "runs" / "tiny-lm"
-        run = subprocess.run(["fedforget", "run", "--federation", fed.connection], env=user_shell(fed), cwd=app,
-                             capture_output=True, text=True, timeout=900, check=False)
+        run = subprocess.run(["fedforget", "run", "--federation", fed.connection], cwd=app,
+                             env={**user_shell(fed), "COLUMNS": "300"}, capture_output=True, text=True, timeout=900,
+                             check=False)
         assert f"running the Flower app example/tiny-lm 1.0.0 in {app}" in run.stdout, run.stdout[-3000:]
         manifest = finished_store(run, store).manifest()
         assert manifest["task"] == "tiny_lm.task:TASK" and manifest["config"]["method"] == "fedsgt"

@@ -1,7 +1,8 @@
 """A sequence task (a small character-level language model of the user's: ``Task(targets=..., head=False)``, texts
 without labels) trains in process under every method whose training takes a task's loss, each reporting the task's
-perplexity beside token accuracy and loss on the server's texts, and serving LoRA modules only; under the methods
-whose training does not take one it is refused in one line before any store exists. Run on the committed texts of
+perplexity beside token accuracy and loss on the server's texts, and serving LoRA modules only (the forget
+service's ``predict``, which answers a class per record, refuses it in one line); under the methods whose training
+does not take one it is refused in one line before any store exists. Run on the committed texts of
 examples/tiny-lm with its own ServerApp."""
 
 from __future__ import annotations
@@ -119,3 +120,19 @@ def test_a_method_whose_training_takes_no_loss_refuses_a_sequence_task_before_an
         run_app(home / "runs" / method, method)
     assert "\n" not in str(info.value)
     assert not (home / "runs" / method / "manifest.json").exists()
+
+
+def test_the_forget_services_predict_refuses_a_sequence_task_in_one_line(home):
+    from fastapi.testclient import TestClient
+
+    from fedforget.service.app import create_app
+    from fedforget.service.tokens import create_token
+
+    store = run_app(home / "runs" / "predict", "fedavg", **{"num-rounds": 1})
+    token = create_token(store.root, "predict", ["predict"])[0]
+    with TestClient(create_app(store.root)) as client:
+        reply = client.post("/v1/predict", json={"inputs": ["a fine film"]},
+                            headers={"Authorization": f"Bearer {token}"})
+    assert reply.status_code == 422, reply.text
+    detail = reply.json()["detail"]
+    assert "sequence task" in detail and "\n" not in detail
