@@ -1,32 +1,30 @@
 """Group commit: the forget requests that arrive while one commit runs are committed together by the next.
 
-A caller hands its submissions (one, or a batch's many) to :meth:`GroupCommitter.submit` and blocks. The
-first caller to take the commit lock becomes the group's leader: it takes every submission queued so far
-(whole callers, up to :data:`MAX_GROUP` submissions unless a single batch is larger) and commits them as one
-group; callers that queued meanwhile wait for the lock and find their submissions done, or lead the next group.
-A group closes when its leader takes the queue: no timer, so a caller alone is committed at once.
+A caller hands its submissions (one, or a batch's many) to :meth:`GroupCommitter.submit` and blocks until
+they are answered. Two threads of the committer do the writing, each one group at a time:
 
-One group is, in order (each step one transaction, as a single request's steps were):
+- the **ledger stage** takes every submission queued so far (whole callers, up to :data:`MAX_GROUP` unless a
+  single batch is larger): that is a group, closed the moment it is taken (no timer, so a caller alone is
+  committed at once, and whoever arrives meanwhile joins the next group). It runs the store check once,
+  reserves every new idempotency key in ``service.db`` (one commit; a key used before answers its request,
+  a key used with another body its conflict, alone), then applies the new reservations in the ledger with
+  :meth:`fedforget.store.ledger.Ledger.forget_group`: one transaction, each request with its own request
+  row, log entry (its ``via``) and signed head, each in its own savepoint, so one the ledger refuses is
+  rolled back alone (one commit, one fsync);
+- the **link stage** then purges what the group invalidated (once), links every applied reservation to its
+  ledger request and drops every refused one (one ``service.db`` commit), and only then answers the group's
+  callers. While it runs, the ledger stage already commits the next group.
 
-1. the store check, once (what changed since the last one);
-2. ``service.db``: every idempotency key looked up and every new one reserved and sealed (one commit): a
-   key used before answers its request, a key used with another body its conflict, alone;
-3. the ledger: :meth:`fedforget.store.ledger.Ledger.forget_group` applies the new reservations in id order,
-   each with its own request row, log entry (its ``via``) and signed head, each in its own savepoint: one the
-   ledger refuses is rolled back alone (one commit, one fsync);
-4. the purge of what the group invalidated (once);
-5. ``service.db``: every applied reservation linked to its ledger request, every refused one dropped (one
-   commit).
-
-Each caller returns only after step 5: its 201 says its request is durable in the ledger and linked. A crash
-before step 3's commit leaves reservations ``accepted`` (the next start applies them); after it, reservations
-the ledger applied but ``service.db`` never linked, which the next start links (forgetting what is forgotten
-is a no-op: never applied twice).
+So a 201 says the request is durable in the ledger and linked in ``service.db``. A crash before the ledger's
+commit leaves reservations ``accepted`` (the next start applies them); after it, reservations the ledger
+applied but ``service.db`` never linked, which the next start links (forgetting what is forgotten is a
+no-op: never applied twice).
 """
 
 from __future__ import annotations
 
 import json
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -49,7 +47,6 @@ class Submission:
     key: str
     asked_by: str
     outcome: tuple[ServiceRequest, bool] | BaseException | None = None
-    done: bool = False
 
 
 @dataclass
@@ -62,60 +59,99 @@ class _Reserved:
     accepted_at: float = 0.0
     digest: str = ""
     error: BaseException | None = None
-    leader: _Reserved | None = field(default=None, repr=False)  # another submission of this group, same key
+    #: the submission that reserved this key, in this group or one still being linked
+    leader: _Reserved | None = field(default=None, repr=False)
+
+
+@dataclass
+class _Group:
+    submissions: list[Submission]
+    done: list[threading.Event]
+    reserved: list[_Reserved] = field(default_factory=list)
+    applied: list[tuple[_Reserved, Any]] = field(default_factory=list)
+    refused: list[_Reserved] = field(default_factory=list)
+    error: BaseException | None = None
 
 
 class GroupCommitter:
-    """Commits queued submissions in groups, one group at a time (``check`` is the store check, run once
-    per group; ``forget_check`` the store method's own refusal of ids, run per submission)."""
+    """Commits queued submissions in groups (``check`` is the store check, run once per group;
+    ``forget_check`` the store method's own refusal of ids, run per submission)."""
 
     def __init__(self, db: RequestsDB, check: Callable[[], None],
                  forget_check: Callable[[Sequence[int]], None] | None = None) -> None:
         self.db = db
         self.check = check
         self.forget_check = forget_check
-        self._queue: list[list[Submission]] = []
-        self._queue_lock = threading.Lock()
-        self._commit_lock = threading.Lock()
-        #: groups committed and their sizes (for the metrics and the benchmark)
+        self._queue: list[tuple[list[Submission], threading.Event]] = []
+        self._arrived = threading.Condition()
+        self._linking: queue.Queue[_Group] = queue.Queue(maxsize=1)
+        #: rid → its reservation, while the group that reserved it is not linked yet
+        self._inflight: dict[int, _Reserved] = {}
+        self._inflight_lock = threading.Lock()
+        #: groups committed and the submissions they held (for the benchmark)
         self.groups = 0
         self.committed = 0
+        for target, name in ((self._ledger_stage, "forget-ledger"), (self._link_stage, "forget-link")):
+            threading.Thread(target=target, name=name, daemon=True).start()
 
     def submit(self, submissions: list[Submission]) -> list[Submission]:
         """Queue ``submissions`` and return once the commit holding them is durable (each has its outcome)."""
-        with self._queue_lock:
-            self._queue.append(submissions)
-        while not all(s.done for s in submissions):
-            with self._commit_lock:
-                if all(s.done for s in submissions):
-                    break
-                with self._queue_lock:
-                    group, taken = [], 0
-                    while self._queue and (not group or taken + len(self._queue[0]) <= MAX_GROUP):
-                        taken += len(self._queue[0])
-                        group.extend(self._queue.pop(0))
-                self._commit(group)
+        done = threading.Event()
+        with self._arrived:
+            self._queue.append((submissions, done))
+            self._arrived.notify()
+        done.wait()
         return submissions
 
-    def _commit(self, group: list[Submission]) -> None:
-        try:
-            self.check()
-            apply_group(self.db, group, self.forget_check)
-        except BaseException as exc:  # the store refused, or a write failed: every caller of the group hears it
-            for s in group:
-                if not s.done:
-                    s.outcome, s.done = exc, True
-            if not isinstance(exc, Exception):
-                raise
-        else:
-            self.groups += 1
-            self.committed += len(group)
+    def _take(self) -> _Group:
+        with self._arrived:
+            while not self._queue:
+                self._arrived.wait()
+            group = _Group([], [])
+            while self._queue and (not group.submissions or
+                                   len(group.submissions) + len(self._queue[0][0]) <= MAX_GROUP):
+                subs, done = self._queue.pop(0)
+                group.submissions.extend(subs)
+                group.done.append(done)
+            return group
+
+    def _ledger_stage(self) -> None:
+        while True:
+            group = self._take()
+            try:
+                self.check()
+                with self._inflight_lock:
+                    group.reserved = _reserve(self.db, group.submissions, self._inflight)
+                    self._inflight.update({r.rid: r for r in group.reserved if r.created})
+                group.applied, group.refused = _apply(self.db, group.reserved, self.forget_check)
+            except BaseException as exc:  # the store refused, or a write failed: every caller of the group hears it
+                group.error = exc
+            self._linking.put(group)
+
+    def _link_stage(self) -> None:
+        while True:
+            group = self._linking.get()
+            try:
+                if group.error is None:
+                    _finish(self.db, group)
+                    self.groups += 1
+                    self.committed += len(group.submissions)
+            except BaseException as exc:
+                group.error = exc
+            finally:
+                with self._inflight_lock:
+                    for r in group.reserved:
+                        self._inflight.pop(r.rid, None)
+                for s in group.submissions:
+                    if group.error is not None and not isinstance(s.outcome, tuple):
+                        s.outcome = group.error
+                for done in group.done:
+                    done.set()
 
 
-def apply_group(db: RequestsDB, group: list[Submission],
-                forget_check: Callable[[Sequence[int]], None] | None = None) -> None:
-    """Steps 2–5 of the module's group for ``group``; sets each submission's outcome."""
-    reserved = _reserve(db, group)
+def _apply(db: RequestsDB, reserved: list[_Reserved], forget_check: Callable[[Sequence[int]], None] | None
+           ) -> tuple[list[tuple[_Reserved, Any]], list[_Reserved]]:
+    """The ledger's side of a group: (applied reservations with their results, refused reservations)."""
     new = [r for r in reserved if r.created and r.error is None]
     if forget_check is not None:
         for r in new:
@@ -125,33 +161,35 @@ def apply_group(db: RequestsDB, group: list[Submission],
                 r.error = exc
     todo = [r for r in new if r.error is None]
     results = _forget(db, todo) if todo else []
+    applied = []
     for r, result in zip(todo, results, strict=True):
         if isinstance(result, LedgerUsageError):
             r.error = result
-    if todo:
+        else:
+            applied.append((r, result))
+    return applied, [r for r in new if r.error is not None]
+
+
+def _finish(db: RequestsDB, group: _Group) -> None:
+    """Purge, link, and set each submission's outcome."""
+    if group.applied:
         from fedforget.methods.registry import store_method
         from fedforget.store.purge import complete_purges
 
         complete_purges(db.store, store_method(db.store.manifest()))
-    _link(db, [(r, res) for r, res in zip(todo, results, strict=True) if not isinstance(res, LedgerUsageError)],
-          [r for r in new if r.error is not None])
-    rows = _rows(db, {r.rid for r in reserved if r.rid})
-    for r in reserved:
-        s = r.submission
+    _link(db, group.applied, group.refused)
+    rows = _rows(db, {r.rid for r in group.reserved})
+    for r in group.reserved:
         source = r.leader or r
-        if r.error is not None:
-            s.outcome = r.error
-        elif source.error is not None:  # the same key earlier in this group, refused: so is this one
-            s.outcome = source.error
-        else:
-            s.outcome = (rows[r.rid], r.created)
-        s.done = True
+        error = r.error or source.error
+        r.submission.outcome = error if error is not None else (rows[r.rid], r.created)
 
 
-def _reserve(db: RequestsDB, group: list[Submission]) -> list[_Reserved]:
-    """Look up every key and reserve the new ones (one ``service.db`` commit)."""
+def _reserve(db: RequestsDB, group: list[Submission], inflight: dict[int, _Reserved]) -> list[_Reserved]:
+    """Look up every key and reserve the new ones (one ``service.db`` commit). A key reserved by this group or
+    one not linked yet follows that reservation: it is answered once that one is linked (or refused)."""
     out: list[_Reserved] = []
-    mine: dict[int, _Reserved] = {}
+    mine = dict(inflight)
     conn = db._connect()
     try:
         conn.execute("BEGIN IMMEDIATE")

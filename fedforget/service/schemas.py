@@ -154,10 +154,11 @@ class ForgetBatchBody(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     idempotency_key: Annotated[str, StringConstraints(min_length=1, max_length=180, pattern=r"^[\x21-\x7e]+$")] = \
         Field(description="Printable ASCII, 1..180 characters; the batch's requests are keyed '<key>/<position>'.")
-    samples: list[ID] = Field(default_factory=list, max_length=MAX_BATCH_IDS, description="Sample ids, one request "
-                                                                                          "each.")
-    records: list[RECORD] = Field(default_factory=list, max_length=MAX_BATCH_IDS,
-                                  description="Records 'NODE:RECORD_ID', one request each.")
+    # no max_length: the count is bounded with the sum below (one line saying what to do), the bytes by the Gate
+    samples: list[ID] = Field(default_factory=list, description=f"Sample ids, one request each (with records at "
+                                                                 f"most {MAX_BATCH_IDS:,}).")
+    records: list[RECORD] = Field(default_factory=list, description=f"Records 'NODE:RECORD_ID', one request each "
+                                                                     f"(with samples at most {MAX_BATCH_IDS:,}).")
 
     @model_validator(mode="after")
     def _names_something(self) -> ForgetBatchBody:
