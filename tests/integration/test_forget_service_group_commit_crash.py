@@ -1,6 +1,7 @@
-"""``kill -9`` of `fedforget serve` in the middle of a burst of grouped commits: after a restart, every request
-that got its 201 is in the ledger where its answer said, none is applied twice, a retry of every unanswered key
-applies it once, and the store passes its check."""
+"""Grouped commits from separate processes. ``kill -9`` of `fedforget serve` in the middle of a burst: after a
+restart, every request that got its 201 is in the ledger where its answer said, none is applied twice, a retry of
+every unanswered key applies it once, and the store passes its check. Two services on one store at once lose and
+double nothing either."""
 
 from __future__ import annotations
 
@@ -96,5 +97,43 @@ def test_kill_9_mid_burst_loses_no_answered_request_and_applies_none_twice(store
         assert specs[ledger_request]["samples"] == [sample] and forgotten[sample] == ledger_request
     naming = Counter(s for spec in specs.values() for s in spec["samples"])
     assert set(naming) == set(samples) and set(naming.values()) == {1}  # each applied once, none twice
+    result = check_store(Store.open(store))
+    assert result.ok, result.summary()
+
+
+def test_two_services_in_separate_processes_on_one_store_lose_and_double_nothing(store):
+    """Two `fedforget serve` processes group-commit into one ledger at once (each with its own callers); a sample
+    both are asked for is forgotten by one request and is a no-op of the other."""
+    tok = tokens(store)["forget:write"]
+    parts = Store.open(store).manifest()["partitions"]
+    samples = [s for p in sorted(parts) for sl in parts[p] for s in sl][:41]
+    shared, own = samples[0], {0: samples[1:21], 1: samples[21:41]}
+    ports = [free_port(), free_port()]
+    procs = [serve(store, port) for port in ports]
+
+    def post(args: tuple[int, int]) -> tuple[int, int, dict]:
+        side, sample = args
+        answer = httpx.post(f"http://127.0.0.1:{ports[side]}/v1/forget-requests",
+                            json={"idempotency_key": f"s{side}-{sample}", "samples": [sample]}, headers=bearer(tok),
+                            timeout=120)
+        return side, answer.status_code, answer.json()
+
+    try:
+        jobs = [(side, s) for side in (0, 1) for s in [shared, *own[side]]]
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(post, jobs))
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=60)
+    assert {code for _, code, _ in answers} == {201}, answers
+    assert sorted(body["no_op"] for _, _, body in answers).count(True) == 1  # the shared sample, on one side
+    ledger = Store.open(store).ledger()
+    try:
+        specs = dict(ledger.request_specs())
+    finally:
+        ledger.close()
+    naming = Counter(s for spec in specs.values() for s in spec["samples"])
+    assert set(naming) == set(samples) and set(naming.values()) == {1}
     result = check_store(Store.open(store))
     assert result.ok, result.summary()
