@@ -211,7 +211,7 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
         (done,) = s.committer.submit([Submission(spec, body.idempotency_key, request.state.token.name)])
         row, created = answered(done)
         response.status_code = 201 if created else 200
-        return describe(row, states_of(s, row), receipt=False)
+        return describe(row, done.states if done.states is not None else states_of(s, row), receipt=False)
 
     def answered(done: Submission) -> tuple[ServiceRequest, bool]:
         """A submission's outcome, or the HTTP refusal its error is."""

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedforget.service.requests_db import IdempotencyConflict, RequestsDB, ServiceRequest
+from fedforget.service.states import ledger_states_of
 from fedforget.store.ledger import GroupItem, LedgerUsageError
 from fedforget.store.service_evidence import body_digest, evidence_of, store_body_key
 
@@ -47,6 +48,8 @@ class Submission:
     key: str
     asked_by: str
     outcome: tuple[ServiceRequest, bool] | BaseException | None = None
+    #: the ledger states of the group's requests, read once after its link (``states.ledger_states_of``)
+    states: dict[int, dict[str, Any]] | None = None
 
 
 @dataclass
@@ -179,10 +182,13 @@ def _finish(db: RequestsDB, group: _Group) -> None:
         complete_purges(db.store, store_method(db.store.manifest()))
     _link(db, group.applied, group.refused)
     rows = _rows(db, {r.rid for r in group.reserved})
+    linked = {row.ledger_request for row in rows.values() if row.ledger_request is not None}
+    states = ledger_states_of(db.store, linked) if linked else {}
     for r in group.reserved:
         source = r.leader or r
         error = r.error or source.error
         r.submission.outcome = error if error is not None else (rows[r.rid], r.created)
+        r.submission.states = states
 
 
 def _reserve(db: RequestsDB, group: list[Submission], inflight: dict[int, _Reserved]) -> list[_Reserved]:
