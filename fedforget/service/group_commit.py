@@ -129,6 +129,12 @@ class GroupCommitter:
                 group.applied, group.refused = _apply(self.db, group.reserved, self.forget_check)
             except BaseException as exc:  # the store refused, or a write failed: every caller of the group hears it
                 group.error = exc
+                for r in group.reserved:  # as a lone request's: its reservation goes, unless its forget is logged
+                    if r.created:
+                        try:
+                            self.db._drop(r.rid)
+                        except Exception:  # noqa: BLE001 (left accepted: the next start applies it)
+                            pass
             self._linking.put(group)
 
     def _link_stage(self) -> None:
@@ -187,7 +193,11 @@ def _finish(db: RequestsDB, group: _Group) -> None:
     for r in group.reserved:
         source = r.leader or r
         error = r.error or source.error
-        r.submission.outcome = error if error is not None else (rows[r.rid], r.created)
+        row = rows.get(r.rid)
+        if error is None and row is None:  # its key's first request, in a group that failed, was dropped
+            error = RuntimeError(f"the request under idempotency_key {r.submission.key!r} failed before it was "
+                                 "applied; send it again")
+        r.submission.outcome = error if error is not None else (row, r.created)
         r.submission.states = states
 
 

@@ -174,3 +174,21 @@ def _rows(store) -> int:  # noqa: ANN001
         return int(db.execute("SELECT COUNT(*) FROM requests").fetchone()[0])
     finally:
         db.close()
+
+
+def test_a_group_whose_ledger_write_fails_answers_every_caller_and_keeps_no_reservation(store, monkeypatch):
+    from fedforget.store.ledger import Ledger
+
+    svc = Service(store)
+
+    def broken(self, items, clock=None):  # noqa: ANN001, ANN202
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(Ledger, "forget_group", broken)
+    subs = svc.committer.submit([sub(s, f"k-{s}") for s in samples_of(store, 3)])
+    assert all(isinstance(s.outcome, sqlite3.OperationalError) for s in subs)
+    assert _rows(store) == 0  # nothing left accepted for the next start to apply behind the callers' backs
+    monkeypatch.undo()
+    again = svc.committer.submit([sub(s, f"k-{s}") for s in samples_of(store, 3)])
+    assert all(s.outcome[1] for s in again)
+    assert_checks(store)
