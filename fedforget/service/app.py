@@ -17,11 +17,15 @@ from pydantic import BeforeValidator, WrapValidator
 
 from fedforget.service.console import console_page, login_page
 from fedforget.service.gate import COOKIE, SESSION_SECONDS, Gate, Sessions
+from fedforget.service.group_commit import Submission
 from fedforget.service.metrics import Metrics
 from fedforget.service.requests_db import SERVICE_DB, IdempotencyConflict, ServiceRequest, canonical_spec, same_spec
 from fedforget.service.schemas import (
     ID_EXPECTED,
     ID_LIMIT,
+    BatchItemOut,
+    ForgetBatchBody,
+    ForgetBatchOut,
     ForgetBody,
     ForgetRequestList,
     ForgetRequestOut,
@@ -121,6 +125,12 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
     app.add_middleware(Gate, tokens=None if svc is None else svc.tokens, sessions=sessions,
                        metrics=Metrics() if svc is None else svc.metrics, routes=app.router.routes)
 
+    def served() -> Service:
+        """The service, unchecked: a forget's check runs once for its whole group (the group commit)."""
+        if svc is None:
+            raise HTTPException(503, "this app serves no store")
+        return svc
+
     def service() -> Service:
         if svc is None:
             raise HTTPException(503, "this app serves no store")
@@ -190,20 +200,76 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
         from fedforget.store.ledger import LedgerUsageError
         from fedforget.store.records import record_sample_ids
 
-        s = service()
+        s = served()  # the store check runs once for the group this request joins
         try:
             records = record_sample_ids(s.store.manifest(), body.records) if body.records else None
             spec = canonical_spec(body.samples, body.slices, body.clients, records)
-            with s.forget_lock:
-                row, created = s.db.submit(spec, body.idempotency_key, request.state.token.name)
-        except IdempotencyConflict as exc:
-            raise HTTPException(409, _one_line(str(exc))) from None
         except LedgerUsageError as exc:
             raise HTTPException(422, _one_line(str(exc))) from None
         except (StoreError, PlanError) as exc:
             raise HTTPException(503, _one_line(str(exc))) from None
+        (done,) = s.committer.submit([Submission(spec, body.idempotency_key, request.state.token.name)])
+        row, created = answered(done)
         response.status_code = 201 if created else 200
-        return describe(row, states_of(s, row), receipt=False)
+        return describe(row, done.states if done.states is not None else states_of(s, row), receipt=False)
+
+    def answered(done: Submission) -> tuple[ServiceRequest, bool]:
+        """A submission's outcome, or the HTTP refusal its error is."""
+        from fedforget.store import StoreError
+        from fedforget.store.forget_plan import PlanError
+        from fedforget.store.ledger import LedgerUsageError
+
+        outcome = done.outcome
+        if isinstance(outcome, IdempotencyConflict):
+            raise HTTPException(409, _one_line(str(outcome)))
+        if isinstance(outcome, LedgerUsageError):
+            raise HTTPException(422, _one_line(str(outcome)))
+        if isinstance(outcome, StoreRefused | StoreError | PlanError):
+            raise HTTPException(503, _one_line(str(outcome)))
+        if isinstance(outcome, BaseException) or outcome is None:
+            raise outcome or RuntimeError("the group commit left a submission without an outcome")
+        return outcome
+
+    @app.post("/v1/forget-batches", status_code=201, response_model=ForgetBatchOut, tags=["forget"],
+              responses={200: {"model": ForgetBatchOut, "description": "Every key was used before: those requests."},
+                         **refusals(*BODY_ERRORS, *ERRORS)},
+              dependencies=[Security(bearer), Depends(no_negative_zero)])
+    def submit_batch(body: ForgetBatchBody, request: Request, response: Response) -> ForgetBatchOut:
+        """Forget many samples or records at once (an import; scope forget:write): each is its own forget request,
+        keyed '<idempotency_key>/<position>', with the evidence it would have alone, all in one commit. One the
+        ledger refuses (an unknown id) or whose key names another body is refused alone, in its item."""
+        from fedforget.store import StoreError
+        from fedforget.store.forget_plan import PlanError
+        from fedforget.store.ledger import LedgerUsageError
+        from fedforget.store.records import record_sample_ids
+
+        s = served()
+        try:
+            named = record_sample_ids(s.store.manifest(), body.records) if body.records else {}
+        except LedgerUsageError as exc:
+            raise HTTPException(422, f"{_one_line(str(exc))} (nothing of the batch was written)") from None
+        except (StoreError, PlanError) as exc:
+            raise HTTPException(503, _one_line(str(exc))) from None
+        who = request.state.token.name
+        specs = [canonical_spec([sample], [], []) for sample in body.samples]
+        specs += [canonical_spec([], [], [], {record: named[record]}) for record in body.records]
+        subs = [Submission(spec, f"{body.idempotency_key}/{i}", who) for i, spec in enumerate(specs)]
+        s.committer.submit(subs)
+        items = []
+        for i, done in enumerate(subs):
+            try:
+                row, created = answered(done)
+            except HTTPException as exc:
+                if exc.status_code == 503:
+                    raise
+                items.append(BatchItemOut(position=i, error=str(exc.detail)))
+                continue
+            items.append(BatchItemOut(position=i, id=row.id, ledger_request=row.ledger_request, no_op=row.no_op,
+                                      created=created))
+        created = sum(item.created for item in items)
+        response.status_code = 201 if created else 200
+        return ForgetBatchOut(idempotency_key=body.idempotency_key, created=created,
+                              refused=sum(item.error is not None for item in items), requests=items)
 
     @app.get("/v1/forget-requests", response_model=ForgetRequestList, tags=["forget"],
              responses=refusals(*ERRORS), dependencies=[Security(bearer)])

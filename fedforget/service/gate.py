@@ -27,12 +27,19 @@ Message = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
 
 MAX_BODY = 2**20  # 1 MiB
+#: a batch of forget requests (an import): up to ``schemas.MAX_BATCH_IDS`` record names of up to 20 bytes each
+MAX_BATCH_BODY = 4 * 2**20  # 4 MiB
+#: routes whose body may be larger than :data:`MAX_BODY`, and what to do past their bound
+BODY_BOUNDS: dict[tuple[str, str], tuple[int, str]] = {
+    ("POST", "/v1/forget-batches"): (MAX_BATCH_BODY, "split the batch into several batches of fewer ids"),
+}
 #: the whole body must arrive within this many seconds of the first read (a trickle cannot hold a worker);
 #: otherwise 408 and the connection closes
 BODY_SECONDS = 30.0
 #: (method, route) → the scope a token needs; routes not named here are open (health, sign-in, schema)
 ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("POST", "/v1/forget-requests"): "forget:write",
+    ("POST", "/v1/forget-batches"): "forget:write",
     ("GET", "/v1/forget-requests"): "status:read",
     ("GET", "/v1/forget-requests/{request_id}"): "status:read",
     ("GET", "/v1/receipts/{ledger_request}"): "status:read",
@@ -206,9 +213,10 @@ class Gate:
                 return
             else:
                 state["token"] = who
+        bound, what = BODY_BOUNDS.get((method, route or ""), (MAX_BODY, "send fewer ids or inputs per request"))
         length = _header(scope, b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
-            await _json(send, 413, f"the body is over {MAX_BODY:,} bytes; send fewer ids or inputs per request")
+        if length is not None and (not length.isdigit() or int(length) > bound):
+            await _json(send, 413, f"the body is over {bound:,} bytes; {what}")
             return
         if method not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)
@@ -226,8 +234,8 @@ class Gate:
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > MAX_BODY:
-                await _json(send, 413, f"the body is over {MAX_BODY:,} bytes; send fewer ids or inputs per request")
+            if size > bound:
+                await _json(send, 413, f"the body is over {bound:,} bytes; {what}")
                 return
             chunks.append(chunk)
             more = message.get("more_body", False)

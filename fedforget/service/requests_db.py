@@ -3,11 +3,13 @@
 A separate SQLite file inside the store, so stores without a service load exactly as before (the
 ledger's schema, its checks and its receipts' digests are untouched). A submission first reserves its
 idempotency key here (one ``BEGIN IMMEDIATE`` transaction, so two callers with one key get one row),
-then calls :func:`fedforget.unlearning.forget.forget_request` — the CLI's function, serialised
-against every other coordinator by the ledger's own transaction — and finally records which ledger
-request it became. A crash between the two leaves a row ``accepted``: the next start applies it, and
-forgetting what is already forgotten is a no-op in the ledger, so it is never applied twice; its link
-is then found from the ledger's ``forgotten`` rows (the request that forgot what it names).
+then is applied by the ledger — the forget service commits concurrent submissions in groups
+(``fedforget.service.group_commit``), a recovered one alone through the CLI's
+:func:`fedforget.unlearning.forget.forget_request`, each serialised against every other coordinator by the
+ledger's own transaction — and finally records which ledger request it became. A crash between the two
+leaves a row ``accepted``: the next start applies it, and forgetting what is already forgotten is a no-op in
+the ledger, so it is never applied twice; its link is then found from the ledger's ``forgotten`` rows (the
+request that forgot what it names).
 
 Every row is sealed as it is written (``fedforget.store.service_evidence``: an HMAC under the store's seal key,
 outside the store), so a reservation inserted or edited by a writer without that key is never applied, and the

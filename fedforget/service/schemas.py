@@ -143,6 +143,54 @@ class ForgetBody(BaseModel):
         return self
 
 
+#: ids in one batch (``POST /v1/forget-batches``): each becomes its own forget request, all in one commit
+MAX_BATCH_IDS = 100_000
+
+
+class ForgetBatchBody(BaseModel):
+    """Many forget requests in one call (an import): each sample or record is its own request, under the key
+    ``<idempotency_key>/<its position>`` (samples first, then records), all committed together."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    idempotency_key: Annotated[str, StringConstraints(min_length=1, max_length=180, pattern=r"^[\x21-\x7e]+$")] = \
+        Field(description="Printable ASCII, 1..180 characters; the batch's requests are keyed '<key>/<position>'.")
+    # no max_length: the count is bounded with the sum below (one line saying what to do), the bytes by the Gate
+    samples: list[ID] = Field(default_factory=list, description=f"Sample ids, one request each (with records at "
+                                                                 f"most {MAX_BATCH_IDS:,}).")
+    records: list[RECORD] = Field(default_factory=list, description=f"Records 'NODE:RECORD_ID', one request each "
+                                                                     f"(with samples at most {MAX_BATCH_IDS:,}).")
+
+    @model_validator(mode="after")
+    def _names_something(self) -> ForgetBatchBody:
+        total = len(self.samples) + len(self.records)
+        if total == 0:
+            raise ValueError("name something to forget: samples or records")
+        if total > MAX_BATCH_IDS:
+            raise ValueError(f"at most {MAX_BATCH_IDS:,} ids in one batch (samples + records); split it into "
+                             "several batches")
+        return self
+
+
+class BatchItemOut(BaseModel):
+    """One request of a batch: its service request and ledger request, or why it was refused (alone)."""
+
+    position: int
+    id: int | None = None
+    ledger_request: int | None = None
+    no_op: bool = False
+    created: bool = False
+    error: str | None = Field(default=None, description="Why this one was refused (nothing of it was written).")
+
+
+class ForgetBatchOut(BaseModel):
+    """A batch's requests in position order, once the commit holding them is durable."""
+
+    idempotency_key: str
+    created: int = Field(description="Requests this call created (0 when every key was used before).")
+    refused: int
+    requests: list[BatchItemOut]
+
+
 class States(BaseModel):
     accepted: bool
     applied: bool

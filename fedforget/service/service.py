@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedforget.service.group_commit import GroupCommitter
 from fedforget.service.metrics import Metrics
 from fedforget.service.predict import SERVE_LOCK, ModelCache, current_plan
 from fedforget.service.requests_db import RequestsDB
@@ -46,9 +48,9 @@ class Service:
         self._models: ModelCache | None = None
         self._lock = threading.Lock()
         self._receipt_lock = threading.Lock()
-        # one forget at a time from this process: the ledger serialises them anyway, and callers queued on
-        # a lock wait less than callers retrying SQLite's busy handler, whose sleeps grow with contention
-        self.forget_lock = threading.Lock()
+        # forgets are committed in groups, one group at a time (``fedforget.service.group_commit``): the ledger
+        # serialises writers anyway, and one commit for many callers costs one lock, one fsync, one check
+        self.committer = GroupCommitter(self.db, self.check, self._forget_check())
         self.status(accuracy=False)  # the first point of the accuracy history: what training measured
 
     def check(self) -> None:
@@ -57,6 +59,16 @@ class Service:
         result = check_store(self.store) if self.full_check else self.watch.check()
         if result.unreadable or result.refusals:
             raise StoreRefused(result.summary())
+
+    def _forget_check(self) -> Callable[[Sequence[int]], None] | None:
+        """The store method's refusal of ids it never forgets (as ``forget_request`` runs it), or None."""
+        from fedforget.methods.registry import store_method
+
+        method = store_method(self.store.manifest())
+        if method is None or not method.forget_check:
+            return None
+        check = method.forget_check
+        return lambda samples: check(self.store, samples)
 
     def models(self) -> ModelCache:
         with self._lock:

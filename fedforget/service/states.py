@@ -10,10 +10,12 @@ request can be retrained before every client acknowledged, so ``states`` gives e
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from fedforget.store import Store
 from fedforget.store.acks import ACKS, request_acks
+from fedforget.store.ledger import LEDGER, Ledger
 from fedforget.store.purge import purged_rows
 from fedforget.store.record_commitments import openings
 
@@ -24,14 +26,25 @@ def ledger_states(store: Store, only: int | None = None) -> dict[int, dict[str, 
     """ledger request id → ``state``, ``states`` (each flag), timestamps and what it named, from one snapshot;
     for every request, or only for request ``only`` (what one answer needs: its cost does not grow with
     the ledger's other requests)."""
-    ledger = store.ledger()
+    return ledger_states_of(store, None if only is None else [only])
+
+
+def ledger_states_of(store: Store, ids: Collection[int] | None) -> dict[int, dict[str, Any]]:
+    """:func:`ledger_states` for every request (``None``) or for ``ids`` alone, from one snapshot: a group of
+    forgets reads its answers' states at once, instead of one reader per answer contending with the writer."""
+    # a few requests' states (the answers to forgets) are read through a read-only handle: no schema script,
+    # no log writer, a fraction of a millisecond instead of one per answer
+    ledger = Ledger.reader(store.root / LEDGER) if ids is not None else store.ledger()
+    requests: list[dict[str, Any]] = []
+    purged: dict[int, list[bool]] = {}
+    acks: dict[int, Any] = {}
     try:
         with ledger.snapshot():
-            requests = ledger.requests(only)
-            purged: dict[int, list[bool]] = {}
-            for row in purged_rows(ledger.db, only):
-                purged.setdefault(int(row["request"]), []).append(bool(row["done"]))
-            acks = request_acks(ledger, only)
+            for only in [None] if ids is None else sorted(set(ids)):
+                requests += ledger.requests(only)
+                for row in purged_rows(ledger.db, only):
+                    purged.setdefault(int(row["request"]), []).append(bool(row["done"]))
+                acks.update(request_acks(ledger, only))
             ack_rows = ledger.get_meta(ACKS) or {}
             retrains = ledger.db.execute("SELECT watermark, at FROM retrains ORDER BY id").fetchall()
             opened = {r["request"]: openings(ledger.db, r["request"]) for r in requests if r["spec"].get("records")}

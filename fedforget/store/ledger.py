@@ -100,6 +100,8 @@ class ForgetResult:
     #: each named record's opening (name, key, commitment): handed to the requester, scrubbed from the store
     #: once the request is complete
     openings: list[dict[str, str]] = field(default_factory=list)
+    #: for a no-op in a group (:meth:`Ledger.forget_group`): the newest request that forgot what it names
+    forgetting: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"request": self.request, "new-samples": self.new_samples, "already-forgotten": self.already,
@@ -109,6 +111,36 @@ class ForgetResult:
                 "latency-ms": self.latency_ms, "no-op": self.request is None, "purged": self.purged,
                 "records": dict(self.records), "record-openings": list(self.openings),
                 **{k: v for k, v in self.affected.items() if k not in ("groups", "sequences")}}  # a method's own detail
+
+
+def _named(samples: Sequence[int], slices: Sequence[str],
+           clients: Sequence[int]) -> tuple[list[int], list[str], list[int]]:
+    """A request's ids sorted and deduplicated; raises :class:`LedgerUsageError` (nothing written) when it names
+    nothing or a negative id."""
+    samples = sorted({int(s) for s in samples})
+    slices = sorted(set(slices))
+    clients = sorted({int(c) for c in clients})
+    if not (samples or slices or clients):
+        raise LedgerUsageError("name something to forget: --sample ID, --record NODE:RECORD_ID, --slice P:S or "
+                               "--client P")
+    negative = [i for i in (*samples, *clients) if not 0 <= i < 2**63]  # ids are SQLite int64, never < 0
+    if negative:
+        raise LedgerUsageError(f"unknown id(s) {', '.join(map(str, negative[:5]))}: sample and client ids "
+                               f"are non-negative integers; {FIND_COMMANDS}")
+    return samples, slices, clients
+
+
+@dataclass(frozen=True)
+class GroupItem:
+    """One request of :meth:`Ledger.forget_group`: what :meth:`Ledger.forget` takes, and the fields of the
+    ``service-no-op`` entry it gets when it forgets nothing new (None: no entry)."""
+
+    samples: Sequence[int] = ()
+    slices: Sequence[str] = ()
+    clients: Sequence[int] = ()
+    records: Sequence[str] = ()
+    log_fields: Mapping[str, Any] | None = None
+    no_op_fields: Mapping[str, Any] | None = None
 
 
 class Ledger:
@@ -371,59 +403,111 @@ class Ledger:
         ``log_fields`` are added to the request's log entry (the forget service's record of who asked).
         """
         start = clock()
-        samples = sorted({int(s) for s in samples})
-        slices = sorted(set(slices))
-        clients = sorted({int(c) for c in clients})
-        if not (samples or slices or clients):
-            raise LedgerUsageError("name something to forget: --sample ID, --record NODE:RECORD_ID, --slice P:S or "
-                                   "--client P")
-        negative = [i for i in (*samples, *clients) if not 0 <= i < 2**63]  # ids are SQLite int64, never < 0
-        if negative:
-            raise LedgerUsageError(f"unknown id(s) {', '.join(map(str, negative[:5]))}: sample and client ids "
-                                   f"are non-negative integers; {FIND_COMMANDS}")
+        samples, slices, clients = _named(samples, slices, clients)
         with self.transaction() as db:
-            plan = self._plan(db)
-            units_named = self._resolve_units(db, slices, clients)
-            found = self._resolve_samples(db, samples)
-            already = self._already(db, samples)
-            new_samples = [s for s in samples if s not in already]
-            unit_new = self._count_unforgotten(db, units_named)
-            if not new_samples and unit_new == 0:
-                row = db.execute("SELECT value FROM meta WHERE key='serving'").fetchone()
-                serving = json.loads(row[0]) if row else {"available": False, "artifacts": []}  # as serving()
-                return ForgetResult(None, 0, [], [], serving, (clock() - start) * 1000.0,
-                                    already=len(samples))
-            spec: dict[str, list[Any]] = {"samples": samples, "slices": slices, "clients": clients}
-            opened = draw_openings(records)
-            if records:  # keyed commitments: the raw names stay in record_names until the request is complete
-                spec["records"] = commitments_of(opened)
-            kind = "client" if clients else "slice" if slices else "sample"
-            cur = db.execute("INSERT INTO requests(at, kind, spec, samples, units, invalidated, latency_ms) "
-                             "VALUES(?, ?, ?, 0, '[]', '[]', 0)", (time.time(), kind, json.dumps(spec)))
-            request = int(cur.lastrowid)
-            self.log.name("forget", **{**(log_fields or {}), "request": request})
-            keep_openings(db, request, opened)
-            crash_point("forget:request-row")
-            db.executemany("INSERT INTO forgotten VALUES(?, ?, ?)", ((s, found[s], request) for s in new_samples))
-            before = db.total_changes
-            for chunk in _chunks(units_named):
-                db.execute(f"INSERT OR IGNORE INTO forgotten SELECT sample, unit, ? FROM samples "
-                           f"WHERE unit IN ({_marks(len(chunk))})", (request, *chunk))
-            count = len(new_samples) + db.total_changes - before
-            touched = sorted({found[s] for s in new_samples} | {
-                u for u in units_named if self._touched_by(db, u, request)})
-            crash_point("forget:forgotten-rows")
-            invalidated = self._invalidate(db, touched)
-            invalidated = sorted(set(invalidated).union(*(rule(db, request) for rule in self.rules)))
-            crash_point("forget:invalidated")
-            record_purges(db, request, invalidated)  # the bytes go right after the commit (store.purge)
-            valid = {r[0] for r in db.execute("SELECT artifact FROM artifacts WHERE valid=1")}
-            serving = compute_serving(plan, valid)
-            self._set_meta(db, "serving", serving)
-            latency = (clock() - start) * 1000.0
-            db.execute("UPDATE requests SET samples=?, units=?, invalidated=?, latency_ms=? WHERE id=?",
-                       (count, json.dumps(touched), json.dumps(invalidated), latency, request))
-            crash_point("forget:before-commit")
+            return self._forget_in(db, self._plan(db), samples, slices, clients, records, log_fields, clock, start)
+
+    def forget_group(self, items: Sequence[GroupItem],
+                     clock: Callable[[], float] = time.perf_counter) -> list[ForgetResult | LedgerUsageError]:
+        """Apply several requests in one transaction (one lock, one commit, one fsync): each as :meth:`forget`
+        applies it alone, in the order given, with its own request row, log entry and signed head, so the
+        ledger holds what the requests one by one would have left. A request the ledger refuses fails alone
+        (its savepoint is rolled back, its :class:`LedgerUsageError` is its result); the others commit.
+
+        A request that forgets nothing new gets a ``service-no-op`` entry naming the request that forgot what
+        it names, when ``no_op_fields`` asks for one (the forget service's record that it was asked)."""
+        out: list[ForgetResult | LedgerUsageError] = []
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.log.begin("update", {})
+            plan = self._plan(self.db)
+            for item in items:
+                start = clock()
+                self.db.execute("SAVEPOINT forget_item")
+                try:
+                    samples, slices, clients = _named(item.samples, item.slices, item.clients)
+                    self.log.name("update")
+                    result = self._forget_in(self.db, plan, samples, slices, clients, item.records,
+                                             item.log_fields, clock, start)
+                    self.log.finish()
+                    if result.request is None:
+                        result.forgetting = self._forgetting_request(samples, slices, clients)
+                        if item.no_op_fields is not None:
+                            self.log.name("service-no-op", request=result.forgetting, **item.no_op_fields)
+                            self.log.finish()
+                except LedgerUsageError as exc:
+                    self.db.execute("ROLLBACK TO forget_item")
+                    self.log.rows = []
+                    result = exc
+                self.db.execute("RELEASE forget_item")
+                out.append(result)
+            crash_point("forget-group:before-commit")
+        except BaseException:
+            self.log.abandon()
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+        self.log.committed(self.path.parent)
+        return out
+
+    def _forgetting_request(self, samples: Sequence[int], slices: Sequence[str], clients: Sequence[int]) -> int | None:
+        """The newest request that forgot what a no-op request names (read inside the caller's transaction)."""
+        units = list(slices)
+        for client in clients:
+            units += self.units_of_partition(int(client))
+        newest = 0
+        for column, values in (("sample", list(samples)), ("unit", units)):
+            for chunk in _chunks(values):
+                row = self.db.execute(f"SELECT MAX(request) FROM forgotten WHERE {column} IN ({_marks(len(chunk))})",
+                                      chunk).fetchone()
+                newest = max(newest, int(row[0] or 0))
+        return newest or None
+
+    def _forget_in(self, db: sqlite3.Connection, plan: dict[str, Any], samples: list[int], slices: list[str],
+                   clients: list[int], records: Sequence[str], log_fields: Mapping[str, Any] | None,
+                   clock: Callable[[], float], start: float) -> ForgetResult:
+        """One request inside the caller's write transaction (its log entry named, not yet appended)."""
+        units_named = self._resolve_units(db, slices, clients)
+        found = self._resolve_samples(db, samples)
+        already = self._already(db, samples)
+        new_samples = [s for s in samples if s not in already]
+        unit_new = self._count_unforgotten(db, units_named)
+        if not new_samples and unit_new == 0:
+            row = db.execute("SELECT value FROM meta WHERE key='serving'").fetchone()
+            serving = json.loads(row[0]) if row else {"available": False, "artifacts": []}  # as serving()
+            return ForgetResult(None, 0, [], [], serving, (clock() - start) * 1000.0, already=len(samples))
+        spec: dict[str, list[Any]] = {"samples": samples, "slices": slices, "clients": clients}
+        opened = draw_openings(records)
+        if records:  # keyed commitments: the raw names stay in record_names until the request is complete
+            spec["records"] = commitments_of(opened)
+        kind = "client" if clients else "slice" if slices else "sample"
+        cur = db.execute("INSERT INTO requests(at, kind, spec, samples, units, invalidated, latency_ms) "
+                         "VALUES(?, ?, ?, 0, '[]', '[]', 0)", (time.time(), kind, json.dumps(spec)))
+        request = int(cur.lastrowid)
+        self.log.name("forget", **{**(log_fields or {}), "request": request})
+        keep_openings(db, request, opened)
+        crash_point("forget:request-row")
+        db.executemany("INSERT INTO forgotten VALUES(?, ?, ?)", ((s, found[s], request) for s in new_samples))
+        before = db.total_changes
+        for chunk in _chunks(units_named):
+            db.execute(f"INSERT OR IGNORE INTO forgotten SELECT sample, unit, ? FROM samples "
+                       f"WHERE unit IN ({_marks(len(chunk))})", (request, *chunk))
+        count = len(new_samples) + db.total_changes - before
+        touched = sorted({found[s] for s in new_samples} | {
+            u for u in units_named if self._touched_by(db, u, request)})
+        crash_point("forget:forgotten-rows")
+        invalidated = self._invalidate(db, touched)
+        invalidated = sorted(set(invalidated).union(*(rule(db, request) for rule in self.rules)))
+        crash_point("forget:invalidated")
+        record_purges(db, request, invalidated)  # the bytes go right after the commit (store.purge)
+        valid = {r[0] for r in db.execute("SELECT artifact FROM artifacts WHERE valid=1")}
+        serving = compute_serving(plan, valid)
+        self._set_meta(db, "serving", serving)
+        latency = (clock() - start) * 1000.0
+        db.execute("UPDATE requests SET samples=?, units=?, invalidated=?, latency_ms=? WHERE id=?",
+                   (count, json.dumps(touched), json.dumps(invalidated), latency, request))
+        crash_point("forget:before-commit")
         return ForgetResult(request, count, touched, invalidated, serving, latency,
                             already=len(samples) - len(new_samples),
                             openings=[{"record": n, "key": k, "commitment": commitment(k, n)}
