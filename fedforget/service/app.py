@@ -130,9 +130,9 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
             raise HTTPException(503, _one_line(str(exc))) from None
         return svc
 
-    from fedforget.service.opendsr import opendsr_router
+    from fedforget.service.opendsr import add_opendsr_routes
 
-    app.include_router(opendsr_router(service))
+    add_opendsr_routes(app, service)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -40,7 +40,6 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("GET", "/v1/status"): "status:read",
     ("GET", "/metrics"): "status:read",
     ("GET", "/"): "status:read",
-    ("GET", "/opendsr/v2/discovery"): "status:read",
     ("POST", "/opendsr/v2/requests"): "forget:write",
     ("GET", "/opendsr/v2/requests/{subject_request_id}"): "status:read",
     ("GET", "/opendsr/v2/status/{subject_request_id}"): "status:read",

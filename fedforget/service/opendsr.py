@@ -12,9 +12,10 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
+from enum import Enum
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Request, Response
+from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 
@@ -43,6 +44,7 @@ from fedforget.service.states import ledger_states
 #: commits to (the GDPR's one month to act on a request, Article 12(3))
 COMPLETION_DAYS = 30
 CERT_ROUTE = f"{BASE}/certificate.pem"
+TAGS: list[str | Enum] = ["opendsr"]
 
 
 class OpenDSRError(Exception):
@@ -136,9 +138,9 @@ def request_status(svc: Service, row: ServiceRequest) -> tuple[str, float, int |
     return "in_progress", due, row.ledger_request
 
 
-def opendsr_router(service: Callable[[], Service]) -> APIRouter:
-    """The OpenDSR routes over the service ``service()`` returns (503 while the store is refused)."""
-    router = APIRouter(prefix=BASE, tags=["opendsr"])
+def add_opendsr_routes(app: FastAPI, service: Callable[[], Service]) -> None:
+    """Declare the OpenDSR routes on ``app`` (on the app itself: the Gate reads its route list), over the
+    service ``service()`` returns (503 while the store is refused)."""
     books: dict[str, OpenDSRBook] = {}
 
     def ready() -> tuple[Service, Signer]:
@@ -189,9 +191,10 @@ def opendsr_router(service: Callable[[], Service]) -> APIRouter:
     def refusals(*codes: int) -> dict[int | str, dict[str, Any]]:
         return {code: errors[code] for code in codes}
 
-    @router.get("/discovery", response_model=DiscoveryOut, responses=refusals(401, 403, 503))
+    @app.get(BASE + "/discovery", tags=TAGS, response_model=DiscoveryOut, responses=refusals(503))
     def discovery() -> Response:
-        """Section 6: what this processor supports, and where its signing certificate is (scope status:read)."""
+        """Section 6: what this processor supports, and where its signing certificate is (no token: a controller
+        checking a signature reads it, section 8.8)."""
         def run() -> Response:
             _, signer = ready()
             return _signed(200, {"api_version": API_VERSION, "supported_identities": [],
@@ -199,7 +202,7 @@ def opendsr_router(service: Callable[[], Service]) -> APIRouter:
                                  "processor_certificate": f"https://{signer.domain}{CERT_ROUTE}"}, signer)
         return answer(run)
 
-    @router.get("/certificate.pem", responses={200: {"content": {"application/x-pem-file": {}},
+    @app.get(BASE + "/certificate.pem", tags=TAGS, responses={200: {"content": {"application/x-pem-file": {}},
                                                      "description": "The signing certificate chain (PEM)."},
                                                **refusals(503)})
     def certificate() -> Response:
@@ -209,7 +212,7 @@ def opendsr_router(service: Callable[[], Service]) -> APIRouter:
             return Response(signer.cert_pem, media_type="application/x-pem-file")
         return answer(run)
 
-    @router.post("/requests", status_code=201, response_model=SubmitOut,
+    @app.post(BASE + "/requests", tags=TAGS, status_code=201, response_model=SubmitOut,
                  responses=refusals(400, 401, 403, 413, 503),
                  openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                      "schema": OpenDSRRequest.model_json_schema()}}}})
@@ -270,19 +273,19 @@ def opendsr_router(service: Callable[[], Service]) -> APIRouter:
             return _signed(200, out, signer)
         return answer(run)
 
-    @router.get("/requests/{subject_request_id}", response_model=StatusOut, responses=refusals(400, 401, 403, 404,
-                                                                                               503))
+    @app.get(BASE + "/requests/{subject_request_id}", tags=TAGS, response_model=StatusOut,
+             responses=refusals(400, 401, 403, 404, 503))
     def status(subject_request_id: str) -> Response:
         """Section 8: the request's status (scope status:read)."""
         return status_answer(subject_request_id)
 
-    @router.get("/status/{subject_request_id}", response_model=StatusOut, responses=refusals(400, 401, 403, 404,
-                                                                                             503))
+    @app.get(BASE + "/status/{subject_request_id}", tags=TAGS, response_model=StatusOut,
+             responses=refusals(400, 401, 403, 404, 503))
     def status_alias(subject_request_id: str) -> Response:
         """Section 3.1's ``/status`` endpoint: the same answer as ``GET /requests/{subject_request_id}``."""
         return status_answer(subject_request_id)
 
-    @router.delete("/requests/{subject_request_id}", status_code=202, response_model=CancelOut,
+    @app.delete(BASE + "/requests/{subject_request_id}", tags=TAGS, status_code=202, response_model=CancelOut,
                    responses=refusals(400, 401, 403, 404, 503))
     def cancel(subject_request_id: str) -> Response:
         """Section 9: cancellation, allowed only while pending. A forget is applied before its submission is
@@ -297,5 +300,4 @@ def opendsr_router(service: Callable[[], Service]) -> APIRouter:
                                "NotPending", "Request")
         return answer(run)
 
-    return router
 
