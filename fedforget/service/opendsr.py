@@ -36,6 +36,7 @@ from fedforget.service.opendsr_schemas import (
 )
 from fedforget.service.opendsr_signing import Signer, SigningUnavailable, canonical_json, load_signer
 from fedforget.service.requests_db import IdempotencyConflict, ServiceRequest, canonical_spec
+from fedforget.service.schemas import Invalid, Problem
 from fedforget.service.service import Service
 from fedforget.service.states import ledger_states
 
@@ -180,18 +181,22 @@ def add_opendsr_routes(app: FastAPI, service: Callable[[], Service]) -> None:
             raise OpenDSRError(404, f"no request {subject_request_id}", "NotFound", "Request")
         return row
 
-    errors = {code: {"model": ErrorOut, "description": why} for code, why in (
+    #: what the service's Gate and query check answer before a route runs keep the /v1 form ({"detail"})
+    errors: dict[int, dict[str, Any]] = {code: {"model": ErrorOut, "description": why} for code, why in (
         (400, "The request breaks the specification or asks what this processor does not do (section 7.5)."),
-        (401, "No token, or an unknown or revoked one (the /v1 form: {\"detail\"})."),
-        (403, "The token lacks the route's scope (the /v1 form)."),
         (404, "No request with this subject_request_id."),
-        (413, "The body is over the service's bound (the /v1 form)."),
         (503, "The store is refused by its check, or no signing key and certificate are in place."))}
+    errors.update({code: {"model": Invalid if code == 422 else Problem, "description": why} for code, why in (
+        (401, "No token, or an unknown or revoked one (the service's {\"detail\"} form)."),
+        (403, "The token lacks the route's scope (the service's form)."),
+        (408, "The body did not arrive in time (the service's form)."),
+        (413, "The body is over the service's bound (the service's form)."),
+        (422, "A query parameter the route does not take (the service's form)."))})
 
     def refusals(*codes: int) -> dict[int | str, dict[str, Any]]:
         return {code: errors[code] for code in codes}
 
-    @app.get(BASE + "/discovery", tags=TAGS, response_model=DiscoveryOut, responses=refusals(503))
+    @app.get(BASE + "/discovery", tags=TAGS, response_model=DiscoveryOut, responses=refusals(422, 503))
     def discovery() -> Response:
         """Section 6: what this processor supports, and where its signing certificate is (no token: a controller
         checking a signature reads it, section 8.8)."""
@@ -204,7 +209,7 @@ def add_opendsr_routes(app: FastAPI, service: Callable[[], Service]) -> None:
 
     @app.get(BASE + "/certificate.pem", tags=TAGS, responses={200: {"content": {"application/x-pem-file": {}},
                                                      "description": "The signing certificate chain (PEM)."},
-                                               **refusals(503)})
+                                               **refusals(422, 503)})
     def certificate() -> Response:
         """The certificate OpenDSR answers are signed with (no token: a certificate is public)."""
         def run() -> Response:
@@ -213,7 +218,7 @@ def add_opendsr_routes(app: FastAPI, service: Callable[[], Service]) -> None:
         return answer(run)
 
     @app.post(BASE + "/requests", tags=TAGS, status_code=201, response_model=SubmitOut,
-                 responses=refusals(400, 401, 403, 413, 503),
+                 responses=refusals(400, 401, 403, 408, 413, 422, 503),
                  openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                      "schema": OpenDSRRequest.model_json_schema()}}}})
     async def submit(request: Request) -> Response:
@@ -274,19 +279,19 @@ def add_opendsr_routes(app: FastAPI, service: Callable[[], Service]) -> None:
         return answer(run)
 
     @app.get(BASE + "/requests/{subject_request_id}", tags=TAGS, response_model=StatusOut,
-             responses=refusals(400, 401, 403, 404, 503))
+             responses=refusals(400, 401, 403, 404, 422, 503))
     def status(subject_request_id: str) -> Response:
         """Section 8: the request's status (scope status:read)."""
         return status_answer(subject_request_id)
 
     @app.get(BASE + "/status/{subject_request_id}", tags=TAGS, response_model=StatusOut,
-             responses=refusals(400, 401, 403, 404, 503))
+             responses=refusals(400, 401, 403, 404, 422, 503))
     def status_alias(subject_request_id: str) -> Response:
         """Section 3.1's ``/status`` endpoint: the same answer as ``GET /requests/{subject_request_id}``."""
         return status_answer(subject_request_id)
 
     @app.delete(BASE + "/requests/{subject_request_id}", tags=TAGS, status_code=202, response_model=CancelOut,
-                   responses=refusals(400, 401, 403, 404, 503))
+                   responses=refusals(400, 401, 403, 404, 422, 503))
     def cancel(subject_request_id: str) -> Response:
         """Section 9: cancellation, allowed only while pending. A forget is applied before its submission is
         answered, so a request is never pending when a controller can name it: always 400 (scope forget:write)."""

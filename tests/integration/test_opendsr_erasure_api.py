@@ -13,43 +13,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import NameOID
 
 from fedforget.service.gate import MAX_BODY
 from fedforget.service.opendsr_signing import CERT_FILE, KEY_FILE
 from fedforget.store import Store
 
 from .opendsr_client import OpenDSRController, SpecViolation, new_request
-from .service_helpers import Running, bearer, private_copy, tokens, train_service_store
-
-DOMAIN = "opendsr.processor.test"
-
-
-def private_ca(folder: Path, rsa_key: bool = False) -> x509.Certificate:
-    """A CA and a certificate it issues to DOMAIN; the processor's key and certificate go to ``folder``."""
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test controller trust CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-          .not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True).sign(ca_key, hashes.SHA256()))
-    key = rsa.generate_private_key(65537, 2048) if rsa_key else ec.generate_private_key(ec.SECP256R1())
-    leaf = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, DOMAIN)]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(DOMAIN)]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    key_file = folder / KEY_FILE
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    key_file.chmod(0o600)
-    (folder / CERT_FILE).write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
-    return ca
+from .service_helpers import OPENDSR_DOMAIN as DOMAIN
+from .service_helpers import Running, bearer, private_ca, private_copy, tokens, train_service_store
 
 
 @pytest.fixture(scope="module")
