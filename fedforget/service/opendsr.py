@@ -13,9 +13,10 @@ import base64
 import json
 from collections.abc import Callable
 from enum import Enum
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 
@@ -46,6 +47,10 @@ from fedforget.service.states import ledger_states
 COMPLETION_DAYS = 30
 CERT_ROUTE = f"{BASE}/certificate.pem"
 TAGS: list[str | Enum] = ["opendsr"]
+#: the schema says a subject_request_id is a lowercase UUID v4; the route checks it itself, so that a malformed
+#: one gets the specification's 400 error object rather than the service's 422
+SUBJECT_ID = Annotated[str, PathParam(json_schema_extra={"pattern": UUID4.pattern},
+                                      description="The controller's subject_request_id (a lowercase UUID v4).")]
 
 
 class OpenDSRError(Exception):
@@ -280,19 +285,19 @@ def add_opendsr_routes(app: FastAPI, service: Callable[[], Service]) -> None:
 
     @app.get(BASE + "/requests/{subject_request_id}", tags=TAGS, response_model=StatusOut,
              responses=refusals(400, 401, 403, 404, 422, 503))
-    def status(subject_request_id: str) -> Response:
+    def status(subject_request_id: SUBJECT_ID) -> Response:
         """Section 8: the request's status (scope status:read)."""
         return status_answer(subject_request_id)
 
     @app.get(BASE + "/status/{subject_request_id}", tags=TAGS, response_model=StatusOut,
              responses=refusals(400, 401, 403, 404, 422, 503))
-    def status_alias(subject_request_id: str) -> Response:
+    def status_alias(subject_request_id: SUBJECT_ID) -> Response:
         """Section 3.1's ``/status`` endpoint: the same answer as ``GET /requests/{subject_request_id}``."""
         return status_answer(subject_request_id)
 
     @app.delete(BASE + "/requests/{subject_request_id}", tags=TAGS, status_code=202, response_model=CancelOut,
                    responses=refusals(400, 401, 403, 404, 422, 503))
-    def cancel(subject_request_id: str) -> Response:
+    def cancel(subject_request_id: SUBJECT_ID) -> Response:
         """Section 9: cancellation, allowed only while pending. A forget is applied before its submission is
         answered, so a request is never pending when a controller can name it: always 400 (scope forget:write)."""
         def run() -> Response:
