@@ -10,6 +10,7 @@ unchanged.
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +47,11 @@ class OpenDSRBook:
         self.path = Path(store_root) / OPENDSR_DB
 
     def _connect(self) -> sqlite3.Connection:
+        new = not self.path.exists()
         db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        db.execute("PRAGMA synchronous=FULL")
+        if new:  # owner-only, as service.db: it names the controllers
+            os.chmod(self.path, 0o600)
         db.executescript(SCHEMA)
         return db
 

@@ -84,6 +84,7 @@ def test_an_erasure_is_one_forget_request_seen_by_v1_and_a_replay_is_the_same_re
     assert when_of(first.json["received_time"]) <= when_of(first.json["expected_completion_time"])
     [row] = [r for r in v1_requests(served) if r["idempotency_key"] == f"opendsr:{body['subject_request_id']}"]
     assert row["state"] in ("purged", "acknowledged", "retrained") and ledger_count(served["store"]) == before + 1
+    assert (served["store"] / "opendsr.db").stat().st_mode & 0o777 == 0o600
     again = c.submit(json.dumps(body, indent=2).encode())  # the same body, other bytes
     assert again.status == 201 and again.json["received_time"] == first.json["received_time"]
     assert ledger_count(served["store"]) == before + 1
