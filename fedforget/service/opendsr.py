@@ -36,8 +36,8 @@ from fedforget.service.opendsr_schemas import (
     rfc3339,
 )
 from fedforget.service.opendsr_signing import Signer, SigningUnavailable, canonical_json, load_signer
-from fedforget.service.requests_db import IdempotencyConflict, ServiceRequest, canonical_spec
-from fedforget.service.schemas import Invalid, Problem
+from fedforget.service.requests_db import IdempotencyConflict, ServiceRequest, canonical_spec, same_spec
+from fedforget.service.schemas import RECORD_EXPECTED, Invalid, Problem
 from fedforget.service.service import Service
 from fedforget.service.states import ledger_states
 
@@ -118,8 +118,30 @@ def _records(body: OpenDSRRequest, domain: str) -> list[str]:
         return FedforgetExtension.model_validate(ours).records
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        raise OpenDSRError(400, f"extensions[{domain!r}].{where}: {first.get('msg', 'invalid')}") from None
+        loc = first.get("loc", ())
+        where = ".".join(str(p) for p in loc)
+        # a record's own validator repeats the text it was given; an error names no identity (section 7.6)
+        said = RECORD_EXPECTED if len(loc) == 2 and loc[0] == "records" else first.get("msg", "invalid")
+        raise OpenDSRError(400, f"extensions[{domain!r}].{where}: {said}") from None
+
+
+def unknown_record(manifest: dict[str, Any], records: list[str], domain: str) -> OpenDSRError:
+    """The refusal of ``records`` the store does not hold, naming the first one by its position only: an error
+    names no identity (section 7.6)."""
+    from fedforget.store.ledger import LedgerUsageError
+    from fedforget.store.records import record_sample_id
+
+    def held(record: str) -> bool:
+        try:
+            record_sample_id(manifest, record)
+        except LedgerUsageError:
+            return False
+        return True
+
+    at = next((i for i, record in enumerate(records) if not held(record)), 0)
+    return OpenDSRError(400, f"extensions[{domain!r}].records.{at}: not a record of this store's training data (a "
+                             "node it has, and a record that node's data holds); the record is not repeated here",
+                        "UnknownRecord")
 
 
 def request_status(svc: Service, row: ServiceRequest) -> tuple[str, float, int | None]:
@@ -129,9 +151,9 @@ def request_status(svc: Service, row: ServiceRequest) -> tuple[str, float, int |
     if row.ledger_request is None:
         return "pending", due, None
     state = ledger_states(svc.store, row.ledger_request).get(row.ledger_request)
-    if state is None:
-        raise OpenDSRError(503, "service.db does not match the ledger for this request", "StoreMismatch",
-                           "Processor")
+    if state is None or not (row.no_op or same_spec(state["spec"], row.spec)):  # as /v1 refuses it
+        raise OpenDSRError(503, "service.db does not match the ledger for this request; put back this store's "
+                                "own service.db", "StoreMismatch", "Processor")
     flags, acks = state["states"], state["acknowledgements"]
     if not flags["purged"]:
         return "in_progress", due, None
@@ -254,8 +276,8 @@ def add_opendsr_routes(app: FastAPI, service: Callable[[], Service]) -> None:
             except IdempotencyConflict:
                 raise OpenDSRError(400, f"subject_request_id {sid} was sent before with another body; use a new id "
                                         "for a new request", "DuplicateRequestId") from None
-            except LedgerUsageError as exc:
-                raise OpenDSRError(400, str(exc), "UnknownRecord") from None
+            except LedgerUsageError:
+                raise unknown_record(svc.store.manifest(), records, signer.domain) from None
             except (StoreError, PlanError) as exc:
                 raise OpenDSRError(503, str(exc), "StoreRefused", "Processor") from None
             held = book(svc).add(SubjectRequest(sid, digest, controller, row.accepted_at))

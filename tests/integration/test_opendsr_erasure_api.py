@@ -159,10 +159,14 @@ def test_what_breaks_the_specification_or_is_not_supported_is_a_400_error_object
     assert ledger_count(served["store"]) == count
 
 
-def test_an_unknown_record_is_a_400_and_nothing_is_forgotten(served):
+def test_an_unknown_or_malformed_record_is_a_400_naming_its_place_not_the_record_and_nothing_is_forgotten(served):
     count = ledger_count(served["store"])
-    a = controller(served, "forget:write").submit(new_request(["node-1:no-such-record"], DOMAIN))
-    assert a.status == 400 and ledger_count(served["store"]) == count
+    held = record_of(served["store"], 1, 4)
+    for records, at in (([held, "node-1:no-such-record"], 1), ([held, "no-colon-here"], 1)):
+        a = controller(served, "forget:write").submit(new_request(records, DOMAIN))
+        assert a.status == 400 and f"records.{at}:" in a.json["error"]["message"], a.raw
+        assert records[at].encode() not in a.raw  # an error names no identity (section 7.6)
+    assert ledger_count(served["store"]) == count
 
 
 def test_a_malformed_status_id_is_400_and_an_unknown_one_404(served):

@@ -22,7 +22,7 @@ def row(ledger_request: int | None) -> ServiceRequest:
 
 
 def state(purged: bool, owners: list[int], acknowledged: bool = False, retrained: bool = False) -> dict[str, Any]:
-    return {"states": {"purged": purged, "acknowledged": acknowledged, "retrained": retrained},
+    return {"spec": {}, "states": {"purged": purged, "acknowledged": acknowledged, "retrained": retrained},
             "acknowledgements": {"owners": owners}, "applied_at": RECEIVED + 1,
             "acknowledged_at": RECEIVED + 50 if acknowledged else None,
             "retrained_at": RECEIVED + 70 if retrained else None}
