@@ -140,6 +140,10 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
             raise HTTPException(503, _one_line(str(exc))) from None
         return svc
 
+    from fedforget.service.opendsr import add_opendsr_routes
+
+    add_opendsr_routes(app, service)
+
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [{"field": ".".join(str(p) for p in e.get("loc", ())), "message": _one_line(e.get("msg", ""))}

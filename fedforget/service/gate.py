@@ -47,6 +47,10 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("GET", "/v1/status"): "status:read",
     ("GET", "/metrics"): "status:read",
     ("GET", "/"): "status:read",
+    ("POST", "/opendsr/v2/requests"): "forget:write",
+    ("GET", "/opendsr/v2/requests/{subject_request_id}"): "status:read",
+    ("GET", "/opendsr/v2/status/{subject_request_id}"): "status:read",
+    ("DELETE", "/opendsr/v2/requests/{subject_request_id}"): "forget:write",
 }
 #: routes that answer a browser: without a token they show the sign-in page instead of a JSON 401
 CONSOLE_ROUTES = {("GET", "/")}

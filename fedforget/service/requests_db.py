@@ -300,6 +300,11 @@ class RequestsDB:
         found = self._rows("WHERE id=?", (rid,))
         return found[0] if found else None
 
+    def by_key(self, key: str) -> ServiceRequest | None:
+        """The request accepted under idempotency key ``key``, if any."""
+        rows = self._rows("WHERE idempotency_key=?", (key,))
+        return rows[0] if rows else None
+
     def list(self, limit: int | None = 100, after: int = 0) -> list[ServiceRequest]:
         return self._rows("WHERE id>? ORDER BY id" + ("" if limit is None else f" LIMIT {int(limit)}"), (after,))
 

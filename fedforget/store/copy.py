@@ -12,7 +12,7 @@ import sqlite3
 from pathlib import Path
 
 #: the store's SQLite databases, and the files SQLite keeps beside them (never copied as bytes)
-DATABASES = ("ledger.sqlite", "service.db")
+DATABASES = ("ledger.sqlite", "service.db", "opendsr.db")
 SIDE_FILES = ("-journal", "-wal", "-shm")
 
 

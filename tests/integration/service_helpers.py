@@ -7,6 +7,7 @@ import ipaddress
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from fastapi.testclient import TestClient
@@ -19,6 +20,8 @@ from fedforget.store.copy import copy_store
 
 from .helpers import train_in_process
 
+#: the domain the test CA certifies for the OpenDSR signing key
+OPENDSR_DOMAIN = "opendsr.processor.test"
 CHAINS = {"method": "fedsgt", "chains.groups": 3, "chains.budget": 3, "slices-per-client": 2}
 
 
@@ -90,3 +93,34 @@ def self_signed(folder: Path) -> tuple[Path, Path]:
     key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                            serialization.NoEncryption()))
     return cert_path, key_path
+
+
+def private_ca(folder: Path, rsa_key: bool = False) -> Any:
+    """A CA and a certificate it issues to OPENDSR_DOMAIN; the processor's key and certificate go to ``folder``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.x509.oid import NameOID
+
+    from fedforget.service.opendsr_signing import CERT_FILE, KEY_FILE
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test controller trust CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True).sign(ca_key, hashes.SHA256()))
+    key = rsa.generate_private_key(65537, 2048) if rsa_key else ec.generate_private_key(ec.SECP256R1())
+    leaf = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, OPENDSR_DOMAIN)]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(OPENDSR_DOMAIN)]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    key_file = folder / KEY_FILE
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    key_file.chmod(0o600)
+    (folder / CERT_FILE).write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    return ca

@@ -1,7 +1,7 @@
-"""No Python code opens a store's SQLite files (``ledger.sqlite``, ``service.db``, their journals and WAL):
-SQLite alone does. On Linux, closing any descriptor of a file drops every POSIX lock the process holds on
-it, SQLite's included, so a stray ``open``/``close`` beside another thread's transaction lets a second
-writer in and corrupts the database.
+"""No Python code opens a store's SQLite files (``ledger.sqlite``, ``service.db``, ``opendsr.db``, their
+journals and WAL): SQLite alone does. On Linux, closing any descriptor of a file drops every POSIX lock the
+process holds on it, SQLite's included, so a stray ``open``/``close`` beside another thread's transaction lets a
+second writer in and corrupts the database.
 
 Python's ``open`` audit event fires for ``open``, ``io.open`` and ``os.open`` (SQLite's own opens are C
 calls and never fire it). The hook watches every CLI command that reads or writes a store and every route of
@@ -18,12 +18,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fedforget.service.app import create_app
+from fedforget.store import Store
 from fedforget.unlearning.cli import main
 
 from .helpers import copy_store
 from .service_helpers import bearer, tokens, train_service_store
 
-SQLITE_FILE = re.compile(r"(^|/)(ledger\.sqlite|service\.db)(-journal|-wal|-shm)?$")
+SQLITE_FILE = re.compile(r"(^|/)(ledger\.sqlite|service\.db|opendsr\.db)(-journal|-wal|-shm)?$")
 _opened: list[str] = []
 _watching = [False]
 
@@ -100,6 +101,26 @@ def test_no_service_route_opens_a_sqlite_file_outside_sqlite(store):
             assert http.get(path, headers=bearer(token)).status_code == 200, path
         assert http.get(f"/v1/receipts/{reply.json()['ledger_request']}", headers=bearer(token)).status_code == 200
     assert opened == []
+
+
+def test_the_opendsr_routes_open_no_sqlite_file_outside_sqlite(store):
+    import uuid
+
+    from .opendsr_client import new_request
+    from .service_helpers import OPENDSR_DOMAIN, private_ca
+
+    private_ca(store.parent / "secrets")
+    token = tokens(store)["all"]
+    sid = str(uuid.uuid4())
+    body = new_request([f"node-1:{Store.open(store).manifest()['partitions']['1'][0][0]}"], OPENDSR_DOMAIN,
+                       subject_request_id=sid)
+    with Watch() as opened:
+        http = TestClient(create_app(store))
+        for _ in range(2):  # the second: a replay, read from opendsr.db
+            assert http.post("/opendsr/v2/requests", headers=bearer(token), json=body).status_code == 201
+        assert http.get(f"/opendsr/v2/requests/{sid}", headers=bearer(token)).status_code == 200
+        assert http.delete(f"/opendsr/v2/requests/{sid}", headers=bearer(token)).status_code == 400
+    assert (store / "opendsr.db").is_file() and opened == []
 
 
 def test_the_other_cli_commands_and_predict_open_no_sqlite_file_outside_sqlite(store, capsys):
