@@ -20,6 +20,7 @@ from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 
+from fedforget.service.group_commit import Submission
 from fedforget.service.opendsr_book import OpenDSRBook, SubjectRequest, body_sha256, service_key
 from fedforget.service.opendsr_schemas import (
     API_VERSION,
@@ -38,7 +39,7 @@ from fedforget.service.opendsr_schemas import (
 from fedforget.service.opendsr_signing import Signer, SigningUnavailable, canonical_json, load_signer
 from fedforget.service.requests_db import IdempotencyConflict, ServiceRequest, canonical_spec, same_spec
 from fedforget.service.schemas import RECORD_EXPECTED, Invalid, Problem
-from fedforget.service.service import Service
+from fedforget.service.service import Service, StoreRefused
 from fedforget.service.states import ledger_states
 
 #: a request not yet completed is expected done within this many days of its receipt: fedforget cannot know
@@ -271,14 +272,17 @@ def add_opendsr_routes(app: FastAPI, service: Callable[[], Service]) -> None:
                                         "controller; use a new id for a new request", "DuplicateRequestId")
             try:
                 spec = canonical_spec([], [], [], record_sample_ids(svc.store.manifest(), records))
-                with svc.forget_lock:
-                    row, _ = svc.db.submit(spec, service_key(sid), controller)
+                # committed in the service's next group, as a /v1 submission is (fedforget.service.group_commit)
+                (done,) = svc.committer.submit([Submission(spec, service_key(sid), controller)])
+                if isinstance(done.outcome, BaseException) or done.outcome is None:
+                    raise done.outcome or RuntimeError("the group commit left a submission without an outcome")
+                row, _ = done.outcome
             except IdempotencyConflict:
                 raise OpenDSRError(400, f"subject_request_id {sid} was sent before with another body; use a new id "
                                         "for a new request", "DuplicateRequestId") from None
             except LedgerUsageError:
                 raise unknown_record(svc.store.manifest(), records, signer.domain) from None
-            except (StoreError, PlanError) as exc:
+            except (StoreRefused, StoreError, PlanError) as exc:
                 raise OpenDSRError(503, str(exc), "StoreRefused", "Processor") from None
             held = book(svc).add(SubjectRequest(sid, digest, controller, row.accepted_at))
             if held.body_sha256 != digest or held.controller_id != controller:
