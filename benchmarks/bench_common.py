@@ -179,6 +179,19 @@ def paired_interval(diffs: list[float]) -> dict[str, Any]:
             "ci95": [round(mean - half, 2), round(mean + half, 2)], "n": n, "interval": "t, n-1 df"}
 
 
+def summarise_by_method(rows: list[dict[str, Any]], metrics: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Per method (in first-seen order) its seeds and each metric's mean and SD over them (0.0 for one seed)."""
+    import statistics
+
+    out = []
+    for method in dict.fromkeys(r["method"] for r in rows):
+        runs = [r for r in rows if r["method"] == method]
+        out.append({"method": method, "seeds": [r["seed"] for r in runs],
+                    **{f"{m}-mean": statistics.fmean(r[m] for r in runs) for m in metrics},
+                    **{f"{m}-sd": statistics.stdev(r[m] for r in runs) if len(runs) > 1 else 0.0 for m in metrics}})
+    return out
+
+
 def plot_paired(ax: Any, paired: dict[str, dict[str, Any]], targets: dict[float, str]) -> None:
     """Each paired difference as its mean with its 95 % interval, beside zero and the ``targets`` lines."""
     names = list(paired)

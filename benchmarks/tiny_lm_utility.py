@@ -26,7 +26,6 @@ import json
 import math
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -37,7 +36,7 @@ os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 
 import pyarrow.parquet as pq
 import torch
-from bench_common import machine_info, paired_interval, quiet_flower
+from bench_common import machine_info, paired_interval, quiet_flower, summarise_by_method
 
 import fedforget.methods.registry  # noqa: F401 - the method declarations parse_run_config reads
 from fedforget.core.config import parse_run_config
@@ -129,16 +128,6 @@ def paired(rows: list[dict[str, Any]], method: str, against: str) -> dict[str, A
             **paired_interval([by[(method, s)] - by[(against, s)] for s in seeds])}
 
 
-def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for method in dict.fromkeys(r["method"] for r in rows):
-        runs = [r for r in rows if r["method"] == method]
-        out.append({"method": method, "seeds": [r["seed"] for r in runs],
-                    **{f"{m}-mean": statistics.fmean(r[m] for r in runs) for m in METRICS},
-                    **{f"{m}-sd": statistics.stdev(r[m] for r in runs) if len(runs) > 1 else 0.0 for m in METRICS}})
-    return out
-
-
 def plot(summary: list[dict[str, Any]], diffs: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
@@ -181,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         shutil.rmtree(home, ignore_errors=True)
     diffs = [paired(rows, "fedsgt", "fedavg"), paired(rows, "fedsgt", "central"), paired(rows, "fedavg", "central")]
-    summary = summarise(rows)
+    summary = summarise_by_method(rows, METRICS)
     path = Path(args.out).with_suffix(".json")
     doc = {"benchmark": "tiny_lm_utility", "machine": machine_info(),
            "setup": {"example": "examples/tiny-lm", "nodes": NODES, "seeds": seeds, "fedavg-rounds": ROUNDS,

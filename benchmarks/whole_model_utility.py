@@ -28,7 +28,6 @@ import dataclasses
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -39,7 +38,7 @@ os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 
 import numpy as np
 import torch
-from bench_common import machine_info, paired_interval, quiet_flower
+from bench_common import machine_info, paired_interval, quiet_flower, summarise_by_method
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
@@ -215,16 +214,6 @@ def paired(rows: list[dict[str, Any]], method: str, against: str, metric: str) -
             **paired_interval([100 * (by[(method, s)] - by[(against, s)]) for s in seeds])}
 
 
-def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for method in dict.fromkeys(r["method"] for r in rows):
-        runs = [r for r in rows if r["method"] == method]
-        out.append({"method": method, "seeds": [r["seed"] for r in runs],
-                    **{f"{m}-mean": statistics.fmean(r[m] for r in runs) for m in METRICS},
-                    **{f"{m}-sd": statistics.stdev(r[m] for r in runs) if len(runs) > 1 else 0.0 for m in METRICS}})
-    return out
-
-
 def plot(summary: list[dict[str, Any]], diffs: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
@@ -298,7 +287,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         shutil.rmtree(home, ignore_errors=True)
     diffs = [paired(rows, method, "flower", metric) for method in FEDFORGET for metric in METRICS]
-    summary = summarise(rows)
+    summary = summarise_by_method(rows, METRICS)
     path = Path(args.out).with_suffix(".json")
     doc = {"benchmark": "whole_model_utility", "machine": machine_info(),
            "setup": {"example": "examples/whole-mlp", "nodes": NODES, "seeds": seeds,
