@@ -15,10 +15,12 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Red
 from fastapi.security import HTTPBearer
 from pydantic import BeforeValidator, WrapValidator
 
+from fedforget.service import legal_clock
 from fedforget.service.console import console_page, login_page
+from fedforget.service.deadline_settings import DeadlineSettings, read_settings
 from fedforget.service.gate import COOKIE, SESSION_SECONDS, Gate, Sessions
 from fedforget.service.group_commit import Submission
-from fedforget.service.metrics import Metrics
+from fedforget.service.metrics import Metrics, deadline_gauges
 from fedforget.service.requests_db import SERVICE_DB, IdempotencyConflict, ServiceRequest, canonical_spec, same_spec
 from fedforget.service.schemas import (
     ID_EXPECTED,
@@ -125,6 +127,9 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
     app.add_middleware(Gate, tokens=None if svc is None else svc.tokens, sessions=sessions,
                        metrics=Metrics() if svc is None else svc.metrics, routes=app.router.routes)
 
+    def service_root() -> Path:
+        return served().store.root
+
     def served() -> Service:
         """The service, unchecked: a forget's check runs once for its whole group (the group commit)."""
         if svc is None:
@@ -174,10 +179,14 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
         return state
 
     def describe(row: ServiceRequest, states: dict[int, dict[str, Any]], receipt: bool,
-                 names: bool = True) -> ForgetRequestOut:
-        """``names``: the caller may read raw record names and their openings (:func:`reads_names`)."""
+                 names: bool = True, settings: DeadlineSettings | None = None) -> ForgetRequestOut:
+        """``names``: the caller may read raw record names and their openings (:func:`reads_names`); ``settings``:
+        the store's deadline settings, when the caller read them for many requests."""
         state = ledger_state(row, states)
-        out = ForgetRequestOut(
+        settings = settings or read_settings(service_root())
+        clock = legal_clock.request_clock(row.accepted_at, state, settings.policy, settings.completion_point,
+                                          legal_clock.now())
+        out = ForgetRequestOut(**clock,
             id=row.id, idempotency_key=row.idempotency_key, asked_by=row.asked_by,
             spec=row.spec if names else {k: v for k, v in row.spec.items() if k != "records"},
             ledger_request=row.ledger_request, no_op=row.no_op, state=state["state"], states=state["states"],
@@ -284,7 +293,8 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
         s = service()
         states = ledger_states(s.store)
         names = reads_names(request)
-        return ForgetRequestList(requests=[describe(r, states, receipt=False, names=names)
+        settings = read_settings(s.store.root)
+        return ForgetRequestList(requests=[describe(r, states, receipt=False, names=names, settings=settings)
                                            for r in s.db.list(limit, after)])
 
     @app.get("/v1/forget-requests/{request_id}", response_model=ForgetRequestOut, tags=["forget"],
@@ -388,6 +398,7 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
             "fedforget_forgotten_samples": ("Samples forgotten so far.", info["requests"]["forgotten_samples"]),
             "fedforget_deletions_left": ("Expected further requests until a retrain (delta).", info["deletions_left"]),
             "fedforget_model_loads": ("Served plans loaded by predict since the start.", loads),
+            **deadline_gauges(info["deadlines"]),
         }
         return PlainTextResponse(s.metrics.render(gauges), media_type="text/plain; version=0.0.4")
 
@@ -404,7 +415,10 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
         asked = s.db.asked_by_ledger_request()
         rows = [{**st, "asked_by": asked.get(rid, ["cli"])} for rid, st in sorted(states.items(), reverse=True)][:500]
         pid = current_plan(s.store)[0] if info["available"] else None
-        return HTMLResponse(console_page(info, pid, rows, s.db.accuracy_history()))
+        from fedforget.service.deadlines import request_clocks
+
+        clocks = [c for c in request_clocks(s.store) if not c["complete"]]
+        return HTMLResponse(console_page(info, pid, rows, s.db.accuracy_history(), clocks))
 
     @app.post("/console/session", include_in_schema=False)
     async def sign_in(request: Request) -> Response:

@@ -17,8 +17,9 @@ token_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_excep
 
 
 def add_commands(app: typer.Typer) -> None:
-    """``fedforget serve`` and the ``fedforget token`` group."""
+    """``fedforget serve``, ``fedforget deadlines`` and the ``fedforget token`` group."""
     app.command()(serve)
+    app.command()(deadlines)
     app.add_typer(token_app, name="token")
 
 
@@ -52,6 +53,49 @@ def serve(
         fail(str(exc))
     except StoreRefused as exc:
         fail(str(exc), BROKEN_STORE_EXIT)
+
+
+def deadlines(
+    store: StoreOpt,
+    policy: Annotated[str | None, typer.Option("--policy", help="The legal clock: gdpr (one calendar month, the "
+                                               "default) or ccpa (45 days).")] = None,
+    complete_at: Annotated[str | None, typer.Option("--complete-at", help="The state that completes a request: "
+                                                    "purged (the default), acknowledged or retrained.")] = None,
+    nearing_days: Annotated[float | None, typer.Option("--nearing-days", help="A request due within this many "
+                                                       "days counts as nearing its deadline (default 7).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The forget requests' legal clock: show the settings in force, or set them (kept in service.db, for status,
+    the service and OpenDSR alike; docs: operations/service.md)."""
+    from dataclasses import replace
+
+    from fedforget.service.deadline_settings import (
+        DeadlineSettingError,
+        read_settings,
+        settings_history,
+        write_settings,
+    )
+    from fedforget.service.legal_clock import POLICIES
+
+    changes = {k: v for k, v in (("policy", policy), ("completion_point", complete_at),
+                                 ("nearing_days", nearing_days)) if v is not None}
+    try:  # bad input is refused before the store is opened: nothing is written
+        from fedforget.service.deadline_settings import DeadlineSettings
+
+        DeadlineSettings(**changes).checked()
+    except DeadlineSettingError as exc:
+        fail(str(exc))
+    handle = open_store(store, writes="deadlines" if changes else None)
+    settings = read_settings(handle.root)
+    if changes:
+        settings = write_settings(handle.root, replace(settings, **changes))
+    if as_json:
+        emit({**settings.to_json(), "policy_period": POLICIES[settings.policy],
+              "history": settings_history(handle.root)}, True)
+        return
+    console.print(f"{'set: ' if changes else ''}policy {settings.policy} ({POLICIES[settings.policy]}) · complete "
+                  f"once {settings.completion_point} · nearing within {settings.nearing_days:g} days",
+                  highlight=False, soft_wrap=True)
 
 
 @token_app.command("create")

@@ -1,7 +1,8 @@
 """The web console at ``/``: server-rendered HTML, read-only, no JavaScript build (none at all).
 
 It shows what a ``status:read`` token may see: the served model (plan id, accuracy, deletions absorbed,
-expected deletions left), every forget request in the ledger (the service's and the CLI's) with its
+expected deletions left), the service's requests against their legal clock (open, due soon, overdue,
+earliest deadline first), every forget request in the ledger (the service's and the CLI's) with its
 state, who asked and its receipt, and served accuracy against deletions as an inline SVG drawn here
 from the accuracy history the service records. A browser signs in once with a token (``login_page``);
 the session cookie is HttpOnly and SameSite=Strict and names a server-side session, never the token.
@@ -15,7 +16,7 @@ from typing import Any
 
 STYLE = """body{font:14px system-ui,sans-serif;margin:2em;max-width:70em;color:#222}
 table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #ddd;padding:4px 8px;text-align:left}
-code{font-size:12px}.state{font-weight:600}.muted{color:#777}.card{display:inline-block;margin-right:2em}"""
+code{font-size:12px}.state{font-weight:600}.overdue{color:#b71c1c}.muted{color:#777}.card{display:inline-block;margin-right:2em}"""
 
 
 def _page(title: str, body: str) -> str:
@@ -77,9 +78,37 @@ def _on_nodes_card(nodes: dict[str, Any] | None) -> str:
             f"({escape(str(nodes.get('examples')))} test records on {escape(str(nodes.get('nodes')))} nodes)</div>")
 
 
+def _left(seconds: float) -> str:
+    """Time to a deadline, in days and hours ('overdue by ...' once it passed)."""
+    days, rest = divmod(abs(seconds), 86400)
+    text = f"{int(days)} d {int(rest // 3600)} h"
+    return f"overdue by {text}" if seconds < 0 else text
+
+
+def deadlines_section(deadlines: dict[str, Any], clocks: list[dict[str, Any]]) -> str:
+    """The service requests against their legal clock: counts, then the open ones, earliest deadline first."""
+    if not deadlines or not deadlines.get("requests"):
+        return "<p class=muted id=deadlines>no service requests yet</p>"
+    cards = (f"<div class=card>open <b id=open>{deadlines['open']}</b></div>"
+             f"<div class=card>due within {deadlines['nearing_days']:g} days <b id=nearing>{deadlines['nearing']}"
+             f"</b></div><div class=card>overdue <b id=overdue>{deadlines['overdue']}</b></div>")
+    note = (f"<p class=muted>{escape(str(deadlines['policy']))} clock ({escape(str(deadlines['policy_period']))}); "
+            f"a request is complete once {escape(str(deadlines['completion_point']))}.</p>")
+    open_rows = sorted(clocks, key=lambda c: c["deadline"])[:200]
+    body = "".join(
+        f"<tr id='service-request-{c['id']}'{' class=overdue' if c['overdue'] else ''}><td>{c['id']}</td>"
+        f"<td>{'—' if c['ledger_request'] is None else '#' + str(c['ledger_request'])}</td>"
+        f"<td>{_when(c['accepted_at'])}</td><td>{_when(c['deadline'])}</td><td>{_left(c['seconds_left'])}</td></tr>"
+        for c in open_rows)
+    table = ("<table id=open-requests><tr><th>service request</th><th>ledger request</th><th>accepted</th>"
+             f"<th>deadline</th><th>left</th></tr>{body}</table>" if open_rows else "")
+    return f"<div id=deadlines>{cards}{note}{table}</div>"
+
+
 def console_page(status: dict[str, Any], plan_id: str | None, rows: list[dict[str, Any]],
-                 history: list[dict[str, Any]]) -> str:
-    """The console: ``rows`` are ledger requests (newest first) with ``state``, ``asked_by``, ``receipt``."""
+                 history: list[dict[str, Any]], clocks: list[dict[str, Any]] | None = None) -> str:
+    """The console: ``rows`` are ledger requests (newest first) with ``state``, ``asked_by``, ``receipt``;
+    ``clocks`` the open service requests' legal clocks (``fedforget.service.deadlines``)."""
     acc = status.get("accuracy")
     left = status.get("deletions_left")
     req = status.get("requests", {})
@@ -104,6 +133,7 @@ def console_page(status: dict[str, Any], plan_id: str | None, rows: list[dict[st
         f"<h1>fedforget forget service</h1><p class=muted>store {escape(str(status.get('store')))} · task "
         f"{escape(str(status.get('task')))} · method {escape(str(status.get('method')))}</p>"
         f"<h2>Served model</h2>{served}<h2>Served accuracy against deletions</h2>{accuracy_svg(history)}"
+        "<h2>Deadlines</h2>" + deadlines_section(status.get("deadlines") or {}, clocks or []) +
         f"<h2>Forget requests</h2>{table}"
         "<p class=muted>A receipt is the signed JSON file as written; check it with "
         "<code>fedforget receipt --check request-N.json --store DIR</code> (the coordinator's key), or "

@@ -2,7 +2,8 @@
 
 Counters of requests by route template and status code, a latency histogram per route, and gauges
 read from the store when scraped: served accuracy (the cached value ``status`` shows; absent until
-measured), artifacts valid and invalid, forget requests and forgotten samples.
+measured), artifacts valid and invalid, forget requests and forgotten samples, and the service requests against
+their legal clock (open, nearing their deadline, overdue, seconds to the earliest deadline).
 """
 
 from __future__ import annotations
@@ -63,3 +64,20 @@ class Metrics:
                 continue
             out += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {float(value):g}"]
         return "\n".join(out) + "\n"
+
+
+def deadline_gauges(deadlines: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+    """The gauges of ``status``'s ``deadlines`` (``fedforget.service.deadlines``): the seconds to the earliest
+    deadline are absent while no request is open."""
+    window = f"{deadlines['nearing_days']:g} days"
+    return {
+        "fedforget_forget_requests_open": ("Service forget requests not yet at their completion point "
+                                           f"({deadlines['completion_point']}).", deadlines["open"]),
+        "fedforget_forget_requests_nearing_deadline": (f"Open service forget requests due within {window} "
+                                                       "(not yet overdue).", deadlines["nearing"]),
+        "fedforget_forget_requests_overdue": (f"Open service forget requests past their {deadlines['policy']} "
+                                              "deadline.", deadlines["overdue"]),
+        "fedforget_forget_requests_seconds_to_deadline": (
+            "Seconds to the earliest open request's deadline (negative once it passed; absent when none is open).",
+            deadlines["seconds_to_earliest"]),
+    }

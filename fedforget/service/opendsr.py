@@ -20,7 +20,9 @@ from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 
+from fedforget.service.deadline_settings import read_settings
 from fedforget.service.group_commit import Submission
+from fedforget.service.legal_clock import deadline
 from fedforget.service.opendsr_book import OpenDSRBook, SubjectRequest, body_sha256, service_key
 from fedforget.service.opendsr_schemas import (
     API_VERSION,
@@ -42,10 +44,6 @@ from fedforget.service.schemas import RECORD_EXPECTED, Invalid, Problem
 from fedforget.service.service import Service, StoreRefused
 from fedforget.service.states import ledger_states
 
-#: a request not yet completed is expected done within this many days of its receipt: fedforget cannot know
-#: when the operator propagates to the clients or retrains, so this is the bound an operator running this API
-#: commits to (the GDPR's one month to act on a request, Article 12(3))
-COMPLETION_DAYS = 30
 CERT_ROUTE = f"{BASE}/certificate.pem"
 TAGS: list[str | Enum] = ["opendsr"]
 #: the schema says a subject_request_id is a lowercase UUID v4; the route checks it itself, so that a malformed
@@ -148,7 +146,10 @@ def unknown_record(manifest: dict[str, Any], records: list[str], domain: str) ->
 def request_status(svc: Service, row: ServiceRequest) -> tuple[str, float, int | None]:
     """The OpenDSR status of a service request, when it completed or is expected to, and its ledger request once
     its receipt can be issued (purged)."""
-    due = row.accepted_at + COMPLETION_DAYS * 86400
+    # a request not yet completed is expected done by its deadline: the store's legal clock, as /v1 and status
+    # show it (fedforget cannot know when the operator propagates to the clients or retrains; the deadline is
+    # the bound an operator running this API commits to)
+    due = deadline(row.accepted_at, read_settings(svc.store.root).policy)
     if row.ledger_request is None:
         return "pending", due, None
     state = ledger_states(svc.store, row.ledger_request).get(row.ledger_request)

@@ -222,6 +222,18 @@ class ForgetRequestOut(BaseModel):
         "forgotten.")
     receipt: dict[str, Any] | None = Field(None, description="The signed receipt (once purged), as written.")
     receipt_error: str | None = None
+    deadline: float = Field(description="When the request is due under the store's legal clock "
+                                   "(epoch seconds, UTC): accepted_at plus one calendar month (gdpr) or 45 days "
+                                   "(ccpa); `fedforget deadlines` sets the policy.")
+    deadline_policy: str = Field(description="The legal clock it runs on: gdpr or ccpa.")
+    completion_point: str = Field(description="The state that completes it: purged, acknowledged or "
+                                                           "retrained (`fedforget deadlines --complete-at`).")
+    complete: bool = Field(description="Whether it reached its completion point.")
+    completed_at: float | None = Field(description="When it reached its completion point (purged: when it "
+                                                         "was applied, the purge following at once).")
+    seconds_left: float | None = Field(description="Seconds to its deadline while open (negative once "
+                                                         "overdue); null once complete.")
+    overdue: bool = Field(description="Open past its deadline.")
 
 
 class ForgetRequestList(BaseModel):

@@ -104,8 +104,34 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
         "initial_arrays": recorded_sha(manifest),
         "complete": bool(served) and not corrupt,
         "log": log,
+        "deadlines": deadline_status(store),
         **method_status(StatusView(store, manifest, plan, serving, artifacts)),
     }
+
+
+def deadline_status(store: Store) -> dict[str, Any]:
+    """The forget service's requests against their legal clock (``fedforget.service.deadlines``): the settings in
+    force, open requests, those nearing their deadline and those overdue (all zero for a store without a service)."""
+    from fedforget.service.deadlines import deadline_status as service_deadlines
+
+    return service_deadlines(store)
+
+
+def deadline_line(deadlines: dict[str, Any]) -> str | None:
+    """One line of the service requests' deadlines, or None for a store that never had one."""
+    if not deadlines.get("requests"):
+        return None
+    line = (f"service requests {deadlines['requests']} on the {deadlines['policy']} clock (complete once "
+            f"{deadlines['completion_point']}): {deadlines['open']} open · {deadlines['nearing']} due within "
+            f"{deadlines['nearing_days']:g} days · {deadlines['overdue']} overdue")
+    if deadlines.get("completed_late"):
+        line += f" · {deadlines['completed_late']} completed late"
+    if deadlines.get("earliest_deadline") is not None:
+        from datetime import UTC, datetime
+
+        due = datetime.fromtimestamp(deadlines["earliest_deadline"], UTC).strftime("%Y-%m-%d %H:%M UTC")
+        line += f" · earliest due {due}"
+    return line
 
 
 def nodes_evaluation(cached: Any, served: set[str],  # noqa: ANN401 - a ledger value
@@ -213,6 +239,10 @@ def print_status(status: dict[str, Any], console: Console, show_artifacts: bool 
                       + (" (the coordinator's next write signs them; `fedforget log sign` now)" if log["unsigned"]
                          else "") + (" · adopted by a store written before the log" if log.get("adopted") else "")
                       + f" · id {str(log['id'])[:16]}…", soft_wrap=True)
+    deadlines = deadline_line(status.get("deadlines") or {})
+    if deadlines:
+        overdue = (status.get("deadlines") or {}).get("overdue")
+        console.print(deadlines, style="bold red" if overdue else None, soft_wrap=True, highlight=False)
     for request, a in status.get("acknowledgements", {}).items():
         console.print(f"request #{request}: clients acknowledged deletion {a['acknowledged'] or '—'}"
                       + (f" · pending {a['pending']}" if a["pending"] else ""))
