@@ -123,6 +123,27 @@ def test_a_request_submitted_through_v1_under_its_key_is_visible_to_opendsr(serv
     assert controller(served, "status:read").status(sid).json["controller_id"] == "forget-write"
 
 
+def test_expected_completion_time_is_the_requests_deadline_under_the_stores_legal_clock(served):
+    from fedforget.service.deadline_settings import DeadlineSettings, read_settings, write_settings
+    from fedforget.service.opendsr_schemas import rfc3339
+
+    before = read_settings(served["store"])
+    write_settings(served["store"], DeadlineSettings(policy="ccpa"))  # read by the running service per answer
+    try:
+        c = controller(served, "forget:write")
+        body = new_request([record_of(served["store"], 2, 0)], DOMAIN)
+        first = c.submit(body)
+        assert first.status == 201, first.raw
+        [row] = [r for r in v1_requests(served) if r["idempotency_key"] == f"opendsr:{body['subject_request_id']}"]
+        assert row["deadline_policy"] == "ccpa" and row["deadline"] == row["accepted_at"] + 45 * 86400
+        status = controller(served, "status:read").status(body["subject_request_id"]).json
+        assert status["request_status"] == "in_progress"  # purged; its node has not acknowledged yet
+        for answer in (first.json, status):  # open: its deadline, one source with /v1
+            assert answer["expected_completion_time"] == rfc3339(row["deadline"])
+    finally:
+        write_settings(served["store"], before)
+
+
 def test_cancellation_is_refused_because_a_request_is_applied_before_it_is_answered(served):
     c = controller(served, "forget:write")
     body = new_request([record_of(served["store"], 0, 1)], DOMAIN)
