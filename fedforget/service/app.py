@@ -186,14 +186,14 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
         settings = settings or read_settings(service_root())
         clock = legal_clock.request_clock(row.accepted_at, state, settings.policy, settings.completion_point,
                                           legal_clock.now())
-        out = ForgetRequestOut(**clock,
+        out = ForgetRequestOut(
             id=row.id, idempotency_key=row.idempotency_key, asked_by=row.asked_by,
             spec=row.spec if names else {k: v for k, v in row.spec.items() if k != "records"},
             ledger_request=row.ledger_request, no_op=row.no_op, state=state["state"], states=state["states"],
             accepted_at=row.accepted_at, applied_at=state["applied_at"], acknowledged_at=state["acknowledged_at"],
             retrained_at=state["retrained_at"],
             receipt_url=f"/v1/receipts/{row.ledger_request}" if state["states"]["purged"] else None,
-            record_openings=[] if row.no_op or not names else state.get("record_openings", []))
+            record_openings=[] if row.no_op or not names else state.get("record_openings", []), **clock)
         if receipt and state["states"]["purged"]:
             data, why = service().receipt(int(row.ledger_request))
             signed = json.loads(data) if data is not None else None

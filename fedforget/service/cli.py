@@ -71,6 +71,7 @@ def deadlines(
 
     from fedforget.service.deadline_settings import (
         DeadlineSettingError,
+        DeadlineSettings,
         read_settings,
         settings_history,
         write_settings,
@@ -80,8 +81,6 @@ def deadlines(
     changes = {k: v for k, v in (("policy", policy), ("completion_point", complete_at),
                                  ("nearing_days", nearing_days)) if v is not None}
     try:  # bad input is refused before the store is opened: nothing is written
-        from fedforget.service.deadline_settings import DeadlineSettings
-
         DeadlineSettings(**changes).checked()
     except DeadlineSettingError as exc:
         fail(str(exc))
