@@ -147,7 +147,7 @@ def write_index(text: str, states: dict[str, dict[str, Any]]) -> str:
     head = _cells(lines[header])
     if COLUMN not in head:
         head.append(COLUMN)
-        lines[header + 1] = _row(["---"] * len(head))
+        lines[header + 1] = "|" + "---|" * len(head)
     at = head.index(COLUMN)
     lines[header] = _row(head)
     for i in range(header + 2, len(lines)):
