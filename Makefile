@@ -95,6 +95,19 @@ bench-ops: setup
 		&& python benchmarks/ops_tls_cost.py && python benchmarks/ops_node_recovery.py \
 		&& python benchmarks/many_clients.py && python benchmarks/registration_cost.py
 
+# measure the figures under docs/results/ again (benchmarks/results.toml): `results` the ones that took under
+# 5 min each on 2 cores, `results-all` every one with a command; a line per benchmark
+.PHONY: results results-all results-stale
+results: setup
+	@$(ACTIVATE) && python tools/results_run.py
+
+results-all: setup
+	@$(ACTIVATE) && python tools/results_run.py --all
+
+# which figures measured code that changed since (git only); `--write-index` updates docs/results.md
+results-stale: setup
+	@$(ACTIVATE) && python tools/results_staleness.py
+
 clean-runs:
 	rm -rf runs
 

@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))  # the floors are the test's (tests/unit/test_impo
 from bench_common import last_change, machine_info  # noqa: E402
 
 from tests.unit.test_import_graph import FLOORS, PACKAGE, floor_of, module_files  # noqa: E402
+from tools.import_closure import statements  # noqa: E402
 
 #: The imports measured in fresh interpreters.
 TARGETS = ("fedforget.core", "fedforget.core.config", "fedforget.store", "fedforget.client_app")
@@ -61,34 +62,6 @@ class Import:
     target: str
     kind: str
     line: int
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
-def statements(tree: ast.AST, module: str, is_package: bool) -> Iterator[tuple[str, str, int]]:
-    """(imported name, kind, line) for every import statement; relative imports made absolute."""
-    stack: list[tuple[ast.AST, str]] = [(tree, "module")]
-    while stack:
-        node, kind = stack.pop()
-        if isinstance(node, ast.Import):
-            yield from ((alias.name, kind, node.lineno) for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = module.split(".")[: len(module.split(".")) - node.level + (1 if is_package else 0)]
-                base = ".".join([*parts, *([base] if base else [])])
-            yield from ((f"{base}.{alias.name}", kind, node.lineno) for alias in node.names)
-        for child in ast.iter_child_nodes(node):
-            if kind != "type-checking" and isinstance(node, ast.If) and _is_type_checking(node.test) \
-                    and child in node.body:
-                stack.append((child, "type-checking"))
-            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) and kind == "module":
-                stack.append((child, "function"))
-            else:
-                stack.append((child, kind))
 
 
 def owner(name: str, files: Mapping[str, Path]) -> str | None:
