@@ -101,9 +101,8 @@ def staleness(result_json_path: Path | str, entries: dict[str, Entry] | None = N
 def cell(state: dict[str, Any]) -> str:
     """The index's text for one result."""
     status = state["status"]
-    if status == "stale":
-        files = len(state["changed"])
-        return f"stale since `{state['since'][:SHORT]}`: {files} file{'s' if files != 1 else ''} changed"
+    if status == "stale":  # no count of changed files: it would change with every commit (`--changed NAME` lists them)
+        return f"stale since `{state['since'][:SHORT]}`"
     return {"current": "current", "unrecorded": "unrecorded", "no-entry": "not listed in benchmarks/results.toml",
             "not-an-ancestor": "its commit is not in this history",
             "shallow": "its commit is not in this shallow clone"}[status]
