@@ -115,14 +115,19 @@ def test_a_genesis_that_did_not_adopt_may_hold_no_rows():
     assert problems and "did not adopt" in problems[0], problems
 
 
+#: the modules that create the forget service's own databases' tables (not the ledger's)
+SERVICE_DATABASES = frozenset({"service/requests_db.py", "service/deadline_settings.py", "service/opendsr_book.py"})
+
+
 def ledger_schema_tables() -> dict[str, list[str]]:
     """Every table a ledger can hold → its columns: each ``CREATE TABLE`` of the package but the forget
-    service's own database (``service.db``), so a table added to the ledger, a method's included, is found."""
+    service's own databases (``service.db``, its deadline settings, ``opendsr.db``), so a table added to the ledger,
+    a method's included, is found."""
     root = Path(fedforget.__file__).parent
     db = sqlite3.connect(":memory:")
     try:
         for path in sorted(root.rglob("*.py")):
-            if path.relative_to(root).as_posix() == "service/requests_db.py":  # service.db, not the ledger
+            if path.relative_to(root).as_posix() in SERVICE_DATABASES:  # the service's own files, not the ledger
                 continue
             for statement in re.findall(r"CREATE TABLE IF NOT EXISTS [^;]*;", path.read_text(encoding="utf-8")):
                 db.execute(statement)
