@@ -15,9 +15,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Red
 from fastapi.security import HTTPBearer
 from pydantic import BeforeValidator, WrapValidator
 
-from fedforget.service import legal_clock
 from fedforget.service.console import console_page, login_page
-from fedforget.service.deadline_settings import DeadlineSettings, read_settings
 from fedforget.service.gate import COOKIE, SESSION_SECONDS, Gate, Sessions
 from fedforget.service.group_commit import Submission
 from fedforget.service.metrics import Metrics, deadline_gauges
@@ -41,7 +39,9 @@ from fedforget.service.schemas import (
     url_id,
 )
 from fedforget.service.service import Service, StoreRefused
-from fedforget.service.states import accepted_state, ledger_states
+from fedforget.unlearning import legal_clock
+from fedforget.unlearning.deadline_settings import DeadlineSettings, read_settings
+from fedforget.unlearning.request_states import accepted_state, ledger_states
 
 VERSION = "1"
 bearer = HTTPBearer(auto_error=False, description="A token from `fedforget token create` (scopes: forget:write, "
@@ -415,7 +415,7 @@ def create_app(store_root: Path | None, tls: bool = False) -> FastAPI:
         asked = s.db.asked_by_ledger_request()
         rows = [{**st, "asked_by": asked.get(rid, ["cli"])} for rid, st in sorted(states.items(), reverse=True)][:500]
         pid = current_plan(s.store)[0] if info["available"] else None
-        from fedforget.service.deadlines import request_clocks
+        from fedforget.unlearning.deadlines import request_clocks
 
         clocks = [c for c in request_clocks(s.store) if not c["complete"]]
         return HTMLResponse(console_page(info, pid, rows, s.db.accuracy_history(), clocks))

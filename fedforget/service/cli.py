@@ -69,14 +69,14 @@ def deadlines(
     the service and OpenDSR alike; docs: operations/service.md)."""
     from dataclasses import replace
 
-    from fedforget.service.deadline_settings import (
+    from fedforget.service.deadline_writer import write_settings
+    from fedforget.unlearning.deadline_settings import (
         DeadlineSettingError,
         DeadlineSettings,
         read_settings,
         settings_history,
-        write_settings,
     )
-    from fedforget.service.legal_clock import POLICIES
+    from fedforget.unlearning.legal_clock import POLICIES
 
     changes = {k: v for k, v in (("policy", policy), ("completion_point", complete_at),
                                  ("nearing_days", nearing_days)) if v is not None}

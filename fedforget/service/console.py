@@ -108,7 +108,7 @@ def deadlines_section(deadlines: dict[str, Any], clocks: list[dict[str, Any]]) -
 def console_page(status: dict[str, Any], plan_id: str | None, rows: list[dict[str, Any]],
                  history: list[dict[str, Any]], clocks: list[dict[str, Any]] | None = None) -> str:
     """The console: ``rows`` are ledger requests (newest first) with ``state``, ``asked_by``, ``receipt``;
-    ``clocks`` the open service requests' legal clocks (``fedforget.service.deadlines``)."""
+    ``clocks`` the open service requests' legal clocks (``fedforget.unlearning.deadlines``)."""
     acc = status.get("accuracy")
     left = status.get("deletions_left")
     req = status.get("requests", {})

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedforget.service.requests_db import IdempotencyConflict, RequestsDB, ServiceRequest
-from fedforget.service.states import ledger_states_of
 from fedforget.store.ledger import GroupItem, LedgerUsageError
 from fedforget.store.service_evidence import body_digest, evidence_of, store_body_key
+from fedforget.unlearning.request_states import ledger_states_of
 
 #: submissions one group takes from the queue (a batch larger than this is still one group)
 MAX_GROUP = 1000

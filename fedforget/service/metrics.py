@@ -67,7 +67,7 @@ class Metrics:
 
 
 def deadline_gauges(deadlines: dict[str, Any]) -> dict[str, tuple[str, Any]]:
-    """The gauges of ``status``'s ``deadlines`` (``fedforget.service.deadlines``): the seconds to the earliest
+    """The gauges of ``status``'s ``deadlines`` (``fedforget.unlearning.deadlines``): the seconds to the earliest
     deadline are absent while no request is open."""
     window = f"{deadlines['nearing_days']:g} days"
     return {

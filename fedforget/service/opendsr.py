@@ -20,9 +20,7 @@ from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 
-from fedforget.service.deadline_settings import read_settings
 from fedforget.service.group_commit import Submission
-from fedforget.service.legal_clock import deadline
 from fedforget.service.opendsr_book import OpenDSRBook, SubjectRequest, body_sha256, service_key
 from fedforget.service.opendsr_schemas import (
     API_VERSION,
@@ -42,7 +40,9 @@ from fedforget.service.opendsr_signing import Signer, SigningUnavailable, canoni
 from fedforget.service.requests_db import IdempotencyConflict, ServiceRequest, canonical_spec, same_spec
 from fedforget.service.schemas import RECORD_EXPECTED, Invalid, Problem
 from fedforget.service.service import Service, StoreRefused
-from fedforget.service.states import ledger_states
+from fedforget.unlearning.deadline_settings import read_settings
+from fedforget.unlearning.legal_clock import deadline
+from fedforget.unlearning.request_states import ledger_states
 
 CERT_ROUTE = f"{BASE}/certificate.pem"
 TAGS: list[str | Enum] = ["opendsr"]

@@ -110,9 +110,9 @@ def store_status(store: Store, accuracy: bool = True) -> dict[str, Any]:
 
 
 def deadline_status(store: Store) -> dict[str, Any]:
-    """The forget service's requests against their legal clock (``fedforget.service.deadlines``): the settings in
+    """The forget service's requests against their legal clock (``fedforget.unlearning.deadlines``): the settings in
     force, open requests, those nearing their deadline and those overdue (all zero for a store without a service)."""
-    from fedforget.service.deadlines import deadline_status as service_deadlines
+    from fedforget.unlearning.deadlines import deadline_status as service_deadlines
 
     return service_deadlines(store)
 

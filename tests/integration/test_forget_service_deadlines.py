@@ -12,12 +12,13 @@ import sqlite3
 import pytest
 from typer.testing import CliRunner
 
-from fedforget.service import legal_clock
-from fedforget.service.deadline_settings import DeadlineSettings, settings_history, write_settings
-from fedforget.service.legal_clock import deadline
+from fedforget.service.deadline_writer import write_settings
 from fedforget.service.requests_db import SERVICE_DB
 from fedforget.store import Store
+from fedforget.unlearning import legal_clock
 from fedforget.unlearning.cli import app as cli_app
+from fedforget.unlearning.deadline_settings import DeadlineSettings, settings_history
+from fedforget.unlearning.legal_clock import deadline
 
 from .service_helpers import bearer, client, private_copy, tokens, train_service_store
 

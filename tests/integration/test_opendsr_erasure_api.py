@@ -124,8 +124,9 @@ def test_a_request_submitted_through_v1_under_its_key_is_visible_to_opendsr(serv
 
 
 def test_expected_completion_time_is_the_requests_deadline_under_the_stores_legal_clock(served):
-    from fedforget.service.deadline_settings import DeadlineSettings, read_settings, write_settings
+    from fedforget.service.deadline_writer import write_settings
     from fedforget.service.opendsr_schemas import rfc3339
+    from fedforget.unlearning.deadline_settings import DeadlineSettings, read_settings
 
     before = read_settings(served["store"])
     write_settings(served["store"], DeadlineSettings(policy="ccpa"))  # read by the running service per answer

@@ -7,14 +7,14 @@ import sqlite3
 
 import pytest
 
-from fedforget.service.deadline_settings import (
+from fedforget.service.deadline_writer import write_settings
+from fedforget.service.requests_db import SERVICE_DB
+from fedforget.unlearning.deadline_settings import (
     DeadlineSettingError,
     DeadlineSettings,
     read_settings,
     settings_history,
-    write_settings,
 )
-from fedforget.service.requests_db import SERVICE_DB
 
 
 def test_a_store_without_settings_runs_on_gdpr_purged_and_seven_days(tmp_path):

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from fedforget.service.legal_clock import add_month, clock_summary, completed_at, deadline, request_clock
+from fedforget.unlearning.legal_clock import add_month, clock_summary, completed_at, deadline, request_clock
 
 
 def utc(*parts: int) -> float:

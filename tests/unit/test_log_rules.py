@@ -116,7 +116,7 @@ def test_a_genesis_that_did_not_adopt_may_hold_no_rows():
 
 
 #: the modules that create the forget service's own databases' tables (not the ledger's)
-SERVICE_DATABASES = frozenset({"service/requests_db.py", "service/deadline_settings.py", "service/opendsr_book.py"})
+SERVICE_DATABASES = frozenset({"service/requests_db.py", "unlearning/deadline_settings.py", "service/opendsr_book.py"})
 
 
 def ledger_schema_tables() -> dict[str, list[str]]:

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from fedforget.service import opendsr
-from fedforget.service.legal_clock import deadline
 from fedforget.service.opendsr import request_status
 from fedforget.service.requests_db import ServiceRequest
+from fedforget.unlearning.legal_clock import deadline
 
 RECEIVED = 1_000_000.0  # 1970-01-12: due 1970-02-12, 31 days later
 DUE = deadline(RECEIVED, "gdpr")

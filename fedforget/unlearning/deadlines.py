@@ -5,18 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedforget.service import legal_clock
-from fedforget.service.deadline_settings import DeadlineSettings, read_settings
-from fedforget.service.legal_clock import POLICIES, clock_summary, request_clock
 from fedforget.store import Store
 from fedforget.store.service_evidence import read_service_rows
+from fedforget.unlearning import legal_clock
+from fedforget.unlearning.deadline_settings import DeadlineSettings, read_settings
+from fedforget.unlearning.legal_clock import POLICIES, clock_summary, request_clock
 
 
 def request_clocks(store: Store, settings: DeadlineSettings | None = None,
                    at: float | None = None) -> list[dict[str, Any]]:
-    """Each service request's clock (``fedforget.service.legal_clock.request_clock``) with its ``id`` and
+    """Each service request's clock (``fedforget.unlearning.legal_clock.request_clock``) with its ``id`` and
     ``ledger_request``, in id order; none when the store has no ``service.db``."""
-    from fedforget.service.states import accepted_state, ledger_states
+    from fedforget.unlearning.request_states import accepted_state, ledger_states
 
     settings = settings or read_settings(store.root)
     at = legal_clock.now() if at is None else at

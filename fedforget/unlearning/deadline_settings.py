@@ -12,21 +12,19 @@ tables): a setting changes how deadlines are read, never what a request was.
 from __future__ import annotations
 
 import math
-import os
 import sqlite3
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from fedforget.service.legal_clock import (
+from fedforget.store.service_evidence import SERVICE_DB
+from fedforget.unlearning.legal_clock import (
     COMPLETION_POINTS,
     DEFAULT_COMPLETION_POINT,
     DEFAULT_NEARING_DAYS,
     DEFAULT_POLICY,
     POLICIES,
 )
-from fedforget.store.service_evidence import SERVICE_DB
 
 TABLE = "deadline_settings"
 SETTINGS_SCHEMA = f"""
@@ -81,30 +79,6 @@ def read_settings(store_root: Path) -> DeadlineSettings:
         return DeadlineSettings(str(row[0]), str(row[1]), float(row[2])).checked()
     except (DeadlineSettingError, TypeError, ValueError):
         return DeadlineSettings()
-
-
-def write_settings(store_root: Path, settings: DeadlineSettings) -> DeadlineSettings:
-    """Check ``settings`` and append them as the ones in force (nothing is written when they are refused)."""
-    from fedforget.service.requests_db import SCHEMA
-
-    settings.checked()
-    path = Path(store_root) / SERVICE_DB
-    fresh = not path.exists()
-    db = sqlite3.connect(path, timeout=60.0, isolation_level=None)
-    try:
-        if fresh:
-            os.chmod(path, 0o600)
-        db.execute("PRAGMA synchronous=FULL")
-        db.executescript(SCHEMA + SETTINGS_SCHEMA)  # a fresh service.db is one the service can open as its own
-        db.execute("BEGIN IMMEDIATE")
-        db.execute(f"INSERT INTO {TABLE}(at, policy, completion_point, nearing_days) VALUES(?, ?, ?, ?)",
-                   (time.time(), settings.policy, settings.completion_point, float(settings.nearing_days)))
-        db.execute("COMMIT")
-    finally:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        db.close()
-    return settings
 
 
 def settings_history(store_root: Path) -> list[dict[str, Any]]:

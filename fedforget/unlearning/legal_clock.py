@@ -3,7 +3,7 @@
 GDPR Article 12(3) gives a controller one month from receipt to act on a data subject's request, the CCPA 45
 days. The clock runs from the request's ``accepted_at`` (when the service received it, in ``service.db``) and is
 derived when read, never written: the ledger and ``service.db`` keep what happened, the deadline is a view of
-them under the store's policy (``fedforget.service.deadline_settings``), so changing the policy rewrites no
+them under the store's policy (``fedforget.unlearning.deadline_settings``), so changing the policy rewrites no
 evidence.
 
 ``gdpr``: one calendar month, the same date and time of day in the next month (UTC), or the last day of that
@@ -30,7 +30,7 @@ from typing import Any
 POLICIES = {"gdpr": "one calendar month (GDPR Art. 12(3)): the same date next month, or its last day",
             "ccpa": "45 days (CCPA)"}
 DEFAULT_POLICY = "gdpr"
-#: the states that may complete a request, in the order ``fedforget.service.states`` reaches them
+#: the states that may complete a request, in the order ``fedforget.unlearning.request_states`` reaches them
 COMPLETION_POINTS = ("purged", "acknowledged", "retrained")
 DEFAULT_COMPLETION_POINT = "purged"
 DEFAULT_NEARING_DAYS = 7.0
@@ -53,7 +53,8 @@ def deadline(accepted_at: float, policy: str) -> float:
 
 
 def completed_at(state: Mapping[str, Any], point: str) -> float | None:
-    """When a request whose ledger state is ``state`` (``fedforget.service.states``) reached ``point``, or None.
+    """When a request whose ledger state is ``state`` (``fedforget.unlearning.request_states``) reached ``point``,
+    or None.
 
     The ledger does not time a purge: the purge runs right after the commit that applied the request, so a
     purged request counts as complete when it was applied."""
