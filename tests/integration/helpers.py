@@ -7,6 +7,8 @@ import io
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
+import numpy as np
+
 from fedforget.inprocess import run_in_process
 from fedforget.store import Store
 
@@ -26,6 +28,23 @@ def served_sha(store: Store) -> str:
         return shas[ledger.serving()["artifacts"][0]]
     finally:
         ledger.close()
+
+
+def served_tensors(store: Store | Path) -> dict[str, np.ndarray]:
+    """Every served artifact's tensors, keyed ``<artifact>:<tensor name>`` (an ensemble serves several)."""
+    store = Store.open(store) if isinstance(store, Path) else store
+    ledger = store.ledger()
+    try:
+        shas = {a["artifact"]: a["sha256"] for a in ledger.artifacts()}
+        served = sorted(ledger.serving()["artifacts"])
+    finally:
+        ledger.close()
+    return {f"{a}:{k}": v for a in served for k, v in store.get_arrays(shas[a]).items()}
+
+
+def same_tensors(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    """The same names and, under each, the same bits."""
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
 def lineage(store: Store, artifact: str) -> list[str]:

@@ -31,7 +31,7 @@ from fedforget.unlearning.cli import app as cli
 from fedforget.unlearning.user_app import declared_config
 from fedforget.unlearning.verify import verify_store
 
-from .helpers import example_home
+from .helpers import example_home, same_tensors, served_tensors
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tabular-mlp"
 NODES = 3
@@ -116,19 +116,6 @@ def run(store: Path, task: str, action: str = "train", **keys: object) -> list:
     return results
 
 
-def served_tensors(root: Path) -> dict[str, np.ndarray]:
-    store = Store.open(root)
-    ledger = store.ledger()
-    try:
-        shas = {a["artifact"]: a["sha256"] for a in ledger.artifacts()}
-        served = sorted(ledger.serving()["artifacts"])
-    finally:
-        ledger.close()
-    return {f"{a}:{k}": v for a in served for k, v in store.get_arrays(shas[a]).items()}
-
-
-def same_tensors(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
-    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
 def forget_retrain_and_verify(store: Path, task: str, **keys: object) -> None:

@@ -21,7 +21,7 @@ from fedforget.store import Store
 from fedforget.unlearning.cli import app as cli
 from fedforget.unlearning.user_app import declared_config
 
-from .helpers import example_home
+from .helpers import example_home, served_tensors
 from .test_example_whole_mlp_app import served_probabilities
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "whole-mlp"
@@ -65,15 +65,6 @@ def train(store: Path, task: str) -> Store:
                    client_app=client_app)
     return Store.open(store)
 
-
-def served_tensors(store: Store) -> dict[str, np.ndarray]:
-    ledger = store.ledger()
-    try:
-        shas = {a["artifact"]: a["sha256"] for a in ledger.artifacts()}
-        served = sorted(ledger.serving()["artifacts"])
-    finally:
-        ledger.close()
-    return {f"{a}:{k}": v for a in served for k, v in store.get_arrays(shas[a]).items()}
 
 
 def server_records() -> tuple[list[list[float]], np.ndarray]:

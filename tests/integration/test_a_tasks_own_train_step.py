@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
@@ -25,7 +24,7 @@ from fedforget.unlearning.cli import app as cli
 from fedforget.unlearning.user_app import declared_config
 from fedforget.unlearning.verify import verify_store
 
-from .helpers import example_home
+from .helpers import example_home, same_tensors, served_tensors
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tabular-mlp"
 NODES = 3
@@ -114,19 +113,6 @@ def run(store: Path, task: str | None, action: str = "train", **keys: object) ->
     run_in_process(config, NODES, server_app=users_app(), client_app=client_app)
 
 
-def served_tensors(root: Path) -> dict[str, np.ndarray]:
-    store = Store.open(root)
-    ledger = store.ledger()
-    try:
-        shas = {a["artifact"]: a["sha256"] for a in ledger.artifacts()}
-        served = sorted(ledger.serving()["artifacts"])
-    finally:
-        ledger.close()
-    return {f"{a}:{k}": v for a in served for k, v in store.get_arrays(shas[a]).items()}
-
-
-def same_tensors(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
-    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
 def forget_and_retrain(store: Path, task: str, **keys: object) -> None:

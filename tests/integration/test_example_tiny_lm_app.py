@@ -22,7 +22,7 @@ from fedforget.unlearning.cli import app as cli
 from fedforget.unlearning.user_app import declared_config
 from fedforget.unlearning.verify import verify_store
 
-from .helpers import example_home, example_script
+from .helpers import example_home, example_script, served_tensors
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny-lm"
 NODES = 3
@@ -45,13 +45,8 @@ def run_app(store: Path, action: str = "train") -> Store:
 
 
 def served_keys(store: Store) -> set[str]:
-    ledger = store.ledger()
-    try:
-        shas = {a["artifact"]: a["sha256"] for a in ledger.artifacts()}
-        served = ledger.serving()["artifacts"]
-    finally:
-        ledger.close()
-    return {key for artifact in served for key in store.get_arrays(shas[artifact])}
+    """The served tensors' names, without their artifact."""
+    return {key.split(":", 1)[1] for key in served_tensors(store)}
 
 
 def untrained_perplexity() -> float:

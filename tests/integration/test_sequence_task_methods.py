@@ -16,7 +16,7 @@ from fedforget.core.config import ConfigError
 from fedforget.federation.record_key import hand_over
 from fedforget.store import Store
 
-from .helpers import example_home
+from .helpers import example_home, served_tensors
 from .test_example_tiny_lm_app import EXAMPLE, NODES
 
 #: what a method needs on the example's 3 nodes (2 slices each)
@@ -104,13 +104,7 @@ def test_every_method_that_takes_a_loss_trains_a_sequence_task_and_reports_its_m
     assert 0.0 < final["accuracy"] < 1.0
     assert final["perplexity"] == pytest.approx(math.exp(final["loss"]), rel=1e-9)
     assert final["perplexity"] < 64  # below a uniform guess over the 64 characters
-    ledger = store.ledger()
-    try:
-        shas = {a["artifact"]: a["sha256"] for a in ledger.artifacts()}
-        served = ledger.serving()["artifacts"]
-    finally:
-        ledger.close()
-    keys = {k for artifact in served for k in store.get_arrays(shas[artifact])}
+    keys = {key.split(":", 1)[1] for key in served_tensors(store)}
     assert keys and all("lora_" in k for k in keys)  # no fedforget head: the model's own output layer is the output
 
 
